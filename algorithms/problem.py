@@ -1,0 +1,78 @@
+"""The attention problem: shapes, dtype and the FLOP convention every paper uses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hw_profiles.errors import FlashsimError
+
+# Bytes per element of each input dtype; fp8 means e4m3 (FA3's choice).
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+HEADDIMS = (32, 64, 96, 128, 192, 256)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One attention call. Q is (B, H, Nq, D); K and V are (B, Hkv, Nk, D)."""
+
+    batch: int
+    heads: int
+    seqlen_q: int
+    headdim: int
+    seqlen_k: int = 0  # 0: same as seqlen_q
+    kv_heads: int = 0  # 0: same as heads (no GQA)
+    causal: bool = False
+    dtype: str = "bf16"
+    elem_bytes: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not self.seqlen_k:
+            object.__setattr__(self, "seqlen_k", self.seqlen_q)
+        if not self.kv_heads:
+            object.__setattr__(self, "kv_heads", self.heads)
+        for name in ("batch", "heads", "seqlen_q", "seqlen_k", "kv_heads", "headdim"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise FlashsimError(f"{name} must be a positive integer, got {value!r}")
+        if self.headdim not in HEADDIMS:
+            raise FlashsimError(
+                f"head dim {self.headdim} is not supported; choose one of {', '.join(map(str, HEADDIMS))}"
+            )
+        if self.heads % self.kv_heads:
+            raise FlashsimError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+        if self.dtype not in DTYPE_BYTES:
+            raise FlashsimError(f"unknown dtype {self.dtype!r}; choose one of {', '.join(DTYPE_BYTES)}")
+        object.__setattr__(self, "elem_bytes", DTYPE_BYTES[self.dtype])
+
+    @property
+    def group(self) -> int:
+        """Query heads that share one K/V head (1 without GQA)."""
+        return self.heads // self.kv_heads
+
+    @property
+    def scale(self) -> float:
+        return self.headdim**-0.5
+
+    def flops(self) -> float:
+        """Forward FLOPs by the papers' convention: 4 B H Nq Nk d, halved for causal."""
+        f = 4.0 * self.batch * self.heads * self.seqlen_q * self.seqlen_k * self.headdim
+        return f / 2 if self.causal else f
+
+    def describe(self) -> str:
+        kv = f" kv_heads={self.kv_heads}" if self.kv_heads != self.heads else ""
+        nk = f" Nk={self.seqlen_k}" if self.seqlen_k != self.seqlen_q else ""
+        causal = " causal" if self.causal else ""
+        return f"B={self.batch} H={self.heads}{kv} N={self.seqlen_q}{nk} d={self.headdim} {self.dtype}{causal}"
+
+    def as_dict(self) -> dict:
+        return {
+            "batch": self.batch,
+            "heads": self.heads,
+            "kv_heads": self.kv_heads,
+            "seqlen_q": self.seqlen_q,
+            "seqlen_k": self.seqlen_k,
+            "headdim": self.headdim,
+            "causal": self.causal,
+            "dtype": self.dtype,
+            "flops": self.flops(),
+        }

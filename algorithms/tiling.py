@@ -1,0 +1,181 @@
+"""Tile sizes: the defaults of the public kernels and the checks that a tiling fits the SM.
+
+Each default is a pure function of (algorithm, problem, profile); the comments name the resource that limits
+it. A tiling that does not fit is refused with what needs how much and what is available.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+from hw_profiles.errors import FlashsimError
+
+from .problem import Problem
+
+ALGORITHMS = ("standard", "v1", "v2", "v3", "v3-fp8")
+
+# Registers a thread needs beside its accumulators (addresses, loop state, softmax row stats): a lead
+# from the public kernels' ptxas reports, kept deliberately round.
+REG_OVERHEAD = 40
+# Register budget of a V3 consumer thread after setmaxnreg (FA3: 240 with 2 consumers, 160 with 3).
+V3_CONSUMER_REGS = {1: 240, 2: 240, 3: 160}
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """block_m: query rows per tile (Br); block_n: key rows per tile (Bc); warps: per thread block
+    (v3: 4 per warpgroup, the producer included); stages: depth of the K/V shared-memory ring."""
+
+    block_m: int
+    block_n: int
+    warps: int
+    stages: int = 2
+
+    def __post_init__(self) -> None:
+        for name in ("block_m", "block_n", "warps", "stages"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise FlashsimError(f"tiling {name} must be a positive integer, got {value!r}")
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def describe(self) -> str:
+        return f"{self.block_m}x{self.block_n}, {self.warps} warps, {self.stages} stages"
+
+
+def sram_elements(profile, problem: Problem) -> int:
+    """M of the V1 paper: the on-chip memory one thread block may use, in elements of the input dtype."""
+    return profile.smem_per_block_max_bytes // problem.elem_bytes
+
+
+def v1_blocks(m_elements: int, d: int) -> tuple[int, int]:
+    """Algorithm 1 of the V1 paper: Bc = M / 4d so Q_i, K_j, V_j and O_i share M; Br = min(Bc, d).
+
+    The paper writes ceil(M / 4d); we round down so the four tiles never exceed M."""
+    bc = max(1, m_elements // (4 * d))
+    return min(bc, d), bc
+
+
+def _fa2_tile(d: int, profile) -> tuple[int, int, int]:
+    """The public FA2 kernels' (kBlockM, kBlockN, warps) per head dim (sm80 code path, also on Hopper)."""
+    if d <= 64:
+        return 128, 128, 4  # d32/d64: 128x128 fits registers (S: 128 fp32 per thread) and 64 KB SMEM
+    if d <= 128:
+        return 128, 64, 4  # d96/d128: halve block_n so the O accumulator (d/... per thread) fits registers
+    if d <= 192:
+        return 128, 64, 8  # 8 warps: the 128 x 192 O accumulator needs two threads' worth of registers
+    # d256: 128x64x8 needs 128 KB SMEM; FA2 takes it only on SMs with < 192 KB (A100), else 64x64x4.
+    if profile.smem_per_block_max_bytes >= 128 * 1024 and profile.smem_per_sm_bytes < 192 * 1024:
+        return 128, 64, 8
+    return 64, 64, 4
+
+
+# The public FA3 tiles, (block_m, block_n), two stages; causal and fp8 differ where FA3 differs.
+_FA3_TILES = {32: (192, 192), 64: (192, 192), 96: (192, 144), 128: (128, 176), 192: (128, 128), 256: (128, 80)}
+_FA3_CAUSAL = {64: (192, 128), 128: (128, 128)}
+_FA3_FP8 = {32: (192, 160), 64: (192, 160), 96: (192, 128), 128: (128, 224), 192: (128, 160), 256: (128, 128)}
+
+
+def default_tiling(algo: str, problem: Problem, profile) -> Tiling:
+    check_algo(algo)
+    d = problem.headdim
+    if algo == "standard":
+        return Tiling(128, 128, 4, 2)  # the GEMM kernels' output tile; S and P live in global memory
+    if algo == "v1":
+        br, bc = v1_blocks(sram_elements(profile, problem), d)
+        return Tiling(br, bc, 4, 1)
+    if algo == "v2":
+        return Tiling(*_fa2_tile(d, profile), 2)
+    if algo == "v3-fp8":
+        bm, bn = _FA3_FP8[d]
+    elif problem.causal and d in _FA3_CAUSAL:
+        bm, bn = _FA3_CAUSAL[d]
+    else:
+        bm, bn = _FA3_TILES[d]
+    return Tiling(bm, bn, 4 * (bm // 64 + 1), 2)  # one producer warpgroup + block_m/64 consumers
+
+
+def check_algo(algo: str) -> None:
+    if algo not in ALGORITHMS:
+        raise FlashsimError(f"unknown algorithm {algo!r}; choose one of {', '.join(ALGORITHMS)}")
+
+
+def smem_bytes(algo: str, problem: Problem, t: Tiling) -> int:
+    """Shared memory one thread block holds (what each kernel stages there)."""
+    d, e = problem.headdim, problem.elem_bytes
+    if algo == "standard":
+        return t.stages * (t.block_m + t.block_n) * 32 * e  # A and B k-slices of 32 per stage
+    if algo == "v1":
+        # Q_i, K_j, V_j and O_i in SRAM (Algorithm 1); the split-K partial sums reuse the K_j/V_j space.
+        return (2 * t.block_m + 2 * t.block_n) * d * e
+    if algo == "v2":
+        return (t.block_m + 2 * t.block_n) * d * e  # Q, K and V tiles (the FA2 kernels' formula)
+    # v3 / v3-fp8: Q once, a ring of `stages` K and V tiles.
+    return (t.block_m + 2 * t.block_n * t.stages) * d * e
+
+
+def registers_per_thread(algo: str, problem: Problem, t: Tiling) -> int:
+    """fp32 accumulators per thread plus a fixed overhead."""
+    d = problem.headdim
+    if algo == "standard":
+        return REG_OVERHEAD + t.block_m * t.block_n // t.threads
+    if algo in ("v1", "v2"):
+        # Either warp split gives each thread block_m * block_n / threads of S and block_m * d / threads
+        # of O (split-K reduces its partial O through shared memory in slices of that size).
+        return REG_OVERHEAD + (t.block_m * t.block_n + t.block_m * d) // t.threads
+    s = 64 * t.block_n // 128
+    o = 64 * d // 128
+    return REG_OVERHEAD + s + o + s // (2 if problem.elem_bytes == 2 else 4)
+
+
+def check_fits(algo: str, problem: Problem, t: Tiling, profile) -> None:
+    """Refuse a tiling that the profile's SM cannot hold, saying what needs how much."""
+    smem = smem_bytes(algo, problem, t)
+    limit = profile.smem_per_block_max_bytes
+    if smem > limit:
+        raise FlashsimError(
+            f"{algo} tiling {t.describe()} at d={problem.headdim} needs {smem} B of shared memory per "
+            f"block; {profile.name} allows {limit} B"
+        )
+    if algo in ("v3", "v3-fp8"):
+        if t.block_m % 64:
+            raise FlashsimError(f"{algo} needs block_m a multiple of 64 (one consumer warpgroup each), got {t.block_m}")
+        consumers = t.block_m // 64
+        if t.warps != 4 * (consumers + 1):
+            raise FlashsimError(
+                f"{algo} with block_m={t.block_m} runs {consumers} consumer warpgroups and one producer: "
+                f"warps must be {4 * (consumers + 1)}, got {t.warps}"
+            )
+        budget = V3_CONSUMER_REGS.get(consumers, 0)
+    else:
+        budget = profile.registers_per_thread_max
+    regs = registers_per_thread(algo, problem, t)
+    if regs > budget:
+        raise FlashsimError(
+            f"{algo} tiling {t.describe()} at d={problem.headdim} needs ~{regs} registers per thread; "
+            f"the budget is {budget}"
+        )
+    if regs * t.threads > profile.registers_per_sm:
+        raise FlashsimError(
+            f"{algo} tiling {t.describe()} needs {regs * t.threads} registers per block; "
+            f"an SM has {profile.registers_per_sm}"
+        )
+    if t.threads > profile.max_threads_per_block:
+        raise FlashsimError(f"{t.threads} threads per block exceed the limit of {profile.max_threads_per_block}")
+
+
+def resolve_tiling(algo: str, problem: Problem, profile, **overrides) -> Tiling:
+    """The default tiling with any of block_m/block_n/warps/stages overridden, checked against the SM."""
+    t = default_tiling(algo, problem, profile)
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if given:
+        t = replace(t, **given)
+        if algo in ("v3", "v3-fp8") and "warps" not in given:
+            t = replace(t, warps=4 * (t.block_m // 64 + 1))
+    check_fits(algo, problem, t, profile)
+    return t

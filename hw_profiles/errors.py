@@ -1,0 +1,5 @@
+"""The one exception type for bad input: the CLI prints its message as one line and exits 2."""
+
+
+class FlashsimError(ValueError):
+    """A problem with what the user asked for (a size, a profile, a tiling), not a bug."""
