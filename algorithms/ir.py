@@ -1,0 +1,375 @@
+"""The tile-operation vocabulary every schedule is written in.
+
+A schedule is a list of kernels; a kernel is a grid of thread blocks (CTAs), each running one program per
+warp role (V2: one role of all warps; V3: a producer and consumer warpgroups). A program is a generator of
+the ops below. Three interpreters read the same programs:
+
+- numeric (algorithms/numeric.py): executes the ops on tensors and must reproduce attention;
+- counting (algorithms/counting.py): sums the bytes each op moves between memory levels;
+- timing (simulator/): turns each op into requests to hardware resources and lets contention decide time.
+
+So ops carry what each interpreter needs (shapes, dtypes, memory levels, instruction class, issuing warps)
+and never a time. Buffers are named; a name's memory level is fixed by the op that first writes it.
+
+Synchronisation is by counting barriers: Arrive adds to a counter, Wait blocks until the counter reaches a
+target. mbarriers (TMA completion, full/empty ring slots) and named barriers (ping-pong) are both this.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+# Memory levels.
+GMEM, SMEM, RMEM = "gmem", "smem", "rmem"
+
+# Element sizes of the global tensors a schedule may name, beside the input dtype.
+FP32_BYTES = 4
+
+
+@dataclass(frozen=True, slots=True)
+class GTile:
+    """A rectangle of a global tensor: rows [row, row+rows) and columns [col, col+cols) of (batch, head)."""
+
+    tensor: str  # Q K V O S P LSE M L (the V1 running stats) or a workspace name
+    batch: int
+    head: int
+    row: int
+    rows: int
+    col: int
+    cols: int
+    elem_bytes: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows * self.cols * self.elem_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    """Global -> shared memory (or registers). via: 'ld' (synchronous), 'cp.async' or 'tma'. An async
+    load arrives on `barrier` when its bytes have landed."""
+
+    src: GTile
+    dst: str
+    level: str = SMEM
+    via: str = "ld"
+    barrier: str | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return self.src.nbytes
+
+
+@dataclass(frozen=True, slots=True)
+class Store:
+    """Registers or shared memory -> global memory, converted to the tile's element type."""
+
+    src: str
+    dst: GTile
+    level: str = RMEM  # where src lives
+    via: str = "st"  # 'st' or 'tma'
+
+    @property
+    def nbytes(self) -> int:
+        return self.dst.nbytes
+
+
+@dataclass(frozen=True, slots=True)
+class Gemm:
+    """dst (m x n, fp32) = a (m x k) @ b (k x n), or a @ b^T when trans_b (b stored n x k).
+
+    instr: 'mma_sync' or 'wgmma'; dtype: operand type ('fp16', 'bf16', 'fp8', 'fp32' as tf32).
+    split: how the issuing role's warps divide the product: 'm' (rows: split-Q), 'n' (columns) or
+    'k' (split-K: each warp a slice of k; dst then holds `warps` partial sums, see WarpReduce).
+    async_token: issue without waiting (wgmma); GemmWait(token) waits for it."""
+
+    dst: str
+    a: str
+    b: str
+    m: int
+    n: int
+    k: int
+    a_level: str
+    b_level: str
+    instr: str
+    dtype: str
+    warps: int
+    trans_b: bool = False
+    accumulate: bool = False
+    split: str = "m"
+    a_scale: str | None = None  # fp8: per-row-block dequantisation scales (buffer names)
+    b_scale: str | None = None
+    async_token: str | None = None
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k
+
+
+@dataclass(frozen=True, slots=True)
+class GemmWait:
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
+class Mask:
+    """Scale S and mask what a position may not see: the causal upper triangle (aligned bottom-right when
+    seqlen_q != seqlen_k, as FlashAttention does) and key columns past the sequence end."""
+
+    row0: int
+    col0: int
+    seqlen_q: int
+    seqlen_k: int
+    causal: bool
+
+    def needed(self, rows: int, cols: int) -> bool:
+        """Whether a rows x cols tile at (row0, col0) has any masked element."""
+        if self.col0 + cols > self.seqlen_k:
+            return True
+        if not self.causal:
+            return False
+        shift = self.seqlen_k - self.seqlen_q
+        return self.col0 + cols - 1 > self.row0 + shift
+
+
+@dataclass(frozen=True, slots=True)
+class OnlineSoftmax:
+    """FlashAttention's online softmax on one S tile (rows x cols, fp32, in registers).
+
+    mode 'v2': m <- max(m, rowmax(S)); P = exp(S - m); l <- l * e^(m_old - m) + rowsum(P);
+               acc (rows x acc_cols) <- acc * e^(m_old - m). P is left unnormalised.
+    mode 'v1': local stats m~ = rowmax(S), P = exp(S - m~), l~ = rowsum(P) (Algorithm 1 lines 10-11);
+               merging with the running m, l happens in RescaleMerge.
+    cross_warp: row statistics are combined across this many warps through shared memory (split-K)."""
+
+    s: str
+    p: str
+    m: str
+    l: str
+    rows: int
+    cols: int
+    scale: float
+    mask: Mask | None
+    p_dtype: str
+    acc: str | None = None
+    acc_cols: int = 0
+    corr: str | None = None  # write the acc correction e^(m_old - m) here instead of rescaling acc now
+    mode: str = "v2"
+    cross_warp: int = 1
+    warps: int = 1
+
+    @property
+    def exps(self) -> int:
+        return self.rows * self.cols + (self.rows if self.mode == "v2" else 0)
+
+    @property
+    def alu_flops(self) -> int:
+        # scale, mask, max, subtract, sum per element; rescale of l and acc per row.
+        per_elem = 4 + (1 if self.mask is not None else 0)
+        return per_elem * self.rows * self.cols + self.rows * (2 + self.acc_cols)
+
+
+@dataclass(frozen=True, slots=True)
+class Rescale:
+    """acc <- acc * corr row-wise: the deferred O correction of a pipelined online softmax (FA3)."""
+
+    acc: str
+    corr: str
+    rows: int
+    cols: int
+    warps: int
+
+    @property
+    def exps(self) -> int:
+        return 0
+
+    @property
+    def alu_flops(self) -> int:
+        return self.rows * self.cols
+
+
+@dataclass(frozen=True, slots=True)
+class RescaleMerge:
+    """V1's update of O_i (Algorithm 1 line 12-13): with the tile's local stats (m~, l~) and the running
+    (m, l) read from global memory, O <- diag(l_new)^-1 (diag(l) e^(m - m_new) O + e^(m~ - m_new) PV)."""
+
+    o: str
+    pv: str
+    m: str
+    l: str
+    m_tile: str
+    l_tile: str
+    rows: int
+    cols: int
+    warps: int
+
+    @property
+    def exps(self) -> int:
+        return 2 * self.rows
+
+    @property
+    def alu_flops(self) -> int:
+        return 4 * self.rows * self.cols + 6 * self.rows
+
+
+@dataclass(frozen=True, slots=True)
+class WarpReduce:
+    """Sum `parts` partial tiles (rows x cols fp32) held by different warps through shared memory."""
+
+    dst: str
+    src: str
+    rows: int
+    cols: int
+    parts: int
+    warps: int
+
+    @property
+    def smem_bytes(self) -> int:
+        # each warp writes its partial, the owners read all partials back
+        return 2 * self.parts * self.rows * self.cols * FP32_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class Normalize:
+    """acc <- acc / l row-wise; lse <- m + log(l) (V2/V3 epilogue). Rows with l = 0 (fully masked) give 0."""
+
+    acc: str
+    m: str
+    l: str
+    lse: str | None
+    rows: int
+    cols: int
+    warps: int
+
+    @property
+    def exps(self) -> int:
+        return 2 * self.rows  # reciprocal and log per row
+
+    @property
+    def alu_flops(self) -> int:
+        return self.rows * self.cols + self.rows
+
+
+@dataclass(frozen=True, slots=True)
+class RowSoftmax:
+    """Standard attention's softmax kernel: a row block of S (rows x cols) -> P, with max and sum passes."""
+
+    s: str
+    p: str
+    rows: int
+    cols: int
+    scale: float
+    mask: Mask | None
+    warps: int
+
+    @property
+    def exps(self) -> int:
+        return self.rows * self.cols
+
+    @property
+    def alu_flops(self) -> int:
+        return 5 * self.rows * self.cols
+
+
+@dataclass(frozen=True, slots=True)
+class Quantize:
+    """fp8 pass: per-block scale delta = max|x| / 448 and x / delta rounded to e4m3, register tile -> dst."""
+
+    src: str
+    dst: str
+    scale: str
+    rows: int
+    cols: int
+    warps: int
+    hadamard_seed: int | None = None  # incoherent processing: x <- x diag(+-1) H / sqrt(d) first
+
+    @property
+    def exps(self) -> int:
+        return 0
+
+    @property
+    def alu_flops(self) -> int:
+        # abs-max, divide, round per element; a fast Walsh-Hadamard transform adds cols*log2(cols).
+        had = self.cols.bit_length() - 1 if self.hadamard_seed is not None else 0
+        return (3 + had) * self.rows * self.cols
+
+
+@dataclass(frozen=True, slots=True)
+class Fill:
+    """Initialise a register tile (accumulator zeros, running max -inf)."""
+
+    dst: str
+    rows: int
+    cols: int
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class Arrive:
+    barrier: str
+    count: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Block until `barrier` has received `target` arrivals in total."""
+
+    barrier: str
+    target: int
+
+
+@dataclass(frozen=True, slots=True)
+class SyncThreads:
+    """__syncthreads among the role's warps (a single role in V1, V2 and standard)."""
+
+
+Op = (
+    Load | Store | Gemm | GemmWait | OnlineSoftmax | Rescale | RescaleMerge | WarpReduce | Normalize | RowSoftmax
+    | Quantize | Fill | Arrive | Wait | SyncThreads
+)
+
+
+@dataclass(frozen=True)
+class Role:
+    """A group of warps running one program: `program(cta)` yields ops."""
+
+    name: str
+    warps: int
+    program: Callable[[tuple], Iterator[Op]]
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One launch: the CTAs of its grid (in launch order) and the roles each CTA runs.
+
+    persistent: the grid is one CTA per SM slot and `ctas` lists work tiles that those CTAs take in
+    order (a static tile scheduler); otherwise each entry of `ctas` is its own thread block."""
+
+    name: str
+    ctas: list[tuple]
+    roles: tuple[Role, ...]
+    smem_bytes: int
+    regs_per_thread: int
+    persistent: bool = False
+    # CTAs whose programs are identical up to (batch, head): used to count one and multiply.
+    classes: Callable[[tuple], tuple] | None = None
+
+    @property
+    def warps(self) -> int:
+        return sum(r.warps for r in self.roles)
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """An algorithm's launches for one problem and tiling, in order."""
+
+    algo: str
+    problem: object
+    tiling: object
+    kernels: tuple[Kernel, ...]
+    notes: tuple[str, ...] = field(default_factory=tuple)

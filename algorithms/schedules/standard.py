@@ -1,0 +1,94 @@
+"""Standard attention, three launches with S and P materialised in global memory (Theorem 2's baseline):
+
+    S = Q K^T (tiled GEMM, written in the input dtype)
+    P = softmax(scale * S) row by row (fp32 math, written in the input dtype)
+    O = P V (tiled GEMM)
+
+Causal attention computes the full S and masks in the softmax, as an unfused implementation does.
+"""
+
+from __future__ import annotations
+
+from ..ir import RMEM, SMEM, Fill, Gemm, GTile, Kernel, Load, Role, RowSoftmax, Schedule, Store, Wait
+from ..parts import cdiv, gemm_dtype, tile_mask
+from ..problem import Problem
+from ..tiling import Tiling, registers_per_thread, smem_bytes
+
+K_CHUNK = 64  # the GEMM kernels' k-slice per pipeline stage
+SOFTMAX_ROWS = 4  # rows per softmax thread block: one warp per row
+
+
+def _gemm_kernel(name, p: Problem, t: Tiling, a_of, b_of, out_of, n_tile, k_total, trans_b, ctas):
+    """A tiled GEMM out = A @ B(^T): for each (bm x bn) output tile, stream k-slices of A and B."""
+    dt = gemm_dtype(p)
+
+    def program(cta):
+        b, h, i, j = cta
+        yield Fill("acc", t.block_m, n_tile, 0.0)
+        for kc in range(cdiv(k_total, K_CHUNK)):
+            yield Load(a_of(b, h, i, kc), "sA", SMEM, "cp.async", "ab")
+            yield Load(b_of(b, h, j, kc), "sB", SMEM, "cp.async", "ab")
+            yield Wait("ab", 2 * (kc + 1))
+            yield Gemm("acc", "sA", "sB", t.block_m, n_tile, K_CHUNK, SMEM, SMEM, "mma_sync", dt, t.warps,
+                       trans_b=trans_b, accumulate=kc > 0)
+        yield Store("acc", out_of(b, h, i, j), RMEM)
+
+    return Kernel(name, ctas, (Role("warps", t.warps, program),), smem_bytes("standard", p, t),
+                  registers_per_thread("standard", p, t), classes=lambda c: c[2:])
+
+
+def build(p: Problem, t: Tiling) -> Schedule:
+    bm, bn, d, e = t.block_m, t.block_n, p.headdim, p.elem_bytes
+    nq, nk, g = p.seqlen_q, p.seqlen_k, p.group
+    tq, tk = cdiv(nq, bm), cdiv(nk, bn)
+    dn = min(d, bn)  # O = P V: output tiles bm x min(d, bn)
+
+    def clip(start, block, total):
+        return start, min(block, total - start)
+
+    def q_chunk(b, h, i, kc):
+        r, rows = clip(i * bm, bm, nq)
+        c, cols = clip(kc * K_CHUNK, K_CHUNK, d)
+        return GTile("Q", b, h, r, rows, c, cols, e)
+
+    def k_chunk(b, h, j, kc):
+        r, rows = clip(j * bn, bn, nk)
+        c, cols = clip(kc * K_CHUNK, K_CHUNK, d)
+        return GTile("K", b, h // g, r, rows, c, cols, e)
+
+    def s_tile(b, h, i, j):
+        r, rows = clip(i * bm, bm, nq)
+        c, cols = clip(j * bn, bn, nk)
+        return GTile("S", b, h, r, rows, c, cols, e)
+
+    def p_chunk(b, h, i, kc):
+        r, rows = clip(i * bm, bm, nq)
+        c, cols = clip(kc * K_CHUNK, K_CHUNK, nk)
+        return GTile("P", b, h, r, rows, c, cols, e)
+
+    def v_chunk(b, h, j, kc):
+        r, rows = clip(kc * K_CHUNK, K_CHUNK, nk)
+        c, cols = clip(j * dn, dn, d)
+        return GTile("V", b, h // g, r, rows, c, cols, e)
+
+    def o_tile(b, h, i, j):
+        r, rows = clip(i * bm, bm, nq)
+        c, cols = clip(j * dn, dn, d)
+        return GTile("O", b, h, r, rows, c, cols, e)
+
+    heads = [(b, h) for b in range(p.batch) for h in range(p.heads)]
+    qk = _gemm_kernel("gemm_qk", p, t, q_chunk, k_chunk, s_tile, bn, d, True,
+                      [(b, h, i, j) for b, h in heads for i in range(tq) for j in range(tk)])
+    pv = _gemm_kernel("gemm_pv", p, t, p_chunk, v_chunk, o_tile, dn, nk, False,
+                      [(b, h, i, j) for b, h in heads for i in range(tq) for j in range(cdiv(d, dn))])
+
+    def softmax(cta):
+        b, h, r = cta
+        row0, rows = clip(r * SOFTMAX_ROWS, SOFTMAX_ROWS, nq)
+        yield Load(GTile("S", b, h, row0, rows, 0, nk, e), "s", RMEM)
+        yield RowSoftmax("s", "p", rows, nk, p.scale, tile_mask(p, row0, 0, rows, nk), SOFTMAX_ROWS)
+        yield Store("p", GTile("P", b, h, row0, rows, 0, nk, e), RMEM)
+
+    sm = Kernel("softmax", [(b, h, r) for b, h in heads for r in range(cdiv(nq, SOFTMAX_ROWS))],
+                (Role("warps", SOFTMAX_ROWS, softmax),), 0, 64, classes=lambda c: (c[2],))
+    return Schedule("standard", p, t, (qk, sm, pv))

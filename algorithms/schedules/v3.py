@@ -1,0 +1,147 @@
+"""FlashAttention-3 (Shah et al. 2024): warp-specialised, asynchronous, persistent.
+
+Roles of one thread block (block_m / 64 consumer warpgroups + 1 producer warpgroup):
+  producer:    TMA Q slices once; for each K/V block j: wait slot j % stages empty, TMA K_j and V_j into it
+               (completion arrives on the slot's full barriers).
+  consumer c:  S_0 = Q_c K_0^T; softmax. For j >= 1 (intra-warpgroup pipelining):
+                 issue S_j = Q_c K_j^T and O += P_j-1 V_j-1 (wgmma, async) | softmax(S_j) while PV runs |
+                 wait PV, release slot j-1, rescale O by the softmax correction.
+               Ping-pong: consumers take turns to issue their GEMMs (named barriers), so one warpgroup's
+               softmax runs under another's GEMMs.
+The grid is persistent: one CTA per SM slot takes work tiles in order (causal: longest tiles first).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..ir import (
+    RMEM,
+    SMEM,
+    Arrive,
+    Fill,
+    Gemm,
+    GemmWait,
+    GTile,
+    Kernel,
+    Load,
+    OnlineSoftmax,
+    Rescale,
+    Role,
+    Schedule,
+    Wait,
+)
+from ..parts import cdiv, flash_epilogue, gemm_dtype, kv_block_count, row_tile, tile_mask
+from ..problem import Problem
+from ..tiling import Tiling, registers_per_thread, smem_bytes
+
+WG_ROWS = 64  # rows of a wgmma accumulator: one warpgroup's share of block_m
+
+
+def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3") -> Schedule:
+    bm, bn, d, stages = t.block_m, t.block_n, p.headdim, t.stages
+    consumers = bm // WG_ROWS
+    dt = gemm_dtype(p)
+    q_src, k_src, v_src = ("Qq", "Kq", "Vq") if fp8 else ("Q", "K", "V")
+
+    def active(i: int) -> int:
+        """Consumers with rows to compute in Q block i (the last block may be ragged)."""
+        return min(consumers, cdiv(p.seqlen_q - i * bm, WG_ROWS))
+
+    def producer(cta):
+        b, h, i = cta
+        n, c_act = kv_block_count(p, i * bm, bm, bn), active(i)
+        for c in range(c_act):
+            yield Load(row_tile(p, q_src, b, h, i * bm + c * WG_ROWS, WG_ROWS), f"sQ{c}", SMEM, "tma", f"q{c}")
+        for j in range(n):
+            s, use = j % stages, j // stages
+            if use:
+                yield Wait(f"empty{s}", c_act * use)
+            yield Load(row_tile(p, k_src, b, h, j * bn, bn, kv=True), f"sK{s}", SMEM, "tma", f"fullK{s}")
+            yield Load(row_tile(p, v_src, b, h, j * bn, bn, kv=True), f"sV{s}", SMEM, "tma", f"fullV{s}")
+
+    def consumer_program(c: int):
+        def program(cta):
+            b, h, i = cta
+            if c >= active(i):
+                return
+            row0 = i * bm + c * WG_ROWS
+            n = kv_block_count(p, i * bm, bm, bn)
+            turns = iter(range(10**9))
+            c_act = active(i)
+
+            def take_turn():
+                if c_act > 1:
+                    yield Wait(f"turn{c}", next(turns) + (1 if c else 0))
+
+            def pass_turn():
+                if c_act > 1:
+                    yield Arrive(f"turn{(c + 1) % c_act}")
+
+            def scales(j, s):
+                if fp8:
+                    yield Load(GTile("Kscale", b, h // p.group, j, 1, 0, 1, 4), f"ks{s}", RMEM)
+                    yield Load(GTile("Vscale", b, h // p.group, j, 1, 0, 1, 4), f"vs{s}", RMEM)
+
+            def qk(j, s):
+                yield Gemm("S", f"sQ{c}", f"sK{s}", WG_ROWS, bn, d, SMEM, SMEM, "wgmma", dt, 4, trans_b=True,
+                           a_scale="qs" if fp8 else None, b_scale=f"ks{s}" if fp8 else None, async_token="s")
+
+            def pv(j):
+                s = j % stages
+                yield Wait(f"fullV{s}", j // stages + 1)
+                yield Gemm("acc", f"P{j % 2}", f"sV{s}", WG_ROWS, d, bn, RMEM, SMEM, "wgmma", dt, 4,
+                           accumulate=True, b_scale=f"vs{s}" if fp8 else None, async_token="o")
+
+            def softmax(j):
+                col0 = j * bn
+                yield OnlineSoftmax("S", f"P{j % 2}", "m", "l", WG_ROWS, bn, p.scale,
+                                    tile_mask(p, row0, col0, WG_ROWS, bn), dt, acc="acc", acc_cols=d,
+                                    corr="corr", warps=4)
+
+            yield Wait(f"q{c}", 1)
+            if fp8:
+                yield Load(GTile("Qscale", b, h, i, 1, 0, 1, 4), "qs", RMEM)
+            yield Fill("acc", WG_ROWS, d, 0.0)
+            yield Fill("m", WG_ROWS, 1, -math.inf)
+            yield Fill("l", WG_ROWS, 1, 0.0)
+            if n:
+                yield Wait("fullK0", 1)
+                yield from scales(0, 0)
+                yield from take_turn()
+                yield from qk(0, 0)
+                yield from pass_turn()
+                yield GemmWait("s")
+                yield from softmax(0)
+            for j in range(1, n):
+                s = j % stages
+                yield Wait(f"fullK{s}", j // stages + 1)
+                yield from scales(j, s)
+                yield from take_turn()
+                yield from qk(j, s)
+                yield from pv(j - 1)
+                yield from pass_turn()
+                yield GemmWait("s")
+                yield from softmax(j)
+                yield GemmWait("o")
+                yield Arrive(f"empty{(j - 1) % stages}")
+                yield Rescale("acc", "corr", WG_ROWS, d, 4)
+            if n:
+                yield from take_turn()
+                yield from pv(n - 1)
+                yield from pass_turn()
+                yield GemmWait("o")
+                yield Arrive(f"empty{(n - 1) % stages}")
+            yield from flash_epilogue(p, b, h, row0, WG_ROWS, "acc", "m", "l", 4, o_via="tma")
+
+        return program
+
+    roles = (Role("producer", 4, producer),) + tuple(
+        Role(f"consumer{c}", 4, consumer_program(c)) for c in range(consumers))
+    q_blocks = range(cdiv(p.seqlen_q, bm))
+    order = reversed(q_blocks) if p.causal else q_blocks  # causal: longest tiles first
+    ctas = [(b, h, i) for i in order for b in range(p.batch) for h in range(p.heads)]
+    algo = "v3-fp8" if fp8 else "v3"
+    kernel = Kernel(f"flash_fwd_{name}", ctas, roles, smem_bytes(algo, p, t), registers_per_thread(algo, p, t),
+                    persistent=True, classes=lambda c: (c[2],))
+    return Schedule(algo, p, t, (kernel,))

@@ -1,0 +1,43 @@
+"""FlashAttention-3 in FP8 (e4m3): a quantisation pass, then the V3 schedule on fp8 operands.
+
+Pass 1 (one thread block per Q, K or V block): optional incoherent processing of Q and K (random +-1
+diagonal times a Hadamard transform along d, the same for both, so Q K^T is unchanged), then one scale per
+block delta = max|x| / 448 and x / delta rounded to e4m3. Pass 2: V3 with the block scales applied to each
+GEMM's product (S scaled by delta_Q delta_K; P V by delta_V), P rounded to e4m3, fp32 accumulation,
+O written in bf16.
+"""
+
+from __future__ import annotations
+
+from ..ir import RMEM, GTile, Kernel, Load, Quantize, Role, Schedule, Store
+from ..parts import cdiv
+from ..problem import Problem
+from ..tiling import Tiling
+from .v3 import build as build_v3
+
+HADAMARD_SEED = 0
+IN_BYTES = 2  # the unquantised inputs arrive in bf16
+
+
+def build(p: Problem, t: Tiling, hadamard: bool = True) -> Schedule:
+    d = p.headdim
+
+    def quantize(cta):
+        name, b, h, blk, block = cta
+        rows_total = p.seqlen_q if name == "Q" else p.seqlen_k
+        row0 = blk * block
+        rows = min(block, rows_total - row0)
+        yield Load(GTile(name, b, h, row0, rows, 0, d, IN_BYTES), "x", RMEM)
+        seed = HADAMARD_SEED if hadamard and name in "QK" else None
+        yield Quantize("x", "xq", "delta", rows, d, 4, seed)
+        yield Store("xq", GTile(name + "q", b, h, row0, rows, 0, d, 1), RMEM)
+        yield Store("delta", GTile(name + "scale", b, h, blk, 1, 0, 1, 4), RMEM)
+
+    ctas = [("Q", b, h, i, t.block_m) for b in range(p.batch) for h in range(p.heads)
+            for i in range(cdiv(p.seqlen_q, t.block_m))]
+    ctas += [(x, b, h, j, t.block_n) for x in "KV" for b in range(p.batch) for h in range(p.kv_heads)
+             for j in range(cdiv(p.seqlen_k, t.block_n))]
+    quant = Kernel("quantize_fp8", ctas, (Role("warps", 4, quantize),), 0, 64,
+                   classes=lambda c: (c[0], c[3]))
+    attn = build_v3(p, t, fp8=True, name="v3_fp8")
+    return Schedule("v3-fp8", p, t, (quant, *attn.kernels))
