@@ -1,0 +1,450 @@
+"""The hardware profile: one frozen dataclass, one typed attribute per parameter, validated on construction.
+
+The TOML files are the only registry of hardware numbers; this module only says which keys exist, their
+types, the feature a key belongs to, and which combinations make sense. Every way of building a Profile
+(loader, dataclasses.replace, with_overrides) goes through __post_init__, so an invalid one never exists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, NamedTuple
+
+from .errors import ProfileError
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+ARCHES = {"ampere": 8, "hopper": 9}  # arch -> compute capability major
+FEATURES = ("mma_sync", "cp_async", "tma", "wgmma", "fp8", "setmaxnreg", "named_barriers")
+SOURCE_KINDS = ("datasheet", "paper", "measured", "assumed")
+OVERRIDE_KIND = "override"
+WARP = 32
+# Keys for which zero is a meaningful value (a what-if without the per-block reservation).
+ZERO_ALLOWED = frozenset({"smem_reserved_per_block_bytes"})
+
+# Unit of a key, read from its name's suffix (longest suffixes first). No suffix: a plain count.
+_UNIT_SUFFIXES = (
+    ("_flops_per_clk_per_sm", "FLOP/clk/SM"),
+    ("_ops_per_clk_per_sm", "op/clk/SM"),
+    ("_bytes_per_clk_per_sm", "B/clk/SM"),
+    ("_bytes_per_clk", "B/clk"),
+    ("_bytes_per_s", "B/s"),
+    ("_bytes", "B"),
+    ("_hz", "Hz"),
+    ("_cycles", "cycles"),
+    ("_s", "s"),
+)
+
+
+def unit_of(key: str) -> str:
+    return next((unit for suffix, unit in _UNIT_SUFFIXES if key.endswith(suffix)), "")
+
+
+def _p(kind: type, feature: str | None = None) -> Any:
+    """A parameter field: `kind` is int or float; a feature-tied key defaults to None (absent)."""
+    meta = {"param": True, "kind": kind, "feature": feature}
+    return field(default=None, metadata=meta) if feature else field(metadata=meta)
+
+
+class ParamSpec(NamedTuple):
+    name: str
+    kind: type
+    feature: str | None
+    unit: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Profile:
+    name: str
+    description: str
+    arch: str
+    compute_capability: str
+    features: frozenset[str]
+
+    # SM organisation and occupancy limits
+    sm_count: int = _p(int)
+    sm_clock_hz: float = _p(float)  # the clock every *_cycles and *_per_clk value refers to
+    sub_partitions_per_sm: int = _p(int)
+    max_threads_per_sm: int = _p(int)
+    max_threads_per_block: int = _p(int)
+    max_warps_per_sm: int = _p(int)
+    max_blocks_per_sm: int = _p(int)
+    registers_per_sm: int = _p(int)  # 32-bit registers
+    registers_per_thread_max: int = _p(int)
+    # shared memory
+    smem_per_sm_bytes: int = _p(int)
+    smem_per_block_max_bytes: int = _p(int)  # with the opt-in attribute
+    smem_reserved_per_block_bytes: int = _p(int)  # taken by the system from the SM's pool per resident block
+    smem_bandwidth_bytes_per_clk_per_sm: float = _p(float)
+    smem_latency_cycles: int = _p(int)
+    # L2 and HBM
+    l2_bytes: int = _p(int)
+    l2_line_bytes: int = _p(int)
+    l2_bandwidth_bytes_per_clk: float = _p(float)  # aggregate over the chip
+    l2_hit_latency_cycles: int = _p(int)
+    hbm_bytes: int = _p(int)
+    hbm_bandwidth_bytes_per_s: float = _p(float)  # achievable, not the datasheet's pin rate
+    hbm_latency_cycles: int = _p(int)
+    # math
+    fp32_flops_per_clk_per_sm: float = _p(float)
+    mufu_ops_per_clk_per_sm: float = _p(float)
+    mma_sync_fp16_flops_per_clk_per_sm: float = _p(float)
+    mma_sync_bf16_flops_per_clk_per_sm: float = _p(float)
+    mma_sync_tf32_flops_per_clk_per_sm: float = _p(float)
+    mma_sync_latency_cycles: int = _p(int)
+    # data movement and launch
+    cp_async_issue_cycles: int = _p(int)
+    launch_overhead_s: float = _p(float)
+    cta_launch_cycles: int = _p(int)
+    # Hopper only
+    wgmma_fp16_flops_per_clk_per_sm: float | None = _p(float, "wgmma")
+    wgmma_bf16_flops_per_clk_per_sm: float | None = _p(float, "wgmma")
+    wgmma_fp8_flops_per_clk_per_sm: float | None = _p(float, "wgmma")
+    wgmma_tf32_flops_per_clk_per_sm: float | None = _p(float, "wgmma")
+    wgmma_latency_cycles: int | None = _p(int, "wgmma")
+    tma_issue_cycles: int | None = _p(int, "tma")
+    tma_latency_cycles: int | None = _p(int, "tma")  # added to the L2/HBM latency of the bytes it moves
+
+    path: str = ""
+    based_on: str | None = None
+    sources: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
+        self._check_metadata()
+        for spec in PARAMS:
+            self._check_param(spec)
+        self._check_consistency()
+
+    # -- validation -------------------------------------------------------------------------------------
+
+    @property
+    def origin(self) -> str:
+        """What an error message names: the file (short form for shipped ones) or the profile's name."""
+        return display_path(self.path) if self.path else f"profile {self.name!r}"
+
+    def _fail(self, key: str, problem: str, *related: str) -> ProfileError:
+        # Name the --set that introduced a bad value, whichever of the involved keys it was.
+        via = [self.sources[k] for k in (key, *related) if self.sources.get(k, "").startswith(OVERRIDE_KIND)]
+        suffix = f" ({'; '.join(via)})" if via else ""
+        return ProfileError(f"{self.origin}: {key}{suffix}: {problem}")
+
+    def _check_metadata(self) -> None:
+        for key in ("name", "description", "arch", "compute_capability"):
+            value = getattr(self, key)
+            if not isinstance(value, str):
+                raise self._fail(key, f"expected a string, got {_type_name(value)}")
+        if not self.name.strip():
+            raise self._fail("name", "must not be empty")
+        if self.arch not in ARCHES:
+            raise self._fail("arch", f"unknown arch {self.arch!r}; choose one of {', '.join(ARCHES)}")
+        match = re.fullmatch(r"(\d+)\.(\d+)", self.compute_capability)
+        if not match:
+            raise self._fail(
+                "compute_capability", f"expected 'major.minor' like \"9.0\", got {self.compute_capability!r}"
+            )
+        if int(match[1]) != ARCHES[self.arch]:
+            raise self._fail(
+                "compute_capability",
+                f"{self.compute_capability} does not belong to arch {self.arch} (expected {ARCHES[self.arch]}.x)",
+                "arch",
+            )
+        features = self.features
+        if isinstance(features, str) or not isinstance(features, Iterable):
+            raise self._fail("features", f"expected a list of feature names, got {_type_name(features)}")
+        features = list(features)
+        for flag in features:
+            if flag not in FEATURES:
+                hint = _did_you_mean(flag, FEATURES) if isinstance(flag, str) else ""
+                raise self._fail("features", f"unknown feature {flag!r}{hint}; allowed: {', '.join(FEATURES)}")
+        object.__setattr__(self, "features", frozenset(features))
+        if "fp8" in self.features and "wgmma" not in self.features:
+            raise self._fail("features", "fp8 requires wgmma (the only fp8 tensor instruction modelled)")
+
+    def _check_param(self, spec: ParamSpec) -> None:
+        value = getattr(self, spec.name)
+        if spec.feature and spec.feature not in self.features:
+            if value is not None:
+                raise self._fail(spec.name, f"requires feature {spec.feature}, which the profile lacks")
+            return
+        if value is None:
+            needed = f"required with feature {spec.feature}" if spec.feature else "required"
+            raise self._fail(spec.name, f"missing ({needed})")
+        try:
+            value = coerce(spec.kind, value)
+        except ValueError as exc:
+            raise self._fail(spec.name, str(exc)) from None
+        if value < 0 or (value == 0 and spec.name not in ZERO_ALLOWED):
+            raise self._fail(spec.name, f"must be {'>= 0' if spec.name in ZERO_ALLOWED else 'positive'}, got {value}")
+        object.__setattr__(self, spec.name, value)
+
+    def _check_consistency(self) -> None:
+        if self.max_warps_per_sm * WARP != self.max_threads_per_sm:
+            raise self._fail(
+                "max_threads_per_sm",
+                f"{self.max_threads_per_sm} != 32 x max_warps_per_sm ({self.max_warps_per_sm})",
+                "max_warps_per_sm",
+            )
+        if self.max_threads_per_block % WARP:
+            raise self._fail("max_threads_per_block", f"{self.max_threads_per_block} is not a multiple of 32")
+        if self.max_threads_per_block > self.max_threads_per_sm:
+            raise self._fail(
+                "max_threads_per_block",
+                f"{self.max_threads_per_block} exceeds max_threads_per_sm ({self.max_threads_per_sm})",
+                "max_threads_per_sm",
+            )
+        if self.max_warps_per_sm % self.sub_partitions_per_sm:
+            raise self._fail(
+                "sub_partitions_per_sm",
+                f"max_warps_per_sm ({self.max_warps_per_sm}) is not a multiple of {self.sub_partitions_per_sm}",
+                "max_warps_per_sm",
+            )
+        if self.registers_per_thread_max * WARP > self.registers_per_sm:
+            raise self._fail(
+                "registers_per_thread_max",
+                f"one warp at {self.registers_per_thread_max} registers exceeds registers_per_sm "
+                f"({self.registers_per_sm})",
+                "registers_per_sm",
+            )
+        if self.smem_per_block_max_bytes > self.smem_per_sm_bytes:
+            raise self._fail(
+                "smem_per_block_max_bytes",
+                f"{self.smem_per_block_max_bytes} exceeds smem_per_sm_bytes ({self.smem_per_sm_bytes})",
+                "smem_per_sm_bytes",
+            )
+        if self.smem_per_block_max_bytes + self.smem_reserved_per_block_bytes > self.smem_per_sm_bytes:
+            raise self._fail(
+                "smem_per_block_max_bytes",
+                f"{self.smem_per_block_max_bytes} plus smem_reserved_per_block_bytes "
+                f"({self.smem_reserved_per_block_bytes}) exceeds smem_per_sm_bytes ({self.smem_per_sm_bytes})",
+                "smem_reserved_per_block_bytes",
+                "smem_per_sm_bytes",
+            )
+        line = self.l2_line_bytes
+        if line & (line - 1):
+            raise self._fail("l2_line_bytes", f"{line} is not a power of two")
+        if self.l2_bytes % line:
+            raise self._fail(
+                "l2_bytes", f"{self.l2_bytes} is not a multiple of l2_line_bytes ({line})", "l2_line_bytes"
+            )
+        if self.l2_bytes >= self.hbm_bytes:
+            raise self._fail(
+                "l2_bytes", f"{self.l2_bytes} is not smaller than hbm_bytes ({self.hbm_bytes})", "hbm_bytes"
+            )
+        if not self.smem_latency_cycles < self.l2_hit_latency_cycles < self.hbm_latency_cycles:
+            raise self._fail(
+                "l2_hit_latency_cycles",
+                f"latencies must grow down the hierarchy: smem {self.smem_latency_cycles} < "
+                f"l2 {self.l2_hit_latency_cycles} < hbm {self.hbm_latency_cycles} cycles",
+                "smem_latency_cycles",
+                "hbm_latency_cycles",
+            )
+
+    # -- access -----------------------------------------------------------------------------------------
+
+    def has(self, feature: str) -> bool:
+        if feature not in FEATURES:
+            raise ProfileError(f"unknown feature {feature!r}{_did_you_mean(feature, FEATURES)}")
+        return feature in self.features
+
+    @property
+    def params(self) -> dict[str, int | float]:
+        """The parameters this profile has (feature-tied ones only with their feature), in declared order."""
+        return {s.name: getattr(self, s.name) for s in PARAMS if getattr(self, s.name) is not None}
+
+    def source(self, key: str) -> str:
+        spec = PARAM_SPECS.get(key)
+        if spec is None:
+            raise ProfileError(f"{self.origin}: unknown parameter {key!r}{_did_you_mean(key, PARAM_SPECS)}")
+        if getattr(self, key) is None:
+            raise ProfileError(f"{self.origin}: {key}: not set (requires feature {spec.feature})")
+        return self.sources.get(key, "unspecified")
+
+    def with_overrides(self, overrides: Mapping[str, Any] | Iterable[str] | None) -> Profile:
+        """A copy with `--set key=value` overrides applied and validated like the file; sources record them."""
+        items = parse_overrides(overrides, self.origin)
+        if not items:
+            return self
+        changes: dict[str, Any] = {}
+        sources = dict(self.sources)
+        features = None
+        for key, raw, text in items:
+            if key == "features":
+                features = self._edit_features(features or self.features, raw, text)
+                continue
+            spec = PARAM_SPECS.get(key)
+            if spec is None:
+                what = "metadata and cannot be overridden" if key in _METADATA else "not a parameter"
+                hint = _did_you_mean(key, PARAM_SPECS) if key not in _METADATA else ""
+                raise ProfileError(f"{self.origin}: --set {text}: {key!r} is {what}{hint}")
+            changes[key] = parse_value(spec, raw, f"{self.origin}: --set {text}")
+            sources[key] = f"{OVERRIDE_KIND}: --set {text}"
+        if features is not None:
+            changes["features"] = features
+            # Keys of a dropped feature go with it, unless set explicitly (then validation complains).
+            for spec in PARAMS:
+                if spec.feature and spec.feature not in features and spec.name not in changes:
+                    changes[spec.name] = None
+                    sources.pop(spec.name, None)
+        return dataclasses.replace(self, **changes, sources=sources)
+
+    def _edit_features(self, current: frozenset[str], raw: Any, text: str) -> frozenset[str]:
+        """`features=+tma,-wgmma` adds and removes; `features=mma_sync,cp_async` replaces the set."""
+        items = [s.strip() for s in str(raw).split(",") if s.strip()]
+        signed = [s[0] in "+-" for s in items]
+        if not items or (any(signed) and not all(signed)):
+            raise ProfileError(
+                f"{self.origin}: --set {text}: write features=+a,-b to edit the set or features=a,b to replace it"
+            )
+        if not any(signed):
+            return frozenset(items)
+        result = set(current)
+        for item in items:
+            (result.add if item[0] == "+" else result.discard)(item[1:])
+        return frozenset(result)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Metadata, every parameter with its unit and source, and the derived values; JSON-able."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "arch": self.arch,
+            "compute_capability": self.compute_capability,
+            "features": sorted(self.features),
+            "based_on": self.based_on,
+            "path": self.path,
+            "params": {
+                k: {"value": v, "unit": unit_of(k), "source": self.sources.get(k, "unspecified")}
+                for k, v in self.params.items()
+            },
+            "derived": self.derived(),
+        }
+
+    # -- derived ----------------------------------------------------------------------------------------
+
+    @property
+    def hbm_bytes_per_clk(self) -> float:
+        """Achievable HBM bytes per SM clock, for the whole chip."""
+        return self.hbm_bandwidth_bytes_per_s / self.sm_clock_hz
+
+    @property
+    def best_tensor_instr(self) -> str:
+        return "wgmma" if "wgmma" in self.features else "mma_sync"
+
+    def tensor_flops_per_clk_per_sm(self, instr: str, dtype: str) -> float:
+        """Tensor-core FLOP/clk/SM of `instr` ("mma_sync" | "wgmma") on `dtype` (fp16, bf16, fp8; fp32 = tf32)."""
+        if instr not in ("mma_sync", "wgmma"):
+            raise ProfileError(f"unknown tensor instruction {instr!r}; choose mma_sync or wgmma")
+        if dtype not in ("fp16", "bf16", "fp8", "fp32", "tf32"):
+            raise ProfileError(f"unknown tensor dtype {dtype!r}; choose fp16, bf16, fp8 or fp32 (tf32)")
+        if instr not in self.features:
+            raise ProfileError(f"{self.name} lacks feature {instr}, so it has no {instr} {dtype} rate")
+        if dtype == "fp8":
+            if instr == "mma_sync":
+                raise ProfileError(f"{self.name}: mma_sync has no fp8 rate (fp8 tensor math needs wgmma)")
+            if "fp8" not in self.features:
+                raise ProfileError(f"{self.name} lacks feature fp8, so it has no wgmma fp8 rate")
+        key = f"{instr}_{'tf32' if dtype == 'fp32' else dtype}_flops_per_clk_per_sm"
+        return getattr(self, key)
+
+    def tensor_peak_flops_per_s(self, dtype: str = "bf16", instr: str | None = None) -> float:
+        """Chip-wide tensor peak; `instr` defaults to the best the profile has."""
+        rate = self.tensor_flops_per_clk_per_sm(instr or self.best_tensor_instr, dtype)
+        return rate * self.sm_count * self.sm_clock_hz
+
+    def derived(self) -> dict[str, float]:
+        out = {"hbm_bytes_per_clk": self.hbm_bytes_per_clk}
+        for instr in ("mma_sync", "wgmma"):
+            for dtype in ("fp16", "bf16", "fp8", "fp32"):
+                if instr in self.features and (dtype != "fp8" or (instr == "wgmma" and "fp8" in self.features)):
+                    out[f"{instr}_{dtype}_peak_flops_per_s"] = self.tensor_peak_flops_per_s(dtype, instr)
+        return out
+
+
+PARAMS: tuple[ParamSpec, ...] = tuple(
+    ParamSpec(f.name, f.metadata["kind"], f.metadata["feature"], unit_of(f.name))
+    for f in dataclasses.fields(Profile)
+    if f.metadata.get("param")
+)
+PARAM_SPECS: dict[str, ParamSpec] = {s.name: s for s in PARAMS}
+_METADATA = ("name", "description", "arch", "compute_capability", "aliases", "based_on", "path")
+
+
+def coerce(kind: type, value: Any) -> int | float:
+    """`value` as `kind`; an int key takes an integral float (2.5e5), bool is not a number."""
+    wanted = "an integer" if kind is int else "a number"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"expected {wanted}, got {_type_name(value)} {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"expected a finite number, got {value}")
+    if kind is int:
+        if isinstance(value, float):
+            if not value.is_integer():
+                raise ValueError(f"expected an integer, got {value}")
+            value = int(value)
+        return value
+    return float(value)
+
+
+def parse_value(spec: ParamSpec, raw: Any, where: str) -> int | float:
+    """An override's text as the key's type ("233472", "2.5e5", "1.83e9"); numbers pass through."""
+    if not isinstance(raw, str):
+        return raw  # validated by Profile like any value
+    text = raw.strip()
+    try:
+        return int(text, 10) if spec.kind is int else float(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        wanted = "an integer" if spec.kind is int else "a number"
+        raise ProfileError(f"{where}: {spec.name} expects {wanted}, got {raw!r}") from None
+    if not (math.isfinite(value) and value.is_integer()):
+        raise ProfileError(f"{where}: {spec.name} expects an integer, got {raw!r}")
+    return int(value)
+
+
+def parse_overrides(overrides: Mapping[str, Any] | Iterable[str] | None, origin: str) -> list[tuple[str, Any, str]]:
+    """(key, raw value, original text) for a {key: value} mapping or ["key=value", ...]."""
+    if not overrides:
+        return []
+    if isinstance(overrides, Mapping):
+        return [(str(k).strip(), v, f"{k}={v}") for k, v in overrides.items()]
+    if isinstance(overrides, str):
+        overrides = [overrides]
+    items = []
+    for text in overrides:
+        key, sep, raw = str(text).partition("=")
+        if not sep or not key.strip():
+            raise ProfileError(f"{origin}: --set expects KEY=VALUE, got {text!r}")
+        items.append((key.strip(), raw.strip(), f"{key.strip()}={raw.strip()}"))
+    return items
+
+
+def display_path(path: str | os.PathLike) -> str:
+    """A shipped profile as hw_profiles/<file>; a user's file relative to the working directory if inside it."""
+    p = Path(path)
+    if p.parent == PACKAGE_DIR:
+        return f"hw_profiles/{p.name}"
+    try:
+        return str(p.relative_to(Path.cwd()))
+    except ValueError:
+        return str(p)
+
+
+def _type_name(value: Any) -> str:
+    names = {bool: "boolean", str: "string", int: "integer", float: "float", list: "array", dict: "table"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _did_you_mean(word: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
