@@ -172,11 +172,11 @@ class Profile:
         value = getattr(self, spec.name)
         if spec.feature and spec.feature not in self.features:
             if value is not None:
-                raise self._fail(spec.name, f"requires feature {spec.feature}, which the profile lacks")
+                raise self._fail(spec.name, f"requires feature {spec.feature}, which the profile lacks", "features")
             return
         if value is None:
             needed = f"required with feature {spec.feature}" if spec.feature else "required"
-            raise self._fail(spec.name, f"missing ({needed})")
+            raise self._fail(spec.name, f"missing ({needed})", "features")
         try:
             value = coerce(spec.kind, value)
         except ValueError as exc:
@@ -278,6 +278,7 @@ class Profile:
         for key, raw, text in items:
             if key == "features":
                 features = self._edit_features(features or self.features, raw, text)
+                sources["features"] = f"{OVERRIDE_KIND}: --set {text}"  # so errors name the edit
                 continue
             spec = PARAM_SPECS.get(key)
             if spec is None:
