@@ -17,8 +17,16 @@ ALGORITHMS = ("standard", "v1", "v2", "v3", "v3-fp8")
 # Registers a thread needs beside its accumulators (addresses, loop state, softmax row stats): a lead
 # from the public kernels' ptxas reports, kept deliberately round.
 REG_OVERHEAD = 40
-# Register budget of a V3 consumer thread after setmaxnreg (FA3: 240 with 2 consumers, 160 with 3).
+# Register budgets after setmaxnreg (FA3): consumers 240 / producer 24 with 1-2 consumer warpgroups,
+# 160 / 32 with 3.
 V3_CONSUMER_REGS = {1: 240, 2: 240, 3: 160}
+V3_PRODUCER_REGS = {1: 24, 2: 24, 3: 32}
+
+
+def v3_launch_registers(consumers: int) -> int:
+    """Registers per thread a V3 block launches with: setmaxnreg then moves them between warpgroups."""
+    total = consumers * V3_CONSUMER_REGS.get(consumers, 0) + V3_PRODUCER_REGS.get(consumers, 0)
+    return total // (consumers + 1)
 
 
 @dataclass(frozen=True)
@@ -87,7 +95,14 @@ def default_tiling(algo: str, problem: Problem, profile) -> Tiling:
     if algo == "standard":
         return Tiling(128, 128, 4, 2)  # the GEMM kernels' output tile; S and P live in global memory
     if algo == "v1":
+        # Algorithm 1's blocks from the SRAM size; a real SM also holds S and the O slice in registers,
+        # so halve Bc (then Br) until the register budget takes them.
         br, bc = v1_blocks(sram_elements(profile, problem), d)
+        while registers_per_thread("v1", problem, Tiling(br, bc, 4, 1)) > profile.registers_per_thread_max:
+            if bc > br or br <= 16:
+                bc = max(16, bc // 2)
+            else:
+                br //= 2
         return Tiling(br, bc, 4, 1)
     if algo == "v2":
         return Tiling(*_fa2_tile(d, profile), 2)
@@ -128,9 +143,11 @@ def registers_per_thread(algo: str, problem: Problem, t: Tiling) -> int:
         # Either warp split gives each thread block_m * block_n / threads of S and block_m * d / threads
         # of O (split-K reduces its partial O through shared memory in slices of that size).
         return REG_OVERHEAD + (t.block_m * t.block_n + t.block_m * d) // t.threads
+    # a consumer warpgroup: S and O accumulators for 64 rows, P packed to 16 or 8 bits; its addressing
+    # state is lighter than a plain kernel's since the producer computes the copy coordinates.
     s = 64 * t.block_n // 128
     o = 64 * d // 128
-    return REG_OVERHEAD + s + o + s // (2 if problem.elem_bytes == 2 else 4)
+    return REG_OVERHEAD - 8 + s + o + s // (2 if problem.elem_bytes == 2 else 4)
 
 
 def check_fits(algo: str, problem: Problem, t: Tiling, profile) -> None:
@@ -152,17 +169,19 @@ def check_fits(algo: str, problem: Problem, t: Tiling, profile) -> None:
                 f"warps must be {4 * (consumers + 1)}, got {t.warps}"
             )
         budget = V3_CONSUMER_REGS.get(consumers, 0)
+        launch = v3_launch_registers(consumers)
     else:
         budget = profile.registers_per_thread_max
+        launch = registers_per_thread(algo, problem, t)
     regs = registers_per_thread(algo, problem, t)
     if regs > budget:
         raise FlashsimError(
             f"{algo} tiling {t.describe()} at d={problem.headdim} needs ~{regs} registers per thread; "
             f"the budget is {budget}"
         )
-    if regs * t.threads > profile.registers_per_sm:
+    if launch * t.threads > profile.registers_per_sm:
         raise FlashsimError(
-            f"{algo} tiling {t.describe()} needs {regs * t.threads} registers per block; "
+            f"{algo} tiling {t.describe()} needs {launch * t.threads} registers per block; "
             f"an SM has {profile.registers_per_sm}"
         )
     if t.threads > profile.max_threads_per_block:

@@ -33,7 +33,7 @@ from ..ir import (
 )
 from ..parts import cdiv, flash_epilogue, gemm_dtype, kv_block_count, row_tile, tile_mask
 from ..problem import Problem
-from ..tiling import Tiling, registers_per_thread, smem_bytes
+from ..tiling import Tiling, smem_bytes, v3_launch_registers
 
 WG_ROWS = 64  # rows of a wgmma accumulator: one warpgroup's share of block_m
 
@@ -142,6 +142,6 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3") -> Schedul
     order = reversed(q_blocks) if p.causal else q_blocks  # causal: longest tiles first
     ctas = [(b, h, i) for i in order for b in range(p.batch) for h in range(p.heads)]
     algo = "v3-fp8" if fp8 else "v3"
-    kernel = Kernel(f"flash_fwd_{name}", ctas, roles, smem_bytes(algo, p, t), registers_per_thread(algo, p, t),
+    kernel = Kernel(f"flash_fwd_{name}", ctas, roles, smem_bytes(algo, p, t), v3_launch_registers(consumers),
                     persistent=True, classes=lambda c: (c[2],))
     return Schedule(algo, p, t, (kernel,))

@@ -1,0 +1,169 @@
+"""simulate(): profile x problem x algorithm (+ tiling) -> predicted time, bytes per level, what bounds it."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from algorithms.parts import gemm_dtype
+from algorithms.problem import Problem
+from algorithms.schedules import build
+from algorithms.tiling import Tiling, check_algo, resolve_tiling
+from hw_profiles.errors import FlashsimError
+
+from .gpu import Gpu
+
+# SMs simulated in the default (sampled) mode; `sms=None` or the chip's count gives the whole-chip run.
+DEFAULT_SAMPLE_SMS = 8
+# Below this utilisation of its busiest unit a run is called latency-bound.
+LATENCY_BOUND_BELOW = 0.5
+
+UNIT_NAMES = ("tensor", "sfu", "alu", "smem", "l2", "hbm")
+
+
+def check_features(algo: str, problem: Problem, profile) -> None:
+    """V3 needs TMA and wgmma (and fp8 wgmma for v3-fp8): say which feature a profile lacks."""
+    needs = {"v3": ("tma", "wgmma"), "v3-fp8": ("tma", "wgmma", "fp8")}.get(algo, ())
+    missing = [f for f in needs if not profile.has(f)]
+    if missing:
+        raise FlashsimError(f"{algo} needs {' and '.join(missing)}, which {profile.name} does not have")
+    if problem.dtype == "fp8" and algo != "v3-fp8":
+        raise FlashsimError(f"dtype fp8 runs only with --algo v3-fp8 (got {algo})")
+
+
+@dataclass
+class SimResult:
+    algo: str
+    hw: str
+    problem: Problem
+    tiling: Tiling
+    cycles: int
+    time_s: float
+    bytes: dict
+    utilization: dict
+    bound_by: str
+    roofline_time_s: float
+    roofline: dict
+    kernels: list = field(default_factory=list)
+    sim: dict = field(default_factory=dict)
+
+    @property
+    def tflops(self) -> float:
+        return self.problem.flops() / self.time_s / 1e12
+
+    def as_dict(self) -> dict:
+        return {
+            "algo": self.algo,
+            "hw": self.hw,
+            "problem": self.problem.as_dict(),
+            "tiling": self.tiling.as_dict(),
+            "time_s": self.time_s,
+            "cycles": self.cycles,
+            "tflops": self.tflops,
+            "bytes": self.bytes,
+            "utilization": self.utilization,
+            "bound_by": self.bound_by,
+            "roofline_time_s": self.roofline_time_s,
+            "roofline": self.roofline,
+            "kernels": self.kernels,
+            "sim": self.sim,
+        }
+
+
+def roofline(algo: str, problem: Problem, profile) -> dict:
+    """Lower bounds on time (s) from each unit alone: useful FLOPs on the tensor cores at the
+    instruction's peak, one exponential per visible score on the SFUs, compulsory HBM reads of Q, K, V."""
+    clock, sms = profile.sm_clock_hz, profile.sm_count
+    instr = "wgmma" if algo in ("v3", "v3-fp8") else "mma_sync"
+    rate = profile.tensor_flops_per_clk_per_sm(instr, gemm_dtype(problem))
+    exps = problem.flops() / (4 * problem.headdim)  # one exp per (visible) score
+    in_bytes = 2 if problem.dtype == "fp8" else problem.elem_bytes
+    qkv = problem.batch * problem.headdim * in_bytes * (
+        problem.heads * problem.seqlen_q + 2 * problem.kv_heads * problem.seqlen_k)
+    return {
+        "tensor": problem.flops() / (rate * sms * clock),
+        "sfu": exps / (profile.mufu_ops_per_clk_per_sm * sms * clock),
+        "hbm": qkv / profile.hbm_bandwidth_bytes_per_s,
+    }
+
+
+def simulate(algo: str, problem: Problem, profile, tiling: Tiling | None = None, *, sms: int | None = DEFAULT_SAMPLE_SMS,
+             trace: list | None = None) -> SimResult:
+    """Replay `algo`'s schedule for `problem` on `profile`.
+
+    sms: SMs simulated (sampling, see simulator/gpu.py); None simulates the whole chip."""
+    check_algo(algo)
+    check_features(algo, problem, profile)
+    t = tiling or resolve_tiling(algo, problem, profile)
+    schedule = build(algo, problem, t)
+    wall = time.perf_counter()
+    gpu = Gpu(profile, sms, trace)
+    cycles = 0
+    kernels = []
+    totals = dict.fromkeys(_counters(gpu), 0.0)
+    for kernel in schedule.kernels:
+        before = _counters(gpu)
+        k_cycles, simulated = gpu.run_kernel(kernel)
+        after = _counters(gpu)
+        factor = len(kernel.ctas) / max(1, simulated)  # bytes of the sample -> bytes of the whole grid
+        for key in totals:
+            totals[key] += (after[key] - before[key]) * factor
+        kernels.append({"name": kernel.name, "cycles": k_cycles, "ctas": len(kernel.ctas),
+                        "ctas_simulated": simulated, "threads": kernel.threads, "smem_bytes": kernel.smem_bytes})
+        cycles += k_cycles
+    launch_s = profile.launch_overhead_s * len(schedule.kernels)
+    time_s = cycles / profile.sm_clock_hz + launch_s
+    util = _utilization(gpu, cycles)
+    busiest = max(util, key=util.get)
+    bound = busiest if util[busiest] >= LATENCY_BOUND_BELOW else "latency"
+    roof = roofline(algo, problem, profile)
+    l2 = gpu.l2
+    dirty_end = l2.dirty_bytes / gpu.share
+    return SimResult(
+        algo=algo,
+        hw=profile.name,
+        problem=problem,
+        tiling=t,
+        cycles=cycles,
+        time_s=time_s,
+        bytes={
+            "hbm_read": round(totals["hbm_read"]),
+            "hbm_write": round(totals["hbm_write"]),
+            "hbm_write_back_after": round(dirty_end),
+            "l2_read": round(totals["l2_read"]),
+            "l2_write": round(totals["l2_write"]),
+            "smem_read": round(totals["smem"] - totals["smem_write"]),
+            "smem_write": round(totals["smem_write"]),
+        },
+        utilization=util,
+        bound_by=bound,
+        roofline_time_s=max(roof.values()),
+        roofline=roof,
+        kernels=kernels,
+        sim={"wall_s": time.perf_counter() - wall, "events": gpu.env._eid, "sms_simulated": gpu.n_sms,
+             "launch_overhead_s": launch_s},
+    )
+
+
+def _counters(gpu: Gpu) -> dict:
+    smem = sum(sm.smem.work for sm in gpu.sms)
+    return {
+        "hbm_read": gpu.l2.miss_bytes,
+        "hbm_write": gpu.hbm_write_bytes,
+        "l2_read": gpu.l2.read_bytes,
+        "l2_write": gpu.l2.write_bytes,
+        "smem": smem,
+        "smem_write": gpu.smem_write_bytes,
+    }
+
+
+def _utilization(gpu: Gpu, cycles: int) -> dict:
+    if cycles <= 0:
+        return dict.fromkeys(UNIT_NAMES, 0.0)
+    out = {}
+    for name in ("tensor", "sfu", "alu", "smem"):
+        busy = sum(sm.units()[name].busy for sm in gpu.sms)
+        out[name] = min(1.0, busy / (cycles * gpu.n_sms))
+    out["l2"] = min(1.0, gpu.l2_port.busy / cycles)
+    out["hbm"] = min(1.0, gpu.hbm.busy / cycles)
+    return out

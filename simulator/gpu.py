@@ -1,0 +1,166 @@
+"""The chip: SMs with their units, the shared L2 and HBM, and the thread-block scheduler.
+
+Sampling: a run may simulate `sms` of the chip's SMs, with the thread blocks the hardware would send to
+them and the chip-wide resources (HBM and L2 bandwidth, L2 capacity) scaled to their share. With
+sms = sm_count it is the plain, whole-chip run.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+
+import simpy
+
+from hw_profiles.errors import FlashsimError
+
+from .l2 import L2Cache
+from .resources import Barrier, Server
+from .timing import RoleTimer
+
+
+class Sm:
+    """One SM: tensor cores (work in cycles), SFU (MUFU ops), FP32 ALUs (FLOPs) and shared memory (bytes)."""
+
+    def __init__(self, index: int, profile):
+        self.index = index
+        self.tensor = Server(f"SM{index}.tensor", 1.0)
+        self.sfu = Server(f"SM{index}.sfu", profile.mufu_ops_per_clk_per_sm)
+        self.alu = Server(f"SM{index}.alu", profile.fp32_flops_per_clk_per_sm)
+        self.smem = Server(f"SM{index}.smem", profile.smem_bandwidth_bytes_per_clk_per_sm)
+
+    def units(self) -> dict[str, Server]:
+        return {"tensor": self.tensor, "sfu": self.sfu, "alu": self.alu, "smem": self.smem}
+
+
+def blocks_per_sm(kernel, profile) -> int:
+    """Occupancy: thread blocks an SM holds at once, limited by SMEM, registers, threads and blocks."""
+    limits = {
+        "blocks": profile.max_blocks_per_sm,
+        "threads": profile.max_threads_per_sm // kernel.threads,
+        "registers": profile.registers_per_sm // max(1, kernel.regs_per_thread * kernel.threads),
+    }
+    if kernel.smem_bytes:
+        limits["shared memory"] = profile.smem_per_sm_bytes // (kernel.smem_bytes + profile.smem_reserved_per_block_bytes)
+    slots = min(limits.values())
+    if slots < 1:
+        worst = min(limits, key=limits.get)
+        raise FlashsimError(
+            f"kernel {kernel.name} does not fit on an SM of {profile.name}: not enough {worst} "
+            f"({kernel.smem_bytes} B SMEM, {kernel.regs_per_thread} registers x {kernel.threads} threads)"
+        )
+    return slots
+
+
+class Gpu:
+    def __init__(self, profile, sms: int | None = None, trace: list | None = None):
+        self.profile = profile
+        self.sms_total = profile.sm_count
+        self.n_sms = min(sms or profile.sm_count, profile.sm_count)
+        self.share = self.n_sms / self.sms_total
+        self.env = simpy.Environment()
+        self.hbm = Server("hbm", profile.hbm_bytes_per_clk * self.share)
+        self.l2_port = Server("l2", profile.l2_bandwidth_bytes_per_clk * self.share)
+        self.l2 = L2Cache(profile.l2_bytes, self.share)
+        self.copies: dict[str, float] = {}  # tensor -> chip lines one sampled line stands for
+        self.sms = [Sm(i, profile) for i in range(self.n_sms)]
+        self.trace = trace
+        self.hbm_write_bytes = 0
+        self.smem_write_bytes = 0
+
+    # -- memory --------------------------------------------------------------------------------------
+    def load(self, tile, now: int, to_smem: bool, sm: Sm) -> int:
+        """Read a tile through L2 (and HBM on a miss); returns the cycle its bytes have landed."""
+        p = self.profile
+        pending, miss, missed = self.l2.read(tile, now, self.copies.get(tile.tensor, 1.0 / self.share))
+        done = self.l2_port.reserve(now, tile.nbytes) + p.l2_hit_latency_cycles
+        if miss:
+            t_hbm = self.hbm.reserve(now, miss) + p.hbm_latency_cycles
+            for entry in missed:
+                entry[2] = t_hbm
+            done = max(done, t_hbm)
+        done = max(done, pending)
+        self._charge_evictions(now)
+        if to_smem:
+            self.smem_write_bytes += tile.nbytes
+            done = max(done, sm.smem.reserve(now, tile.nbytes))
+        return done
+
+    def store(self, tile, now: int, from_smem: bool, sm: Sm) -> int:
+        """Write a tile into L2 (write-back); evicted dirty lines go to HBM. Returns when L2 took it."""
+        self.l2.write(tile, self.copies.get(tile.tensor, 1.0 / self.share))
+        self._charge_evictions(now)
+        done = self.l2_port.reserve(now, tile.nbytes)
+        if from_smem:
+            done = max(done, sm.smem.reserve(now, tile.nbytes))
+        return done
+
+    def _charge_evictions(self, now: int) -> None:
+        evicted = self.l2.take_evicted()
+        if evicted:
+            self.hbm.reserve(now, evicted)
+            self.hbm_write_bytes += evicted
+
+    # -- launches ------------------------------------------------------------------------------------
+    def sample(self, kernel) -> list:
+        """The thread blocks (or persistent work tiles) the simulated SMs run: every (sm_count / sms)-th in
+        launch order, so the sample spans the same mix of blocks (and of heads sharing K/V) as the chip."""
+        if self.n_sms == self.sms_total:
+            return list(kernel.ctas)
+        n, k = self.sms_total, self.n_sms
+        return [c for i, c in enumerate(kernel.ctas) if (i * k) // n != ((i - 1) * k) // n or i == 0]
+
+    def sharing(self, kernel, probe_ops: int = 64) -> dict[str, float]:
+        """For a sampled run: how many chip lines each sampled line of a tensor stands for.
+
+        Thread blocks running side by side share some tiles (K/V of one head). Among the first sm_count
+        blocks, a tensor whose first tile is read by D blocks has one HBM miss per D blocks on the chip;
+        the sample, whose blocks are spread over the same range, must charge its misses accordingly:
+        each sampled line stands for max(share, 1/D) / share chip lines."""
+        if self.share == 1.0:
+            return {}
+        readers: dict[str, dict[tuple, int]] = defaultdict(lambda: defaultdict(int))
+        for cta in kernel.ctas[: self.sms_total]:
+            seen: set[str] = set()
+            for role in kernel.roles:
+                for n, op in enumerate(role.program(cta)):
+                    tile = getattr(op, "src", None) if type(op).__name__ == "Load" else getattr(op, "dst", None)
+                    if hasattr(tile, "tensor") and tile.tensor not in seen:
+                        seen.add(tile.tensor)
+                        readers[tile.tensor][(tile.batch, tile.head, tile.row, tile.col)] += 1
+                    if n >= probe_ops:
+                        break
+        out = {}
+        for tensor, keys in readers.items():
+            d = sum(keys.values()) / len(keys)
+            out[tensor] = max(self.share, 1.0 / d) / self.share
+        return out
+
+    def run_kernel(self, kernel) -> tuple[int, int]:
+        """Run one launch to completion; returns (cycles it took, thread blocks simulated)."""
+        env, p = self.env, self.profile
+        start = env.now
+        self.copies = self.sharing(kernel)
+        slots = blocks_per_sm(kernel, p)
+        queue = deque(self.sample(kernel))
+        simulated = len(queue)
+
+        def worker(sm: Sm, slot: int):
+            first = True
+            while queue:
+                cta = queue.popleft()
+                if first or not kernel.persistent:
+                    yield env.timeout(p.cta_launch_cycles)
+                    first = False
+                barriers = defaultdict(lambda: Barrier(env))
+                procs = []
+                for role in kernel.roles:
+                    track = f"SM{sm.index}.{slot} {role.name}"
+                    timer = RoleTimer(self, sm, barriers, self.trace, track)
+                    procs.append(env.process(timer.run(role.program(cta))))
+                yield simpy.AllOf(env, procs)
+
+        for slot in range(slots):
+            for sm in self.sms:
+                env.process(worker(sm, slot))
+        env.run()
+        return env.now - start, simulated
