@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from algorithms.parts import gemm_dtype
 from algorithms.problem import Problem
 from algorithms.schedules import build
-from algorithms.tiling import Tiling, check_algo, resolve_tiling
+from algorithms.tiling import Tiling, check_algo, check_fits, resolve_tiling
 from hw_profiles.errors import FlashsimError
 
 from .gpu import Gpu
@@ -94,6 +94,8 @@ def simulate(algo: str, problem: Problem, profile, tiling: Tiling | None = None,
     sms: SMs simulated (sampling, see simulator/gpu.py); None simulates the whole chip."""
     check_algo(algo)
     check_features(algo, problem, profile)
+    if tiling is not None:
+        check_fits(algo, problem, tiling, profile)
     t = tiling or resolve_tiling(algo, problem, profile)
     schedule = build(algo, problem, t)
     wall = time.perf_counter()
@@ -140,7 +142,7 @@ def simulate(algo: str, problem: Problem, profile, tiling: Tiling | None = None,
         roofline_time_s=max(roof.values()),
         roofline=roof,
         kernels=kernels,
-        sim={"wall_s": time.perf_counter() - wall, "events": gpu.env._eid, "sms_simulated": gpu.n_sms,
+        sim={"wall_s": time.perf_counter() - wall, "ops": gpu.ops, "sms_simulated": gpu.n_sms,
              "launch_overhead_s": launch_s},
     )
 

@@ -66,6 +66,7 @@ class Gpu:
         self.trace = trace
         self.hbm_write_bytes = 0
         self.smem_write_bytes = 0
+        self.ops = 0  # tile ops interpreted
 
     # -- memory --------------------------------------------------------------------------------------
     def load(self, tile, now: int, to_smem: bool, sm: Sm) -> int:

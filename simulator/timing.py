@@ -62,6 +62,7 @@ class RoleTimer:
     def run(self, program):
         env, gpu, sm, p = self.env, self.gpu, self.sm, self.p
         for op in program:
+            gpu.ops += 1
             now = env.now
             kind = type(op)
             if kind is Load:

@@ -46,9 +46,8 @@ def build(p: Problem, t: Tiling, instr: str = "mma_sync") -> Schedule:
             yield Gemm("acc", "P", "sV", bm, d, bn, RMEM, SMEM, instr, dt, w, accumulate=True)
         yield from flash_epilogue(p, b, h, row0, bm, "acc", "m", "l", w)
 
-    # Launch order: Q blocks fastest, then heads, then batch (the public kernels' grid (N/bm, B, H)
-    # walks x first).
-    ctas = [(b, h, i) for b in range(p.batch) for h in range(p.heads) for i in range(cdiv(p.seqlen_q, bm))]
+    # Launch order of the public kernels' grid (N/bm, B, H): Q blocks fastest, then batch, then heads.
+    ctas = [(b, h, i) for h in range(p.heads) for b in range(p.batch) for i in range(cdiv(p.seqlen_q, bm))]
     kernel = Kernel("flash_fwd_v2", ctas, (Role("warps", w, program),), smem_bytes("v2", p, t),
                     registers_per_thread("v2", p, t), classes=lambda c: (c[2],))
     return Schedule("v2", p, t, (kernel,))

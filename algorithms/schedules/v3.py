@@ -59,6 +59,10 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3") -> Schedul
                 yield Wait(f"empty{s}", c_act * use)
             yield Load(row_tile(p, k_src, b, h, j * bn, bn, kv=True), f"sK{s}", SMEM, "tma", f"fullK{s}")
             yield Load(row_tile(p, v_src, b, h, j * bn, bn, kv=True), f"sV{s}", SMEM, "tma", f"fullV{s}")
+            if fp8:  # the block scales travel with their tiles, on the same barriers
+                hk = h // p.group
+                yield Load(GTile("Kscale", b, hk, j, 1, 0, 1, 4), f"ks{s}", SMEM, "tma", f"fullK{s}")
+                yield Load(GTile("Vscale", b, hk, j, 1, 0, 1, 4), f"vs{s}", SMEM, "tma", f"fullV{s}")
 
     def consumer_program(c: int):
         def program(cta):
@@ -78,10 +82,7 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3") -> Schedul
                 if c_act > 1:
                     yield Arrive(f"turn{(c + 1) % c_act}")
 
-            def scales(j, s):
-                if fp8:
-                    yield Load(GTile("Kscale", b, h // p.group, j, 1, 0, 1, 4), f"ks{s}", RMEM)
-                    yield Load(GTile("Vscale", b, h // p.group, j, 1, 0, 1, 4), f"vs{s}", RMEM)
+            arrivals = 2 if fp8 else 1  # tile (+ its scale) per fill of a slot
 
             def qk(j, s):
                 yield Gemm("S", f"sQ{c}", f"sK{s}", WG_ROWS, bn, d, SMEM, SMEM, "wgmma", dt, 4, trans_b=True,
@@ -89,7 +90,7 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3") -> Schedul
 
             def pv(j):
                 s = j % stages
-                yield Wait(f"fullV{s}", j // stages + 1)
+                yield Wait(f"fullV{s}", arrivals * (j // stages + 1))
                 yield Gemm("acc", f"P{j % 2}", f"sV{s}", WG_ROWS, d, bn, RMEM, SMEM, "wgmma", dt, 4,
                            accumulate=True, b_scale=f"vs{s}" if fp8 else None, async_token="o")
 
@@ -106,8 +107,7 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3") -> Schedul
             yield Fill("m", WG_ROWS, 1, -math.inf)
             yield Fill("l", WG_ROWS, 1, 0.0)
             if n:
-                yield Wait("fullK0", 1)
-                yield from scales(0, 0)
+                yield Wait("fullK0", arrivals)
                 yield from take_turn()
                 yield from qk(0, 0)
                 yield from pass_turn()
@@ -115,8 +115,7 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3") -> Schedul
                 yield from softmax(0)
             for j in range(1, n):
                 s = j % stages
-                yield Wait(f"fullK{s}", j // stages + 1)
-                yield from scales(j, s)
+                yield Wait(f"fullK{s}", arrivals * (j // stages + 1))
                 yield from take_turn()
                 yield from qk(j, s)
                 yield from pv(j - 1)
@@ -139,8 +138,9 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3") -> Schedul
     roles = (Role("producer", 4, producer),) + tuple(
         Role(f"consumer{c}", 4, consumer_program(c)) for c in range(consumers))
     q_blocks = range(cdiv(p.seqlen_q, bm))
-    order = reversed(q_blocks) if p.causal else q_blocks  # causal: longest tiles first
-    ctas = [(b, h, i) for i in order for b in range(p.batch) for h in range(p.heads)]
+    order = list(reversed(q_blocks)) if p.causal else q_blocks  # causal: longest tiles first
+    # Q blocks of one head are consecutive work tiles, so the CTAs running side by side share its K/V in L2.
+    ctas = [(b, h, i) for b in range(p.batch) for h in range(p.heads) for i in order]
     algo = "v3-fp8" if fp8 else "v3"
     kernel = Kernel(f"flash_fwd_{name}", ctas, roles, smem_bytes(algo, p, t), v3_launch_registers(consumers),
                     persistent=True, classes=lambda c: (c[2],))
