@@ -1,0 +1,73 @@
+"""`flashsim io` (Theorem 2's IO complexity, measured) and `flashsim explain` (a schedule as a loop nest).
+
+Kept light at import time: the CLI imports every command module, so the work is imported when a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from hw_profiles.commands import add_profile_args, profile_from_args
+
+from .cli_args import add_algo_arg, add_problem_args, add_tiling_args, problem_from_args, tiling_from_args
+
+PLOT_DIR = "flashsim-out"
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "io",
+        help="IO complexity: global-memory bytes of standard, v1, v2 as N, d and SRAM size M vary",
+        description="FlashAttention's Theorem 2 measured on the schedules: standard attention moves "
+        "Theta(N d + N^2) bytes, FlashAttention Theta(N^2 d^2 / M) for d <= M <= N d. M is varied through "
+        "the profile's smem_per_block_max_bytes; V1's tiles follow from it (Algorithm 1) and, in this "
+        "experiment, V2 runs square tiles of V1's Bc so that its tiles scale with M too.",
+    )
+    add_profile_args(p)
+    p.add_argument("--dtype", default="fp16", help="input dtype: fp16 (default), bf16 or fp32")
+    p.add_argument("--plot-dir", default=PLOT_DIR, help=f"where the PNG and SVG plots go (default ./{PLOT_DIR})")
+    p.add_argument("--no-plot", action="store_true", help="skip the plots")
+    p.add_argument("--json", action="store_true", help="print one JSON object (fits and points) instead of tables")
+    p.set_defaults(func=_cmd_io)
+
+    p = subparsers.add_parser(
+        "explain",
+        help="a schedule as a loop nest with the bytes each memory level moves",
+        description="The schedule of ALGO as a loop nest: each loop with its trip count, each step with the "
+        "bytes it moves between global memory, shared memory and registers per iteration and in total. "
+        "The totals are checked against the op-by-op count.",
+    )
+    add_algo_arg(p, default=None)
+    add_profile_args(p)
+    add_problem_args(p)
+    add_tiling_args(p)
+    p.add_argument("--no-hadamard", action="store_true", help="v3-fp8: quantise without incoherent processing")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.set_defaults(func=_cmd_explain)
+
+
+def _cmd_io(args: argparse.Namespace) -> int:
+    from experiments.io_complexity import main
+
+    return main(args)
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from hw_profiles.errors import FlashsimError
+
+    from .explain import explain
+
+    profile = profile_from_args(args)
+    problem = problem_from_args(args, args.algo)
+    if (problem.dtype == "fp8") != (args.algo == "v3-fp8"):
+        raise FlashsimError(f"fp8 goes with --algo v3-fp8 and only with it; got {args.algo} with {problem.dtype}")
+    tiling = tiling_from_args(args, args.algo, problem, profile)
+    result = explain(args.algo, problem, tiling, hadamard=not args.no_hadamard)
+    if args.json:
+        sys.stdout.write(json.dumps(result.as_dict()) + "\n")
+    else:
+        sys.stdout.write(result.text())
+    return 0

@@ -1,0 +1,164 @@
+"""A schedule as a loop nest with the bytes each level moves (Timeloop's map.txt, for attention).
+
+The nest is algorithms/closed_form.py's: loops with trip counts, steps with what one execution moves (full
+tiles) and what all executions move in the launch (exact). The totals are checked against the op-by-op count
+(algorithms/counting.py) every time, so the printout cannot drift from the schedules.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+
+from .closed_form import KernelNest, Loop, Step, fold, loop_nest
+from .counting import IOCounts, count_io
+from .problem import Problem
+from .schedules import build
+from .tiling import Tiling
+
+_W = 56  # width of the loop-nest column
+_GMEM = ("gmem_read", "gmem_write")
+_SMEM = ("smem_read", "smem_write")
+
+# Where each algorithm's global-memory traffic comes from, in one or two lines (the Theorem 2 story).
+_WHY = {
+    "standard": "S and P (Nq x Nk) are written and read back through global memory: Theta(N d + N^2) "
+                "bytes whatever the on-chip memory M.",
+    "v1": "K_j, V_j cross global memory once; Q_i and the fp32 O_i, m_i, l_i once per kv-block: Tc = {tc} "
+          "passes. Algorithm 1 sets Bc = M / 4d, so Tc = 4 N d / M and the bytes are Theta(N^2 d^2 / M).",
+    "v2": "Q_i and O_i cross global memory once; K and V once per q-block: Tr = {tr} passes over K and V. "
+          "Tiles of ~M / d rows give Tr ~ N d / M, so the bytes are Theta(N^2 d^2 / M).",
+    "v3": "As V2: K and V are read once per q-block (Tr = {tr} passes), now by TMA into a ring of "
+          "{stages} shared-memory slots that the producer fills while the consumers compute.",
+    "v3-fp8": "A quantisation pass reads Q, K, V in bf16 and writes e4m3 copies with one scale per block; then "
+              "V3 reads the 1-byte K and V once per q-block (Tr = {tr} passes).",
+}
+
+
+def human_bytes(n: float) -> str:
+    if n == 0:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
+        n /= 1024
+    return ""
+
+
+def human_count(n: float) -> str:
+    for unit in ("", "k", "M", "G", "T", "P"):
+        if n < 1000 or unit == "P":
+            return f"{n:.0f}" if unit == "" else f"{n:.3g}{unit}"
+        n /= 1000
+    return ""
+
+
+@dataclass
+class Explanation:
+    algo: str
+    problem: Problem
+    tiling: Tiling
+    nests: list[KernelNest]
+    totals: IOCounts  # from the nest
+    counted: IOCounts  # from walking the ops
+
+    @property
+    def agrees(self) -> bool:
+        return self.totals.as_dict() == self.counted.as_dict()
+
+    def text(self) -> str:
+        p, t = self.problem, self.tiling
+        out = [f"{self.algo}: {p.describe()}; tiles {t.describe()}"]
+        head = f"{'':<{_W}} {'path':<14} {'execs':>8} {'gmem/it':>9} {'smem/it':>9} {'gmem':>9} {'smem':>9}  work/it"
+        for k, nest in enumerate(self.nests, 1):
+            grid = "work tiles (persistent grid)" if nest.persistent else "thread blocks"
+            if nest.ctas == 1:
+                grid = grid.replace("tiles", "tile").replace("blocks", "block")
+            out += ["", f"kernel {k}/{len(self.nests)} {nest.name}: {nest.ctas} {grid} x {nest.threads} threads",
+                    head]
+            out += _lines(nest.body, 0)
+            io = self.totals.kernels[k - 1]
+            out.append(f"  total: gmem {human_bytes(io.gmem_bytes)} "
+                       f"(read {_by_tensor(io.gmem_read)}; write {_by_tensor(io.gmem_write)}), "
+                       f"smem {human_bytes(io.smem_bytes)}")
+        tot = self.totals
+        out += ["", f"schedule total: gmem {human_bytes(tot.gmem_bytes)} ({tot.gmem_bytes} B), "
+                    f"smem {human_bytes(tot.smem_bytes)} ({tot.smem_bytes} B), "
+                    f"{human_count(sum(tot.flops.values()))} tensor FLOPs, {human_count(tot.exps)} exps",
+                textwrap.fill(_WHY[self.algo].format(tc=-(-p.seqlen_k // t.block_n),
+                                                     tr=-(-p.seqlen_q // t.block_m), stages=t.stages), 118),
+                "totals agree with the op-by-op count" if self.agrees
+                else "WARNING: totals differ from the op-by-op count (a bug in the nest or the schedule)"]
+        return "\n".join(out) + "\n"
+
+    def as_dict(self) -> dict:
+        return {
+            "algo": self.algo,
+            "problem": self.problem.as_dict(),
+            "tiling": self.tiling.as_dict(),
+            "kernels": [{"name": n.name, "ctas": n.ctas, "threads": n.threads, "persistent": n.persistent,
+                         "nest": [_node_dict(x) for x in n.body]} for n in self.nests],
+            "totals": self.totals.as_dict(),
+            "counted": self.counted.as_dict(),
+            "agrees_with_count": self.agrees,
+        }
+
+
+def explain(algo: str, problem: Problem, tiling: Tiling, hadamard: bool = True) -> Explanation:
+    nests = loop_nest(algo, problem, tiling, hadamard)
+    if algo == "v3-fp8":
+        from .schedules.v3_fp8 import build as build_fp8
+
+        schedule = build_fp8(problem, tiling, hadamard=hadamard)
+    else:
+        schedule = build(algo, problem, tiling)
+    return Explanation(algo, problem, tiling, nests, fold(algo, nests), count_io(schedule))
+
+
+def _by_tensor(c) -> str:
+    return ", ".join(f"{k} {human_bytes(v)}" for k, v in sorted(c.items()) if v) or "-"
+
+
+def _sum(step: Step, kinds: tuple[str, ...], attr: str) -> int:
+    return sum(getattr(e, attr) for e in step.effects if e.kind in kinds)
+
+
+def _work(step: Step) -> str:
+    parts = []
+    for e in step.effects:
+        if e.kind == "flops":
+            parts.append(f"{human_count(e.per_iter)} FLOP {e.key}")
+        elif e.kind == "exps" and e.per_iter:
+            parts.append(f"{human_count(e.per_iter)} exp")
+        elif e.kind == "alu_flops" and e.per_iter:
+            parts.append(f"{human_count(e.per_iter)} alu")
+    return ", ".join(parts)
+
+
+def _lines(body: list, depth: int) -> list[str]:
+    lines = []
+    pad = "  " * (depth + 1)
+    for node in body:
+        if isinstance(node, Loop):
+            tag = "  [grid]" if node.grid else ""
+            note = f"  ({node.note})" if node.note else ""
+            head = f"for {node.var}" if " in " in node.var else f"{node.var}:"
+            lines.append(f"{pad + head + tag + note:<{_W + 15}} {node.execs:>8}")
+            lines += _lines(node.body, depth + 1)
+        else:
+            lines.append(
+                f"{pad + node.text:<{_W}} {node.path:<14} {node.execs:>8} "
+                f"{human_bytes(_sum(node, _GMEM, 'per_iter')):>9} {human_bytes(_sum(node, _SMEM, 'per_iter')):>9} "
+                f"{human_bytes(_sum(node, _GMEM, 'total')):>9} {human_bytes(_sum(node, _SMEM, 'total')):>9}"
+                f"  {_work(node)}".rstrip()
+            )
+    return lines
+
+
+def _node_dict(node) -> dict:
+    if isinstance(node, Loop):
+        return {"loop": node.var, "trip": node.trip, "execs": node.execs, "grid": node.grid, "note": node.note,
+                "body": [_node_dict(x) for x in node.body]}
+    return {"step": node.text, "path": node.path, "execs": node.execs,
+            "effects": [{"kind": e.kind, "key": e.key, "per_iter": e.per_iter, "total": e.total}
+                        for e in node.effects]}
