@@ -64,13 +64,17 @@ def _elem_dtype(p: Problem, elem_bytes: int) -> str:
 
 
 def hadamard_matrix(d: int, seed: int) -> torch.Tensor:
-    """diag(random +-1) H_d / sqrt(d): orthogonal, so (Q M)(K M)^T = Q K^T, and it spreads outliers."""
+    """diag(random +-1) H_d / sqrt(d): orthogonal, so (Q M)(K M)^T = Q K^T, and it spreads outliers.
+    Head dims that are not a power of two (96, 192) use a block-diagonal H of the largest power of two
+    dividing d, still orthogonal."""
+    n = d & -d
     h = torch.ones(1, 1)
-    while h.shape[0] < d:
+    while h.shape[0] < n:
         h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+    h = torch.block_diag(*[h] * (d // n))
     gen = torch.Generator().manual_seed(seed)
     signs = torch.randint(0, 2, (d,), generator=gen).float() * 2 - 1
-    return signs[:, None] * h / math.sqrt(d)
+    return signs[:, None] * h / math.sqrt(n)
 
 
 def global_shape(p: Problem, name: str) -> tuple[int, int, int, int]:
