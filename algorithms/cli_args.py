@@ -8,8 +8,9 @@ from .problem import DTYPE_BYTES, Problem
 from .tiling import ALGORITHMS, Tiling, resolve_tiling
 
 
-def add_problem_args(parser: argparse.ArgumentParser, *, seqlen: int = 4096, batch: int = 4, heads: int = 16,
-                     headdim: int = 128) -> None:
+def add_problem_args(
+    parser: argparse.ArgumentParser, *, seqlen: int = 4096, batch: int = 4, heads: int = 16, headdim: int = 128
+) -> None:
     g = parser.add_argument_group("problem")
     g.add_argument("--batch", "-b", type=int, default=batch, help=f"batch size (default {batch})")
     g.add_argument("--heads", type=int, default=heads, help=f"query heads (default {heads})")
@@ -18,8 +19,9 @@ def add_problem_args(parser: argparse.ArgumentParser, *, seqlen: int = 4096, bat
     g.add_argument("--seqlen-kv", type=int, default=0, help="key/value sequence length (default: --seqlen)")
     g.add_argument("--headdim", "-d", type=int, default=headdim, help=f"head dimension (default {headdim})")
     g.add_argument("--causal", action="store_true", help="causal mask (bottom-right aligned)")
-    g.add_argument("--dtype", choices=tuple(DTYPE_BYTES), default=None,
-                   help="input dtype (default bf16; fp8 with --algo v3-fp8)")
+    g.add_argument(
+        "--dtype", choices=tuple(DTYPE_BYTES), default=None, help="input dtype (default bf16; fp8 with --algo v3-fp8)"
+    )
 
 
 def add_tiling_args(parser: argparse.ArgumentParser) -> None:
@@ -31,17 +33,32 @@ def add_tiling_args(parser: argparse.ArgumentParser) -> None:
 
 
 def add_algo_arg(parser: argparse.ArgumentParser, *, default: str | None = "v2") -> None:
-    parser.add_argument("--algo", "-a", choices=ALGORITHMS, default=default, required=default is None,
-                        help=f"schedule to run (default {default})" if default else "schedule to run")
+    parser.add_argument(
+        "--algo",
+        "-a",
+        choices=ALGORITHMS,
+        default=default,
+        required=default is None,
+        help=f"schedule to run (default {default})" if default else "schedule to run",
+    )
 
 
 def problem_from_args(args: argparse.Namespace, algo: str | None = None) -> Problem:
     algo = algo or getattr(args, "algo", None)
     dtype = args.dtype or ("fp8" if algo == "v3-fp8" else "bf16")
-    return Problem(args.batch, args.heads, args.seqlen, args.headdim, seqlen_k=args.seqlen_kv,
-                   kv_heads=args.kv_heads, causal=args.causal, dtype=dtype)
+    return Problem(
+        args.batch,
+        args.heads,
+        args.seqlen,
+        args.headdim,
+        seqlen_k=args.seqlen_kv,
+        kv_heads=args.kv_heads,
+        causal=args.causal,
+        dtype=dtype,
+    )
 
 
 def tiling_from_args(args: argparse.Namespace, algo: str, problem: Problem, profile) -> Tiling:
-    return resolve_tiling(algo, problem, profile, block_m=args.block_m, block_n=args.block_n, warps=args.warps,
-                          stages=args.stages)
+    return resolve_tiling(
+        algo, problem, profile, block_m=args.block_m, block_n=args.block_n, warps=args.warps, stages=args.stages
+    )

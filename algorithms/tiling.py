@@ -143,11 +143,11 @@ def registers_per_thread(algo: str, problem: Problem, t: Tiling) -> int:
         # Either warp split gives each thread block_m * block_n / threads of S and block_m * d / threads
         # of O (split-K reduces its partial O through shared memory in slices of that size).
         return REG_OVERHEAD + (t.block_m * t.block_n + t.block_m * d) // t.threads
-    # a consumer warpgroup: S and O accumulators for 64 rows, P packed to 16 or 8 bits; its addressing
+    # a consumer warpgroup: S and O accumulators for 64 rows (P is converted in place of S); its addressing
     # state is lighter than a plain kernel's since the producer computes the copy coordinates.
     s = 64 * t.block_n // 128
     o = 64 * d // 128
-    return REG_OVERHEAD - 8 + s + o + s // (2 if problem.elem_bytes == 2 else 4)
+    return REG_OVERHEAD - 8 + s + o
 
 
 def check_fits(algo: str, problem: Problem, t: Tiling, profile) -> None:

@@ -15,6 +15,9 @@ from .gpu import Gpu
 
 # SMs simulated in the default (sampled) mode; `sms=None` or the chip's count gives the whole-chip run.
 DEFAULT_SAMPLE_SMS = 8
+# Grids of at most this many waves of one block per SM run whole-chip: cheap, and sampling few blocks of
+# unequal length (causal) would miss the tail.
+SAMPLE_ABOVE_WAVES = 4
 # Below this utilisation of its busiest unit a run is called latency-bound.
 LATENCY_BOUND_BELOW = 0.5
 
@@ -78,8 +81,12 @@ def roofline(algo: str, problem: Problem, profile) -> dict:
     rate = profile.tensor_flops_per_clk_per_sm(instr, gemm_dtype(problem))
     exps = problem.flops() / (4 * problem.headdim)  # one exp per (visible) score
     in_bytes = 2 if problem.dtype == "fp8" else problem.elem_bytes
-    qkv = problem.batch * problem.headdim * in_bytes * (
-        problem.heads * problem.seqlen_q + 2 * problem.kv_heads * problem.seqlen_k)
+    qkv = (
+        problem.batch
+        * problem.headdim
+        * in_bytes
+        * (problem.heads * problem.seqlen_q + 2 * problem.kv_heads * problem.seqlen_k)
+    )
     return {
         "tensor": problem.flops() / (rate * sms * clock),
         "sfu": exps / (profile.mufu_ops_per_clk_per_sm * sms * clock),
@@ -87,8 +94,15 @@ def roofline(algo: str, problem: Problem, profile) -> dict:
     }
 
 
-def simulate(algo: str, problem: Problem, profile, tiling: Tiling | None = None, *, sms: int | None = DEFAULT_SAMPLE_SMS,
-             trace: list | None = None) -> SimResult:
+def simulate(
+    algo: str,
+    problem: Problem,
+    profile,
+    tiling: Tiling | None = None,
+    *,
+    sms: int | None = DEFAULT_SAMPLE_SMS,
+    trace: list | None = None,
+) -> SimResult:
     """Replay `algo`'s schedule for `problem` on `profile`.
 
     sms: SMs simulated (sampling, see simulator/gpu.py); None simulates the whole chip."""
@@ -99,7 +113,7 @@ def simulate(algo: str, problem: Problem, profile, tiling: Tiling | None = None,
     t = tiling or resolve_tiling(algo, problem, profile)
     schedule = build(algo, problem, t)
     wall = time.perf_counter()
-    gpu = Gpu(profile, sms, trace)
+    gpu = _machine(profile, problem, schedule, sms, trace)
     cycles = 0
     kernels = []
     totals = dict.fromkeys(_counters(gpu), 0.0)
@@ -110,8 +124,16 @@ def simulate(algo: str, problem: Problem, profile, tiling: Tiling | None = None,
         factor = len(kernel.ctas) / max(1, simulated)  # bytes of the sample -> bytes of the whole grid
         for key in totals:
             totals[key] += (after[key] - before[key]) * factor
-        kernels.append({"name": kernel.name, "cycles": k_cycles, "ctas": len(kernel.ctas),
-                        "ctas_simulated": simulated, "threads": kernel.threads, "smem_bytes": kernel.smem_bytes})
+        kernels.append(
+            {
+                "name": kernel.name,
+                "cycles": k_cycles,
+                "ctas": len(kernel.ctas),
+                "ctas_simulated": simulated,
+                "threads": kernel.threads,
+                "smem_bytes": kernel.smem_bytes,
+            }
+        )
         cycles += k_cycles
     launch_s = profile.launch_overhead_s * len(schedule.kernels)
     time_s = cycles / profile.sm_clock_hz + launch_s
@@ -142,9 +164,40 @@ def simulate(algo: str, problem: Problem, profile, tiling: Tiling | None = None,
         roofline_time_s=max(roof.values()),
         roofline=roof,
         kernels=kernels,
-        sim={"wall_s": time.perf_counter() - wall, "ops": gpu.ops, "sms_simulated": gpu.n_sms,
-             "launch_overhead_s": launch_s},
+        sim={
+            "wall_s": time.perf_counter() - wall,
+            "ops": gpu.ops,
+            "sms_simulated": gpu.n_sms,
+            "launch_overhead_s": launch_s,
+        },
     )
+
+
+def head_sample(groups: int, sm_count: int, sms: int) -> tuple[int, int]:
+    """(K/V head groups to simulate, SMs to run them on): at least `sms` SMs, with the group count chosen so
+    groups / total groups is as close as possible to SMs / sm_count (the error is the sample's bias)."""
+    best = None
+    g0 = max(1, -(-sms * groups // sm_count))
+    for g in range(g0, min(groups, 4 * g0) + 1):
+        exact = g * sm_count / groups
+        n = max(1, round(exact))
+        err = abs(n - exact) / exact
+        if best is None or err < best[0] - 1e-9:
+            best = (err, g, n)
+    return best[1], best[2]
+
+
+def _machine(profile, problem: Problem, schedule, sms: int | None, trace) -> Gpu:
+    """The whole chip, or a sample of whole K/V heads on the matching share of it."""
+    groups = problem.batch * problem.kv_heads
+    if not sms or max(len(k.ctas) for k in schedule.kernels) <= SAMPLE_ABOVE_WAVES * profile.sm_count:
+        return Gpu(profile, None, trace)
+    g, n = head_sample(groups, profile.sm_count, sms)
+    if g >= groups:
+        return Gpu(profile, None, trace)
+    pairs = [(b, h) for b in range(problem.batch) for h in range(problem.kv_heads)]
+    chosen = {pairs[(i * groups) // g] for i in range(g)}  # spread over batch and heads
+    return Gpu(profile, n, trace, heads=chosen, group=problem.group, share=g / groups)
 
 
 def _counters(gpu: Gpu) -> dict:

@@ -20,8 +20,12 @@ TRACE_EVENT_LIMIT = 300_000
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--sms", type=int, default=None,
-                   help="SMs to simulate (default: a sample of 8; the chip's count = whole-chip run)")
+    p.add_argument(
+        "--sms",
+        type=int,
+        default=None,
+        help="SMs to simulate (default: a sample of 8; the chip's count = whole-chip run)",
+    )
     p.add_argument("--full", action="store_true", help="simulate every SM (slower, no sampling)")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
 
@@ -39,8 +43,11 @@ def _sms(args, profile) -> int | None:
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("simulate", help="predict one attention kernel's time, bytes and bottleneck",
-                              description="Replay a schedule on a hardware profile, cycle by cycle.")
+    p = subparsers.add_parser(
+        "simulate",
+        help="predict one attention kernel's time, bytes and bottleneck",
+        description="Replay a schedule on a hardware profile, cycle by cycle.",
+    )
     add_algo_arg(p)
     add_problem_args(p)
     add_tiling_args(p)
@@ -49,8 +56,14 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=_cmd_simulate)
 
     p = subparsers.add_parser("compare", help="several algorithms and/or profiles side by side")
-    p.add_argument("--algos", nargs="+", choices=ALGORITHMS, default=list(ALGORITHMS), metavar="ALGO",
-                   help="algorithms to compare (default: all)")
+    p.add_argument(
+        "--algos",
+        nargs="+",
+        choices=ALGORITHMS,
+        default=list(ALGORITHMS),
+        metavar="ALGO",
+        help="algorithms to compare (default: all)",
+    )
     p.add_argument("--hws", nargs="+", default=None, metavar="NAME|PATH", help="profiles to compare (default: --hw)")
     add_problem_args(p)
     add_profile_args(p)
@@ -59,8 +72,12 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=_cmd_compare)
 
     p = subparsers.add_parser("sweep", help="a grid of problems with a progress bar, CSV/JSON and plots")
-    p.add_argument("--grid", choices=("fa2",), default="fa2",
-                   help="fa2: seqlen 512..16k, batch 16k/seqlen, d64 x 32 heads and d128 x 16 heads, causal off/on")
+    p.add_argument(
+        "--grid",
+        choices=("fa2",),
+        default="fa2",
+        help="fa2: seqlen 512..16k, batch 16k/seqlen, d64 x 32 heads and d128 x 16 heads, causal off/on",
+    )
     p.add_argument("--algos", nargs="+", choices=ALGORITHMS, default=["v2", "v3"], metavar="ALGO")
     p.add_argument("--seqlens", nargs="+", type=int, default=list(FA2_SEQLENS), metavar="N")
     p.add_argument("--headdims", nargs="+", type=int, default=[64, 128], metavar="D")
@@ -78,8 +95,12 @@ def register(subparsers: Any) -> None:
     add_profile_args(p)
     p.add_argument("--sms", type=int, default=2, help="SMs to simulate and record (default 2)")
     p.add_argument("--out", default="trace.json", help="trace file to write (default trace.json)")
-    p.add_argument("--max-events", type=int, default=TRACE_EVENT_LIMIT,
-                   help=f"refuse runs that would record more intervals (default {TRACE_EVENT_LIMIT})")
+    p.add_argument(
+        "--max-events",
+        type=int,
+        default=TRACE_EVENT_LIMIT,
+        help=f"refuse runs that would record more intervals (default {TRACE_EVENT_LIMIT})",
+    )
     p.set_defaults(func=_cmd_trace, full=False, json=False)
 
     p = subparsers.add_parser("tour", help="the five schedules on one realistic problem: start here")
@@ -129,9 +150,16 @@ def _run_many(jobs: list[tuple[str, Problem, Any]], sms_of, quiet: bool, label: 
     from .api import simulate
 
     results, skipped = [], []
-    progress = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        TextColumn("{task.description}"), console=Console(stderr=True), transient=True,
-                        disable=quiet and not sys.stderr.isatty())
+    progress = Progress(
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        console=Console(stderr=True),
+        transient=True,
+        disable=quiet and not sys.stderr.isatty(),
+    )
     with progress:
         task = progress.add_task("", total=len(jobs))
         for algo, problem, profile in jobs:
@@ -190,10 +218,23 @@ def _cmd_sweep(args) -> int:
     profile = profile_from_args(args)
     jobs = [(algo, prob, profile) for algo, prob in fa2_grid(args.seqlens, args.headdims, args.causal, args.algos)]
     results, skipped = _run_many(jobs, lambda prof: _sms(args, prof), args.json, "sweep")
-    rows = [{"algo": r.algo, "hw": r.hw, "batch": r.problem.batch, "heads": r.problem.heads,
-             "seqlen": r.problem.seqlen_q, "headdim": r.problem.headdim, "causal": r.problem.causal,
-             "time_s": r.time_s, "tflops": r.tflops, "hbm_read": r.bytes["hbm_read"], "bound_by": r.bound_by,
-             "sim_wall_s": r.sim["wall_s"]} for r in results]
+    rows = [
+        {
+            "algo": r.algo,
+            "hw": r.hw,
+            "batch": r.problem.batch,
+            "heads": r.problem.heads,
+            "seqlen": r.problem.seqlen_q,
+            "headdim": r.problem.headdim,
+            "causal": r.problem.causal,
+            "time_s": r.time_s,
+            "tflops": r.tflops,
+            "hbm_read": r.bytes["hbm_read"],
+            "bound_by": r.bound_by,
+            "sim_wall_s": r.sim["wall_s"],
+        }
+        for r in results
+    ]
     plot = sweep_plot(rows, out_path(args.out, "sweep.png"), f"simulated forward TFLOP/s on {profile.name}")
     if args.csv:
         with open(args.csv, "w", newline="") as f:
@@ -210,8 +251,17 @@ def _cmd_sweep(args) -> int:
         table.add_column(col, justify="right")
     keys = sorted({(r["headdim"], r["causal"], r["seqlen"]) for r in rows})
     for d, c, n in keys:
-        cells = [next((f"{r['tflops']:.0f}" for r in rows if (r["headdim"], r["causal"], r["seqlen"], r["algo"])
-                       == (d, c, n, a)), "-") for a in args.algos]
+        cells = [
+            next(
+                (
+                    f"{r['tflops']:.0f}"
+                    for r in rows
+                    if (r["headdim"], r["causal"], r["seqlen"], r["algo"]) == (d, c, n, a)
+                ),
+                "-",
+            )
+            for a in args.algos
+        ]
         table.add_row(str(d), "yes" if c else "no", str(n), *cells)
     console = _console()
     console.print(table)
@@ -236,13 +286,17 @@ def _cmd_trace(args) -> int:
         raise FlashsimError(f"--sms must be positive, got {args.sms}")
     estimate = _estimated_intervals(problem, tiling, args.sms, profile)
     if estimate > args.max_events:
-        raise FlashsimError(f"the trace would hold ~{estimate:,.0f} intervals (limit {args.max_events:,}): use a "
-                            "smaller --seqlen/--batch/--heads, fewer --sms, or raise --max-events")
+        raise FlashsimError(
+            f"the trace would hold ~{estimate:,.0f} intervals (limit {args.max_events:,}): use a "
+            "smaller --seqlen/--batch/--heads, fewer --sms, or raise --max-events"
+        )
     trace: list = []
     result = simulate(args.algo, problem, profile, tiling, sms=args.sms, trace=trace)
     write_chrome_trace(trace, profile.sm_clock_hz, args.out, result)
-    _console().print(f"wrote {len(trace):,} intervals to {args.out} (open in ui.perfetto.dev or chrome://tracing); "
-                     f"{result.algo}: {result.time_s * 1e3:.3f} ms simulated")
+    _console().print(
+        f"wrote {len(trace):,} intervals to {args.out} (open in ui.perfetto.dev or chrome://tracing); "
+        f"{result.algo}: {result.time_s * 1e3:.3f} ms simulated"
+    )
     return 0
 
 
@@ -253,8 +307,17 @@ def write_chrome_trace(trace: list, clock_hz: float, path: str, result) -> None:
     to_us = 1e6 / clock_hz
     for track, name, start, end in trace:
         tid = tracks.setdefault(track, len(tracks) + 1)
-        events.append({"name": name, "ph": "X", "pid": 1, "tid": tid, "ts": start * to_us,
-                       "dur": (end - start) * to_us, "cat": name.split()[0]})
+        events.append(
+            {
+                "name": name,
+                "ph": "X",
+                "pid": 1,
+                "tid": tid,
+                "ts": start * to_us,
+                "dur": (end - start) * to_us,
+                "cat": name.split()[0],
+            }
+        )
     for track, tid in tracks.items():
         events.append({"name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": {"name": track}})
     events.append({"name": "process_name", "ph": "M", "pid": 1, "args": {"name": f"{result.algo} on {result.hw}"}})
@@ -281,8 +344,7 @@ def _cmd_tour(args) -> int:
     results, skipped = _run_many(jobs, lambda prof: DEFAULT_SAMPLE_SMS, args.json, "tour")
     if not results:
         raise FlashsimError("nothing could be simulated: " + "; ".join(s["reason"] for s in skipped))
-    plot = bar_chart(results, out_path(args.out, "tour.png"),
-                     f"{results[0].problem.describe()} on {profile.name}")
+    plot = bar_chart(results, out_path(args.out, "tour.png"), f"{results[0].problem.describe()} on {profile.name}")
     if args.json:
         _print_json({"results": [r.as_dict() for r in results], "skipped": skipped, "plot": str(plot)})
         return 0
@@ -292,11 +354,17 @@ def _cmd_tour(args) -> int:
         console.print(f"[yellow]skipped {s['algo']}: {s['reason']}[/yellow]")
     by = {r.algo: r for r in results}
     if "standard" in by and "v2" in by:
-        console.print(f"- FlashAttention-2 moves {by['standard'].bytes['hbm_read'] / max(1, by['v2'].bytes['hbm_read']):.0f}x "
-                      f"fewer HBM bytes than standard attention and runs {by['standard'].time_s / by['v2'].time_s:.1f}x "
-                      "faster.")
+        console.print(
+            f"- FlashAttention-2 moves {by['standard'].bytes['hbm_read'] / max(1, by['v2'].bytes['hbm_read']):.0f}x "
+            f"fewer HBM bytes than standard attention and runs {by['standard'].time_s / by['v2'].time_s:.1f}x "
+            "faster."
+        )
     if "v3" in by and "v2" in by:
-        console.print(f"- FlashAttention-3 (wgmma, TMA, warp specialisation) is {by['v2'].time_s / by['v3'].time_s:.2f}x "
-                      f"faster than V2 here; V2 is bound by {by['v2'].bound_by}, V3 by {by['v3'].bound_by}.")
-    console.print(f"bar chart: {plot}\nnext: flashsim simulate --algo v3, flashsim trace --algo v3, flashsim io, flashsim explain --algo v2")
+        console.print(
+            f"- FlashAttention-3 (wgmma, TMA, warp specialisation) is {by['v2'].time_s / by['v3'].time_s:.2f}x "
+            f"faster than V2 here; V2 is bound by {by['v2'].bound_by}, V3 by {by['v3'].bound_by}."
+        )
+    console.print(
+        f"bar chart: {plot}\nnext: flashsim simulate --algo v3, flashsim trace --algo v3, flashsim io, flashsim explain --algo v2"
+    )
     return 0

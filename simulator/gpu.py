@@ -40,7 +40,9 @@ def blocks_per_sm(kernel, profile) -> int:
         "registers": profile.registers_per_sm // max(1, kernel.regs_per_thread * kernel.threads),
     }
     if kernel.smem_bytes:
-        limits["shared memory"] = profile.smem_per_sm_bytes // (kernel.smem_bytes + profile.smem_reserved_per_block_bytes)
+        limits["shared memory"] = profile.smem_per_sm_bytes // (
+            kernel.smem_bytes + profile.smem_reserved_per_block_bytes
+        )
     slots = min(limits.values())
     if slots < 1:
         worst = min(limits, key=limits.get)
@@ -52,16 +54,28 @@ def blocks_per_sm(kernel, profile) -> int:
 
 
 class Gpu:
-    def __init__(self, profile, sms: int | None = None, trace: list | None = None):
+    """heads: the sampled (batch, K/V head) pairs, or None for the whole problem; with `group` query heads per
+    K/V head. A sample runs on `sms` SMs with `share` of the chip-wide resources."""
+
+    def __init__(
+        self,
+        profile,
+        sms: int | None = None,
+        trace: list | None = None,
+        heads: set | None = None,
+        group: int = 1,
+        share: float | None = None,
+    ):
         self.profile = profile
         self.sms_total = profile.sm_count
         self.n_sms = min(sms or profile.sm_count, profile.sm_count)
-        self.share = self.n_sms / self.sms_total
+        self.share = share if share is not None else self.n_sms / self.sms_total
+        self.heads = heads
+        self.group = group
         self.env = simpy.Environment()
         self.hbm = Server("hbm", profile.hbm_bytes_per_clk * self.share)
         self.l2_port = Server("l2", profile.l2_bandwidth_bytes_per_clk * self.share)
         self.l2 = L2Cache(profile.l2_bytes, self.share)
-        self.copies: dict[str, float] = {}  # tensor -> chip lines one sampled line stands for
         self.sms = [Sm(i, profile) for i in range(self.n_sms)]
         self.trace = trace
         self.hbm_write_bytes = 0
@@ -72,7 +86,7 @@ class Gpu:
     def load(self, tile, now: int, to_smem: bool, sm: Sm) -> int:
         """Read a tile through L2 (and HBM on a miss); returns the cycle its bytes have landed."""
         p = self.profile
-        pending, miss, missed = self.l2.read(tile, now, self.copies.get(tile.tensor, 1.0 / self.share))
+        pending, miss, missed = self.l2.read(tile, now, 1.0 / self.share)
         done = self.l2_port.reserve(now, tile.nbytes) + p.l2_hit_latency_cycles
         if miss:
             t_hbm = self.hbm.reserve(now, miss) + p.hbm_latency_cycles
@@ -88,7 +102,7 @@ class Gpu:
 
     def store(self, tile, now: int, from_smem: bool, sm: Sm) -> int:
         """Write a tile into L2 (write-back); evicted dirty lines go to HBM. Returns when L2 took it."""
-        self.l2.write(tile, self.copies.get(tile.tensor, 1.0 / self.share))
+        self.l2.write(tile, 1.0 / self.share)
         self._charge_evictions(now)
         done = self.l2_port.reserve(now, tile.nbytes)
         if from_smem:
@@ -103,44 +117,16 @@ class Gpu:
 
     # -- launches ------------------------------------------------------------------------------------
     def sample(self, kernel) -> list:
-        """The thread blocks (or persistent work tiles) the simulated SMs run: every (sm_count / sms)-th in
-        launch order, so the sample spans the same mix of blocks (and of heads sharing K/V) as the chip."""
-        if self.n_sms == self.sms_total:
+        """The thread blocks (or persistent work tiles) of the sampled K/V heads, in launch order."""
+        if self.heads is None:
             return list(kernel.ctas)
-        n, k = self.sms_total, self.n_sms
-        return [c for i, c in enumerate(kernel.ctas) if (i * k) // n != ((i - 1) * k) // n or i == 0]
-
-    def sharing(self, kernel, probe_ops: int = 64) -> dict[str, float]:
-        """For a sampled run: how many chip lines each sampled line of a tensor stands for.
-
-        Thread blocks running side by side share some tiles (K/V of one head). Among the first sm_count
-        blocks, a tensor whose first tile is read by D blocks has one HBM miss per D blocks on the chip;
-        the sample, whose blocks are spread over the same range, must charge its misses accordingly:
-        each sampled line stands for max(share, 1/D) / share chip lines."""
-        if self.share == 1.0:
-            return {}
-        readers: dict[str, dict[tuple, int]] = defaultdict(lambda: defaultdict(int))
-        for cta in kernel.ctas[: self.sms_total]:
-            seen: set[str] = set()
-            for role in kernel.roles:
-                for n, op in enumerate(role.program(cta)):
-                    tile = getattr(op, "src", None) if type(op).__name__ == "Load" else getattr(op, "dst", None)
-                    if hasattr(tile, "tensor") and tile.tensor not in seen:
-                        seen.add(tile.tensor)
-                        readers[tile.tensor][(tile.batch, tile.head, tile.row, tile.col)] += 1
-                    if n >= probe_ops:
-                        break
-        out = {}
-        for tensor, keys in readers.items():
-            d = sum(keys.values()) / len(keys)
-            out[tensor] = max(self.share, 1.0 / d) / self.share
-        return out
+        of = kernel.kv_head_of or (lambda c: (c[0], c[1] // self.group))
+        return [c for c in kernel.ctas if of(c) in self.heads]
 
     def run_kernel(self, kernel) -> tuple[int, int]:
         """Run one launch to completion; returns (cycles it took, thread blocks simulated)."""
         env, p = self.env, self.profile
         start = env.now
-        self.copies = self.sharing(kernel)
         slots = blocks_per_sm(kernel, p)
         queue = deque(self.sample(kernel))
         simulated = len(queue)

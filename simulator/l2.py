@@ -1,6 +1,6 @@
 """The L2 cache: LRU over lines of global tensors, write-back, with misses to HBM merged while in flight.
 
-A line is a (tensor, batch, head, 16-row, 256-column) block of a global tensor, so a K/V tile that another
+A line is a (tensor, batch, head, 16-row, 64-column) block of a global tensor, so a K/V tile that another
 thread block already loaded is found again whatever tile shape reads it. Stores allocate dirty lines without
 reading HBM; a dirty line costs an HBM write when it is evicted. Dirty lines left when the kernel ends are
 reported separately: their write-back happens after the kernel (ncu's dram__bytes_write misses them too).
@@ -12,90 +12,110 @@ from collections import OrderedDict
 
 from algorithms.ir import GTile
 
-LINE_ROWS = 16
-LINE_COLS = 256
+LINE_ROWS = 16  # a line key covers 16 rows x 64 columns (128 B rows at 16 bits, the hardware line width);
+LINE_COLS = 64
+SUB_ROWS = 4  # presence is tracked per 4-row slice, so row-block reads and writes (softmax) count exactly
 
 
 class L2Cache:
-    """copies: in a sampled run each simulated line stands for `copies` lines of the whole chip (the
-    unsimulated SMs' private data); it occupies and costs that many. Byte counters are in sample units
-    (bytes x copies x share), which the caller scales back to the chip."""
+    """LRU over lines. Each line records which 4-row slices it holds, whether it is dirty, and the cycle its
+    fetch lands. copies: in a sampled run each simulated line stands for `copies` lines of the chip; the
+    byte counters are in sample units (bytes x copies x share), which the caller scales back to the chip."""
 
     def __init__(self, capacity_bytes: float, share: float = 1.0):
         self.capacity = capacity_bytes
         self.share = share
-        self.lines: OrderedDict[tuple, list] = OrderedDict()  # key -> [chip bytes, dirty, ready_cycle]
-        self.used = 0
+        self.lines: OrderedDict[tuple, list] = OrderedDict()  # key -> [chip bytes, dirty, ready, slices]
+        self.used = 0.0
         self.read_bytes = 0  # bytes read by SMs through L2 (hits and misses)
         self.write_bytes = 0  # bytes stored into L2
-        self.miss_bytes = 0  # bytes fetched from HBM
-        self.evicted_dirty_bytes = 0  # written back to HBM during the kernel
-        self._charged = 0
+        self.miss_bytes = 0.0  # bytes fetched from HBM
+        self.evicted_dirty_bytes = 0.0  # written back to HBM during the kernel
+        self._charged = 0.0
 
     @staticmethod
     def _lines(g: GTile):
-        """(key, bytes) of every line a tile touches."""
+        """(key, slice mask, bytes per slice) of every line a tile touches."""
         r_end, c_end = g.row + g.rows, g.col + g.cols
         r = g.row
         while r < r_end:
-            r_next = min(r_end, (r // LINE_ROWS + 1) * LINE_ROWS)
+            line = r // LINE_ROWS
+            r_next = min(r_end, (line + 1) * LINE_ROWS)
+            first, last = (r % LINE_ROWS) // SUB_ROWS, ((r_next - 1) % LINE_ROWS) // SUB_ROWS
+            mask = ((1 << (last - first + 1)) - 1) << first
+            rows_per_slice = (r_next - r) / (last - first + 1)
             c = g.col
             while c < c_end:
                 c_next = min(c_end, (c // LINE_COLS + 1) * LINE_COLS)
-                yield (g.tensor, g.batch, g.head, r // LINE_ROWS, c // LINE_COLS), (r_next - r) * (c_next - c) * g.elem_bytes
+                yield (
+                    (g.tensor, g.batch, g.head, line, c // LINE_COLS),
+                    mask,
+                    rows_per_slice * (c_next - c) * g.elem_bytes,
+                )
                 c = c_next
             r = r_next
 
     def read(self, g: GTile, now: int, copies: float = 1.0) -> tuple[int, float, list]:
         """Look a tile up. Returns (cycle that lines still in flight land, bytes to fetch from HBM in sample
         units, the missed line entries, whose ready cycle the caller sets)."""
-        hit = miss = 0
+        miss = 0.0
         pending_ready = 0
         missed = []
-        for key, nbytes in self._lines(g):
+        for key, mask, slice_bytes in self._lines(g):
             entry = self.lines.get(key)
             if entry is None:
-                miss += nbytes
-                entry = [nbytes * copies, False, None]
-                self._insert(key, entry)
-                missed.append(entry)
+                entry = [0.0, False, None, 0]
+                self.lines[key] = entry
             else:
                 self.lines.move_to_end(key)
-                hit += nbytes
-                if entry[2] is not None and entry[2] > now and entry[2] > pending_ready:
+                if entry[2] is not None and entry[2] > now and entry[2] > pending_ready and entry[3] & mask:
                     pending_ready = entry[2]
-        self.read_bytes += hit + miss
+            absent = mask & ~entry[3]
+            if absent:
+                nbytes = bin(absent).count("1") * slice_bytes
+                miss += nbytes
+                entry[3] |= absent
+                self._grow(entry, nbytes * copies)
+                missed.append(entry)
+        self.read_bytes += g.nbytes
         fetched = miss * copies * self.share
         self.miss_bytes += fetched
         return pending_ready, fetched, missed
 
     def write(self, g: GTile, copies: float = 1.0) -> None:
-        """Store a tile: its lines become dirty (allocated without reading HBM)."""
-        for key, nbytes in self._lines(g):
+        """Store a tile: its slices become present and dirty (allocated without reading HBM)."""
+        for key, mask, slice_bytes in self._lines(g):
             entry = self.lines.get(key)
             if entry is None:
-                self._insert(key, [nbytes * copies, True, None])
+                entry = [0.0, True, None, 0]
+                self.lines[key] = entry
             else:
                 entry[1] = True
                 self.lines.move_to_end(key)
+            absent = mask & ~entry[3]
+            if absent:
+                entry[3] |= absent
+                self._grow(entry, bin(absent).count("1") * slice_bytes * copies)
         self.write_bytes += g.nbytes
 
-    def _insert(self, key: tuple, entry: list) -> None:
-        self.lines[key] = entry
-        self.used += entry[0]
+    def _grow(self, entry: list, chip_bytes: float) -> None:
+        entry[0] += chip_bytes
+        self.used += chip_bytes
         while self.used > self.capacity and self.lines:
             _, old = self.lines.popitem(last=False)
             self.used -= old[0]
             if old[1]:
                 self.evicted_dirty_bytes += old[0] * self.share
+            if old is entry:  # a line larger than the whole cache: it streams through
+                break
 
-    def take_evicted(self) -> int:
-        """Dirty bytes evicted since the last call (the HBM writes to charge now)."""
+    def take_evicted(self) -> float:
+        """Dirty bytes evicted since the last call (the HBM writes to charge now), in sample units."""
         n = self.evicted_dirty_bytes - self._charged
         self._charged = self.evicted_dirty_bytes
         return n
 
     @property
-    def dirty_bytes(self) -> int:
+    def dirty_bytes(self) -> float:
         """Dirty bytes still in L2, in sample units."""
         return sum(e[0] for e in self.lines.values() if e[1]) * self.share

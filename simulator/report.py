@@ -39,9 +39,16 @@ def results_table(results, title: str):
         table.add_column(col, justify="left" if col in ("algo", "hw", "problem", "tiles", "bound") else "right")
     for r in results:
         row = [r.algo] + ([r.hw] if many_hw else []) + ([r.problem.describe()] if many_problems else [])
-        row += [f"{r.tiling.block_m}x{r.tiling.block_n}", human_time(r.time_s), f"{r.tflops:.0f}",
-                human_bytes(r.bytes["hbm_read"]), human_bytes(r.bytes["hbm_write"]), human_bytes(r.bytes["l2_read"]),
-                r.bound_by, f"{r.time_s / r.roofline_time_s:.2f}x"]
+        row += [
+            f"{r.tiling.block_m}x{r.tiling.block_n}",
+            human_time(r.time_s),
+            f"{r.tflops:.0f}",
+            human_bytes(r.bytes["hbm_read"]),
+            human_bytes(r.bytes["hbm_write"]),
+            human_bytes(r.bytes["l2_read"]),
+            r.bound_by,
+            f"{r.time_s / r.roofline_time_s:.2f}x",
+        ]
         table.add_row(*row)
     return table
 
@@ -56,17 +63,22 @@ def detail_table(r):
     table.add_row("time", f"{human_time(r.time_s)} ({r.cycles:,} cycles)")
     table.add_row("throughput", f"{r.tflops:.1f} TFLOP/s")
     table.add_row("bound by", r.bound_by)
-    table.add_row("roofline bound", f"{human_time(r.roofline_time_s)} "
-                  f"({max(r.roofline, key=r.roofline.get)}; simulated is {r.time_s / r.roofline_time_s:.2f}x)")
+    table.add_row(
+        "roofline bound",
+        f"{human_time(r.roofline_time_s)} "
+        f"({max(r.roofline, key=r.roofline.get)}; simulated is {r.time_s / r.roofline_time_s:.2f}x)",
+    )
     for key, value in r.bytes.items():
         table.add_row(key.replace("_", " "), human_bytes(value))
     for key, value in r.utilization.items():
         table.add_row(f"{key} busy", f"{100 * value:.0f}%")
     for k in r.kernels:
-        table.add_row(f"kernel {k['name']}", f"{k['cycles']:,} cycles, {k['ctas']} blocks "
-                      f"({k['ctas_simulated']} simulated)")
-    table.add_row("simulation", f"{r.sim['wall_s']:.2f} s wall, {r.sim['ops']:,} tile ops, "
-                  f"{r.sim['sms_simulated']} SMs simulated")
+        table.add_row(
+            f"kernel {k['name']}", f"{k['cycles']:,} cycles, {k['ctas']} blocks ({k['ctas_simulated']} simulated)"
+        )
+    table.add_row(
+        "simulation", f"{r.sim['wall_s']:.2f} s wall, {r.sim['ops']:,} tile ops, {r.sim['sms_simulated']} SMs simulated"
+    )
     return table
 
 
@@ -92,8 +104,9 @@ def bar_chart(results, path: Path, title: str) -> Path:
     fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(results)), 3.6))
     bars = ax.bar(labels, [r.tflops for r in results], color="#4477aa")
     for bar, r in zip(bars, results, strict=True):
-        ax.annotate(r.bound_by, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center",
-                    va="bottom", fontsize=8)
+        ax.annotate(
+            r.bound_by, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=8
+        )
     ax.set_ylabel("TFLOP/s (simulated)")
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
@@ -109,8 +122,11 @@ def sweep_plot(rows: list[dict], path: Path, title: str) -> Path:
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
     for ax, (d, causal) in zip(axes[0], panels, strict=True):
         for algo in sorted({r["algo"] for r in rows}):
-            pts = sorted((r["seqlen"], r["tflops"]) for r in rows
-                         if r["algo"] == algo and r["headdim"] == d and r["causal"] == causal and r["tflops"])
+            pts = sorted(
+                (r["seqlen"], r["tflops"])
+                for r in rows
+                if r["algo"] == algo and r["headdim"] == d and r["causal"] == causal and r["tflops"]
+            )
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=algo)
         ax.set_xscale("log", base=2)

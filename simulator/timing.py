@@ -111,6 +111,7 @@ class RoleTimer:
                 event = self.barriers[op.barrier].wait(op.target)
                 if event is not None:
                     yield event
+                    self._mark(f"wait {op.barrier}", now, env.now)
             elif kind is Arrive:
                 self.barriers[op.barrier].arrive(op.count)
             elif kind is GemmWait:

@@ -1,0 +1,214 @@
+"""The timing model: roofline, determinism, sampling against the whole-chip run, sanity against the papers,
+and the command-line contracts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import cli
+from algorithms.problem import Problem
+from hw_profiles import load_profile
+from simulator import simulate
+from simulator.api import head_sample
+
+H100 = load_profile("h100")
+A100 = load_profile("a100")
+SMALL = dict(batch=2, heads=8, seqlen_q=1024, headdim=64)
+
+
+def _p(algo: str, **kw) -> Problem:
+    kw.setdefault("dtype", "fp8" if algo == "v3-fp8" else "bf16")
+    return Problem(**kw)
+
+
+@pytest.mark.parametrize("algo", ["standard", "v1", "v2", "v3", "v3-fp8"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_never_faster_than_roofline(algo, causal):
+    r = simulate(algo, _p(algo, causal=causal, **SMALL), H100)
+    assert r.time_s >= r.roofline_time_s
+    assert r.cycles > 0 and r.bytes["hbm_read"] > 0
+
+
+def test_same_inputs_same_cycles():
+    p = Problem(2, 16, 2048, 128, causal=True)
+    a, b = simulate("v3", p, H100), simulate("v3", p, H100)
+    assert (a.cycles, a.bytes) == (b.cycles, b.bytes)
+
+
+@pytest.mark.parametrize("algo", ["v2", "v3"])
+def test_sampled_run_close_to_whole_chip(algo):
+    """Sampling whole K/V heads on a share of the chip is a shortcut, not exact: bound its error."""
+    p = Problem(4, 16, 2048, 64, causal=True)
+    full = simulate(algo, p, H100, sms=None)
+    sampled = simulate(algo, p, H100)
+    assert sampled.sim["sms_simulated"] < H100.sm_count
+    assert sampled.time_s == pytest.approx(full.time_s, rel=0.10)
+    assert sampled.bytes["hbm_read"] == pytest.approx(full.bytes["hbm_read"], rel=0.05)
+
+
+def test_small_grids_run_whole_chip():
+    r = simulate("v2", Problem(**SMALL), H100)
+    assert r.sim["sms_simulated"] == H100.sm_count
+
+
+@pytest.mark.parametrize("groups,sms", [(16, 8), (64, 8), (512, 8), (3, 8)])
+def test_head_sample_matches_share(groups, sms):
+    g, n = head_sample(groups, 132, sms)
+    assert 1 <= g <= groups
+    assert n >= min(sms, round(g * 132 / groups))
+    assert abs(n - g * 132 / groups) <= 0.5 + 1e-9
+
+
+def test_k_v_reuse_hits_l2():
+    """Re-reads of a head's K/V by its other Q blocks hit L2: HBM reads stay near the compulsory bytes."""
+    p = Problem(4, 16, 4096, 128)
+    r = simulate("v2", p, H100)
+    compulsory = 3 * p.batch * p.heads * p.seqlen_q * p.headdim * p.elem_bytes
+    assert r.bytes["l2_read"] > 10 * compulsory
+    assert r.bytes["hbm_read"] < 1.5 * compulsory
+
+
+def test_standard_spills_s_and_p_to_hbm():
+    p = Problem(4, 16, 4096, 64)
+    r = simulate("standard", p, H100)
+    s_bytes = p.batch * p.heads * p.seqlen_q * p.seqlen_k * p.elem_bytes
+    assert r.bytes["hbm_write"] + r.bytes["hbm_write_back_after"] > s_bytes  # S and P written, mostly evicted
+    assert r.bound_by == "hbm"
+
+
+# -- sanity against published results (generous bounds) --------------------------------------------------
+
+
+def test_standard_far_slower_than_v2_at_4k():
+    p = Problem(4, 16, 4096, 128)
+    assert simulate("standard", p, H100).time_s >= 2.5 * simulate("v2", p, H100).time_s
+
+
+def test_causal_v2_faster_than_non_causal_at_long_sequences():
+    ratio = (
+        simulate("v2", Problem(1, 16, 16384, 128), H100).time_s
+        / simulate("v2", Problem(1, 16, 16384, 128, causal=True), H100).time_s
+    )
+    assert 1.5 <= ratio <= 2.0
+
+
+def test_fp8_beats_bf16_v3():
+    assert (
+        simulate("v3-fp8", _p("v3-fp8", batch=4, heads=16, seqlen_q=4096, headdim=128), H100).tflops
+        > simulate("v3", Problem(4, 16, 4096, 128), H100).tflops
+    )
+
+
+def test_v2_faster_than_v1_on_a100():
+    p = Problem(8, 16, 2048, 64)
+    ratio = simulate("v1", p, A100).time_s / simulate("v2", p, A100).time_s
+    assert ratio >= 1.5
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="mma.sync and wgmma rates are not calibrated yet: the model gives "
+    "~1.25x where FA3 reports 1.5-2x (docs/MODEL.md, known gaps)",
+)
+def test_v3_over_v2_on_h100_matches_fa3_paper():
+    p = Problem(4, 16, 4096, 128)
+    ratio = simulate("v2", p, H100).time_s / simulate("v3", p, H100).time_s
+    assert 1.4 <= ratio <= 2.2
+
+
+# -- commands ----------------------------------------------------------------------------------------------
+
+CONTRACT = {
+    "algo",
+    "hw",
+    "problem",
+    "tiling",
+    "time_s",
+    "cycles",
+    "tflops",
+    "bytes",
+    "utilization",
+    "bound_by",
+    "roofline_time_s",
+    "sim",
+}
+
+
+def test_simulate_json_contract(capsys):
+    assert cli.main(["simulate", "--algo", "v2", "--seqlen", "1024", "--batch", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) >= CONTRACT
+    assert {"hbm_read", "hbm_write", "l2_read", "l2_write", "smem_read", "smem_write"} <= set(out["bytes"])
+    assert {"wall_s"} <= set(out["sim"])
+    assert out["time_s"] >= out["roofline_time_s"]
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["simulate", "--seqlen", "0"], "seqlen_q must be a positive integer"),
+        (["simulate", "--algo", "v3", "--hw", "a100"], "needs tma and wgmma"),
+        (["simulate", "--headdim", "100"], "head dim 100 is not supported"),
+        (["simulate", "--block-m", "512", "--block-n", "512"], "shared memory"),
+        (["simulate", "--hw", "nope"], "nope"),
+        (["simulate", "--set", "bogus_key=1"], "bogus_key"),
+        (["trace", "--seqlen", "65536", "--batch", "8"], "the trace would hold"),
+    ],
+)
+def test_bad_input_one_line_exit_2(argv, needle, capsys):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_trace_is_chrome_json(tmp_path, capsys):
+    out = tmp_path / "t.json"
+    assert cli.main(["trace", "--algo", "v3", "--seqlen", "512", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    names = {e["name"] for e in data["traceEvents"] if e["ph"] == "X"}
+    assert any(n.startswith("gemm") for n in names) and "softmax" in names
+    tracks = {e["args"]["name"] for e in data["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert any("producer" in t for t in tracks) and any("tma" in t for t in tracks)
+
+
+def test_compare_and_tour_json(tmp_path, capsys):
+    assert (
+        cli.main(
+            ["compare", "--algos", "v2", "v3", "--seqlen", "1024", "--batch", "1", "--out", str(tmp_path), "--json"]
+        )
+        == 0
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert [r["algo"] for r in out["results"]] == ["v2", "v3"]
+    assert (tmp_path / "compare.png").exists()
+
+
+def test_sweep_writes_csv_and_plot(tmp_path, capsys):
+    csv_path = tmp_path / "s.csv"
+    assert (
+        cli.main(
+            [
+                "sweep",
+                "--algos",
+                "v2",
+                "--seqlens",
+                "512",
+                "1024",
+                "--headdims",
+                "64",
+                "--causal",
+                "off",
+                "--csv",
+                str(csv_path),
+                "--out",
+                str(tmp_path),
+                "--json",
+            ]
+        )
+        == 0
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["rows"]) == 2 and csv_path.read_text().count("\n") == 3
+    assert (tmp_path / "sweep.png").exists()
