@@ -18,6 +18,8 @@ DEFAULT_SAMPLE_SMS = 8
 # Grids of at most this many waves of one block per SM run whole-chip: cheap, and sampling few blocks of
 # unequal length (causal) would miss the tail.
 SAMPLE_ABOVE_WAVES = 4
+# Largest accepted mismatch between the sample's share of the heads and its share of the SMs.
+SAMPLE_TOLERANCE = 0.04
 # Below this utilisation of its busiest unit a run is called latency-bound.
 LATENCY_BOUND_BELOW = 0.5
 
@@ -182,6 +184,8 @@ def head_sample(groups: int, sm_count: int, sms: int) -> tuple[int, int]:
         exact = g * sm_count / groups
         n = max(1, round(exact))
         err = abs(n - exact) / exact
+        if err <= SAMPLE_TOLERANCE:
+            return g, n  # the smallest sample within tolerance: fastest
         if best is None or err < best[0] - 1e-9:
             best = (err, g, n)
     return best[1], best[2]
