@@ -1,0 +1,155 @@
+"""attention(q, k, v, algo=...): the reference kernels, callable from PyTorch.
+
+Checks run in the order a caller can fix them: algorithm, tensors (dtype, shape), tiling, device, GPU
+generation. The first use of a (family, arch) loads its cubin, building it with nvcc first when the
+build directory has none that matches the sources.
+"""
+
+from __future__ import annotations
+
+from algorithms.tiling import Tiling
+from hw_profiles.errors import FlashsimError
+
+from . import build, driver, registry
+from .launch import BoundKernels, Call, device_limits
+
+_DTYPES = {"float16": "fp16", "bfloat16": "bf16"}
+_MAX_OFFSET = 2**31  # the kernels address one head's rows with 32-bit offsets
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError as exc:  # pragma: no cover - torch is a dependency
+        raise FlashsimError("the kernels need PyTorch") from exc
+    return torch
+
+
+def _check_tensors(torch, q, k, v) -> str:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise FlashsimError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise FlashsimError(f"{name} must be 4-D (batch, heads, seqlen, headdim), got shape {tuple(t.shape)}")
+    dtype = str(q.dtype).removeprefix("torch.")
+    if dtype not in _DTYPES:
+        raise FlashsimError(f"q has dtype {dtype}; the kernels take float16 or bfloat16")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise FlashsimError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    b, h, nq, d = q.shape
+    bk, hkv, nk, dk = k.shape
+    if tuple(v.shape) != tuple(k.shape):
+        raise FlashsimError(f"k and v must have one shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    if bk != b or dk != d:
+        raise FlashsimError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree on batch and head dim")
+    if min(b, h, nq, nk, d, hkv) < 1:
+        raise FlashsimError(f"empty input: q {tuple(q.shape)}, k {tuple(k.shape)}")
+    if h % hkv:
+        raise FlashsimError(f"q has {h} heads, not a multiple of k's {hkv} (grouped-query attention needs one)")
+    return _DTYPES[dtype]
+
+
+def _usable(t) -> bool:
+    """Last dimension contiguous, 16-byte aligned base and rows (the kernels copy 16-byte chunks)."""
+    return t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all(s % 8 == 0 for s in t.stride()[:-1])
+
+
+def _prepare(t):
+    return t if _usable(t) else t.contiguous()
+
+
+def attention(
+    q,
+    k,
+    v,
+    algo: str = "v2",
+    causal: bool = False,
+    tiling: Tiling | None = None,
+    softmax_scale: float | None = None,
+    *,
+    out=None,
+    return_lse: bool = False,
+    splits: int | None = None,
+):
+    """Attention forward with flashsim's reference kernels.
+
+    q: (B, H, Nq, D); k, v: (B, Hkv, Nk, D) with H a multiple of Hkv (grouped-query attention); float16 or
+    bfloat16 on one CUDA device (torch SDPA's layout). causal: top-left aligned like SDPA's is_causal
+    (query i sees keys j <= i). tiling: a Tiling the kernels were built with (None: the algorithm's
+    default, the public FA2 tiles for v2). softmax_scale: None means D**-0.5.
+    out: optional (B, H, Nq, D) tensor to write into. return_lse: also return the fp32 (B, H, Nq)
+    natural-log logsumexp. splits: v1 only, thread blocks per (batch, head); None fills the GPU, 1 is
+    the paper's grid.
+    Returns out (or (out, lse)).
+    """
+    torch = _torch()
+    if algo in _HOPPER and algo not in registry.families():
+        return _hopper(torch, algo, q, k, v, causal, tiling, softmax_scale, out, return_lse)
+    family = registry.family(algo)
+    dtype = _check_tensors(torch, q, k, v)
+    b, h, nq, d = q.shape
+    device = q.device if q.is_cuda else None
+    if tiling is None:
+        tiling = family.default_tiling(d, device_limits(device))
+    elif not isinstance(tiling, Tiling):
+        raise FlashsimError(f"tiling must be an algorithms.tiling.Tiling, got {type(tiling).__name__}")
+    variant = family.variant(d, dtype, tiling)
+    if splits is not None and (algo != "v1" or int(splits) < 1):
+        raise FlashsimError("splits is a v1 option and must be a positive integer")
+
+    if not all(t.is_cuda for t in (q, k, v)):
+        raise FlashsimError(f"the kernels run on CUDA tensors; got q on {q.device}, k on {k.device}, v on {v.device}")
+    if k.device != q.device or v.device != q.device:
+        raise FlashsimError(f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
+    arch = family.arch_for(torch.cuda.get_device_capability(q.device))
+
+    q, k, v = (_prepare(t) for t in (q, k, v))
+    if out is None:
+        out = torch.empty((b, h, nq, d), dtype=q.dtype, device=q.device)
+    elif not isinstance(out, torch.Tensor) or tuple(out.shape) != (b, h, nq, d) or out.dtype != q.dtype:
+        raise FlashsimError(f"out must be a {q.dtype} tensor of shape {(b, h, nq, d)}")
+    elif out.device != q.device or not _usable(out):
+        raise FlashsimError("out must be on q's device with a contiguous, 16-byte aligned last dimension")
+    for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
+        if (t.shape[2] - 1) * t.stride(2) + d >= _MAX_OFFSET:
+            raise FlashsimError(f"{name}'s rows of one head span 2^31 elements or more; the kernels address less")
+    lse = torch.empty((b, h, nq), dtype=torch.float32, device=q.device)
+
+    scale = float(softmax_scale) if softmax_scale is not None else d**-0.5
+    call = Call(q, k, v, out, lse, bool(causal), scale, {"splits": splits})
+    with torch.cuda.device(q.device):
+        module = driver.load_module(q.device.index, build.ensure_built(family, arch))
+        family.run(BoundKernels(module, variant.symbol(family.algo), q.device), variant, call)
+    return (out, lse) if return_lse else out
+
+
+_HOPPER = ("v3", "v3-fp8")
+
+
+def _hopper(torch, algo, q, k, v, causal, tiling, softmax_scale, out, return_lse):
+    """v3 and v3-fp8 run through kernels/hopper.py (wgmma and TMA: sm_90 only)."""
+    from algorithms.tiling import check_algo
+
+    check_algo(algo)
+    _check_tensors(torch, q, k, v)
+    if not (q.is_cuda and k.is_cuda and v.is_cuda):
+        raise FlashsimError(f"the kernels run on CUDA tensors; got q on {q.device}")
+    major, minor = torch.cuda.get_device_capability(q.device)
+    if (major, minor) != (9, 0):
+        raise FlashsimError(f"{algo} uses wgmma and TMA and runs on sm_90 (Hopper) only; this GPU is sm_{major}{minor}")
+    if return_lse:
+        raise FlashsimError(f"{algo} does not return the logsumexp")
+    if algo == "v3":
+        from . import hopper
+
+        return hopper.attention(q, k, v, causal=causal, tiling=tiling, out=out, scale=softmax_scale)
+    if softmax_scale is not None:
+        raise FlashsimError("v3-fp8 uses the default softmax scale, d**-0.5")
+    from . import hopper_fp8
+
+    return hopper_fp8.attention(q, k, v, causal=causal, tiling=tiling, out=out)
+
+
+def available() -> dict[str, list[str]]:
+    """algo -> the variants built into its family (what `tiling=` may name)."""
+    return {algo: [v.describe() for v in fam.variants] for algo, fam in registry.families().items()}

@@ -1,0 +1,171 @@
+"""Kernel machinery that needs no GPU: launch descriptions, ptxas parsing, the params mirror, API errors."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+
+import pytest
+
+from algorithms.problem import Problem
+from algorithms.tiling import Tiling, default_tiling, smem_bytes
+from hw_profiles.errors import FlashsimError
+from kernels import build, registry
+from kernels.launch import PARAMS_BYTES, AttnParams
+
+torch = pytest.importorskip("torch")
+
+ALGOS = ("standard", "v1", "v2")
+H200_SMEM = type("Limits", (), {"smem_per_block_max_bytes": 232448, "smem_per_sm_bytes": 233472})()
+
+
+def test_params_mirror_matches_the_cuda_struct():
+    assert ctypes.sizeof(AttnParams) == PARAMS_BYTES
+    assert AttnParams.q.offset == 0 and AttnParams.q_batch_stride.offset == 64
+    assert AttnParams.batch.offset == 64 + 13 * 8
+
+
+def test_families_register_their_variants():
+    fams = registry.families()
+    assert set(ALGOS) <= set(fams)
+    for algo in ALGOS:
+        fam = fams[algo]
+        for d in fam.headdims:
+            for dtype in registry.DTYPES:
+                fam.variant(d, dtype, fam.default_tiling(d, H200_SMEM))  # the default is always built
+        tu = build.translation_unit(fam)
+        assert tu.count(fam.macro + "(") == len(fam.variants)
+
+
+def test_v2_defaults_are_the_fa2_tiles():
+    v2 = registry.family("v2")
+    for d in (64, 128):
+        problem = Problem(batch=1, heads=1, seqlen_q=1024, headdim=d)
+        assert v2.default_tiling(d, H200_SMEM) == default_tiling("v2", problem, H200_SMEM)
+    assert v2.default_tiling(64, None) == Tiling(128, 128, 4, 2)
+    assert v2.default_tiling(128, None) == Tiling(128, 64, 4, 2)
+
+
+def test_v2_shared_memory_matches_the_schedule():
+    """Swizzled tiles take exactly the bytes algorithms.tiling counts for v2."""
+    v2 = registry.family("v2")
+    for variant in v2.variants:
+        if variant.headdim % 64 == 0:
+            problem = Problem(batch=1, heads=1, seqlen_q=128, headdim=variant.headdim, dtype=variant.dtype)
+            assert v2.smem_bytes(variant, "fwd") == smem_bytes("v2", problem, variant.tiling)
+
+
+def test_arch_selection():
+    v2 = registry.family("v2")
+    assert v2.arch_for((9, 0)) == "sm_90a"
+    assert v2.arch_for((8, 0)) == "sm_80"
+    assert v2.arch_for((8, 9)) == "sm_80"
+    for cc in ((7, 5), (10, 0), (9, 1)):
+        with pytest.raises(FlashsimError, match="built for sm_80, sm_90a"):
+            v2.arch_for(cc)
+
+
+def test_unbuilt_tiling_lists_the_built_ones():
+    v2 = registry.family("v2")
+    with pytest.raises(FlashsimError, match=r"built: .*128x64, 4 warps, 2 stages") as info:
+        v2.variant(128, "bf16", Tiling(128, 128, 4, 2))
+    assert "64x64" in str(info.value)
+    with pytest.raises(FlashsimError, match="head dims"):
+        v2.variant(80, "bf16", Tiling(128, 64, 4, 2))
+
+
+PTXAS = """\
+ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'k_fwd' for 'sm_90a'
+ptxas info    : Function properties for k_fwd
+    24 bytes stack frame, 56 bytes spill stores, 40 bytes spill loads
+ptxas info    : Used 255 registers, used 1 barriers, 24 bytes cumulative stack size
+ptxas info    : Compile time = 361.361 ms
+ptxas info    : Compiling entry function 'k_softmax' for 'sm_80'
+ptxas info    : Function properties for k_softmax
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 32 registers, used 1 barriers, 1024 bytes smem, 560 bytes cmem[0]
+"""
+
+
+def test_parse_ptxas():
+    got = {r.kernel: r for r in build.parse_ptxas(PTXAS)}
+    assert got["k_fwd"] == build.Resources("k_fwd", "sm_90a", 255, 0, 24, 56, 40)
+    assert got["k_softmax"] == build.Resources("k_softmax", "sm_80", 32, 1024, 0, 0, 0)
+
+
+def test_gencode_flags():
+    assert build.gencode("sm_80") == "-gencode=arch=compute_80,code=sm_80"
+    assert build.gencode("sm_90a") == "-gencode=arch=compute_90a,code=sm_90a"
+
+
+def test_build_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("FLASHSIM_KERNEL_DIR", str(tmp_path / "k"))
+    assert build.build_dir() == tmp_path / "k"
+    assert build.build_dir(tmp_path / "o") == tmp_path / "o"
+    monkeypatch.delenv("FLASHSIM_KERNEL_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "c"))
+    assert build.build_dir() == tmp_path / "c" / "flashsim" / "kernels"
+
+
+def test_build_without_nvcc_is_one_line(monkeypatch, tmp_path, capsys):
+    from cli import main
+
+    monkeypatch.setenv("FLASHSIM_NVCC", str(tmp_path / "missing-nvcc"))
+    assert main(["kernels", "build", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "nvcc not found" in err
+
+
+def test_list_command(capsys):
+    from cli import main
+
+    assert main(["kernels", "list", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert "d128 bf16 128x64, 4 warps, 2 stages" in data["v2"]["variants"]
+
+
+def test_stale_build_without_nvcc_is_refused(monkeypatch, tmp_path):
+    monkeypatch.setenv("FLASHSIM_NVCC", str(tmp_path / "missing-nvcc"))
+    with pytest.raises(FlashsimError, match="no up-to-date v2 kernels"):
+        build.ensure_built(registry.family("v2"), "sm_90a", tmp_path)
+
+
+# ---- API errors, raised before any GPU is touched ------------------------------------------------------------
+
+
+def cpu(*shape, dtype=torch.bfloat16):
+    return torch.zeros(*shape, dtype=dtype)
+
+
+def attention(*args, **kwargs):
+    from kernels import attention
+
+    return attention(*args, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "args,kwargs,match",
+    [
+        ((cpu(1, 2, 8, 64, dtype=torch.float32),) * 3, {}, "float16 or bfloat16"),
+        ((cpu(2, 8, 64),) * 3, {}, "must be 4-D"),
+        ((cpu(1, 2, 8, 64), cpu(1, 2, 8, 64, dtype=torch.float16), cpu(1, 2, 8, 64)), {}, "share a dtype"),
+        ((cpu(1, 3, 8, 64), cpu(1, 2, 8, 64), cpu(1, 2, 8, 64)), {}, "multiple"),
+        ((cpu(1, 2, 8, 64), cpu(1, 2, 8, 32), cpu(1, 2, 8, 32)), {}, "agree on batch and head dim"),
+        ((cpu(1, 2, 8, 64), cpu(1, 2, 8, 64), cpu(1, 2, 9, 64)), {}, "one shape"),
+        ((cpu(1, 2, 0, 64),) * 3, {}, "empty"),
+        ((cpu(1, 2, 8, 64),) * 3, {"algo": "v9"}, "unknown algorithm"),
+        ((cpu(1, 2, 8, 80),) * 3, {}, "head dim"),
+        ((cpu(1, 2, 8, 192),) * 3, {}, "built for head dims"),
+        ((cpu(1, 2, 8, 128),) * 3, {"tiling": Tiling(128, 128, 4, 2)}, "built:"),
+        ((cpu(1, 2, 8, 64),) * 3, {"tiling": (128, 128)}, "must be an algorithms.tiling.Tiling"),
+        ((cpu(1, 2, 8, 64),) * 3, {"splits": 2}, "splits is a v1 option"),
+        ((cpu(1, 2, 8, 64),) * 3, {}, "CUDA tensors"),
+        ((cpu(1, 2, 8, 64),) * 3, {"algo": "v1"}, "CUDA tensors"),
+        ((cpu(1, 2, 8, 64),) * 3, {"algo": "v3"}, "CUDA tensors"),
+        (("q", "k", "v"), {}, "torch.Tensor"),
+    ],
+)
+def test_api_errors(args, kwargs, match):
+    with pytest.raises(FlashsimError, match=match):
+        attention(*args, **kwargs)

@@ -1,0 +1,65 @@
+"""compute-sanitizer memcheck and racecheck over small runs of every kernel (a GPU and the sanitizer needed).
+
+The checked program runs in a child process; only flashsim kernels are instrumented (kns=flashsim), so
+PyTorch's own kernels neither slow the run down nor report hazards of their own.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+SANITIZER = shutil.which("compute-sanitizer")
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.slow,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+    pytest.mark.skipif(SANITIZER is None, reason="needs compute-sanitizer"),
+]
+
+# Ragged lengths, seqlen_q != seqlen_k, GQA, causal and not, every algorithm and its default tiles.
+TARGET = """
+import torch
+from kernels import attention
+torch.manual_seed(0)
+cases = [(1, 2, 1, 130, 77, 64), (1, 2, 2, 70, 200, 128), (1, 1, 1, 150, 150, 96)]
+for algo in ("standard", "v1", "v2"):
+    for b, h, hkv, nq, nk, d in cases:
+        for causal in (False, True):
+            q = torch.randn(b, h, nq, d, device="cuda", dtype=torch.bfloat16)
+            k = torch.randn(b, hkv, nk, d, device="cuda", dtype=torch.bfloat16)
+            v = torch.randn(b, hkv, nk, d, device="cuda", dtype=torch.bfloat16)
+            attention(q, k, v, algo=algo, causal=causal)
+torch.cuda.synchronize()
+print("sanitized run done")
+"""
+
+
+def run_sanitizer(tool: str, filtered: bool = True) -> subprocess.CompletedProcess:
+    cmd = [SANITIZER, "--tool", tool, "--error-exitcode", "3"]
+    if filtered:
+        cmd += ["--kernel-name", "kns=flashsim"]
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    return subprocess.run([*cmd, sys.executable, "-c", TARGET], capture_output=True, text=True, env=env, timeout=600)
+
+
+@pytest.mark.parametrize("tool", ["memcheck", "racecheck"])
+def test_sanitizer_clean(tool):
+    from kernels import attention
+
+    q = torch.randn(1, 1, 64, 64, device="cuda", dtype=torch.bfloat16)
+    for algo in ("standard", "v1", "v2"):
+        attention(q, q, q, algo=algo)  # build outside the sanitizer
+    proc = run_sanitizer(tool)
+    if "sanitized run done" not in proc.stdout and "kernel-name" in proc.stderr + proc.stdout:
+        proc = run_sanitizer(tool, filtered=False)  # an older sanitizer without kernel filters
+    report = (proc.stdout + proc.stderr)[-3000:]
+    assert proc.returncode == 0 and "sanitized run done" in proc.stdout, report
+    assert "0 errors" in report or "0 hazards" in report, report
