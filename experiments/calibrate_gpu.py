@@ -1,0 +1,220 @@
+"""The GPU side shared by `calibrate` and `validate`: finding the device, provenance, and the microbenchmark
+cubins (nvcc -> cubin -> cupy.RawModule).
+
+Nothing here imports cupy or torch at module import time: the CLI loads every command module on machines
+without a GPU, where these commands must fail with one line instead.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from hw_profiles.errors import FlashsimError
+
+ROOT = Path(__file__).resolve().parents[1]
+MICROBENCH_DIR = ROOT / "kernels" / "microbench"
+BUILD_DIR = ROOT / "build" / "microbench"
+
+# Each microbenchmark source and the targets it is built for. Hopper-only instructions (wgmma, bulk copies
+# on mbarriers) need sm_90a; the rest also builds for sm_80 so an A100 can be calibrated.
+SOURCES: dict[str, tuple[str, ...]] = {
+    "membw": ("sm_80", "sm_90a"),
+    "compute": ("sm_80", "sm_90a"),
+    "tma": ("sm_90a",),
+    "wgmma": ("sm_90a",),
+}
+GENCODE = {
+    "sm_80": "-gencode=arch=compute_80,code=sm_80",
+    "sm_90a": "-gencode=arch=compute_90a,code=sm_90a",
+}
+
+
+def arch_for(major: int, minor: int) -> str:
+    """The cubin target for a device's compute capability."""
+    if major == 9:
+        return "sm_90a"
+    if major == 8:
+        return "sm_80"
+    raise FlashsimError(f"no microbenchmark build for compute capability {major}.{minor} (8.x and 9.x are supported)")
+
+
+def nvcc_path() -> str:
+    path = shutil.which("nvcc")
+    if path is None:
+        raise FlashsimError("nvcc not found on PATH: the microbenchmarks are compiled with nvcc")
+    return path
+
+
+def compile_cubin(name: str, arch: str, out_dir: Path = BUILD_DIR, force: bool = False) -> Path:
+    """kernels/microbench/<name>.cu -> <out_dir>/<name>.<arch>.cubin, rebuilt only when a source is newer."""
+    if name not in SOURCES:
+        raise FlashsimError(f"unknown microbenchmark source {name!r}; known: {', '.join(SOURCES)}")
+    if arch not in SOURCES[name]:
+        raise FlashsimError(f"{name}.cu is not built for {arch} (targets: {', '.join(SOURCES[name])})")
+    src = MICROBENCH_DIR / f"{name}.cu"
+    out = out_dir / f"{name}.{arch}.cubin"
+    inputs = [src, *MICROBENCH_DIR.glob("*.cuh")]
+    if not force and out.is_file() and out.stat().st_mtime >= max(p.stat().st_mtime for p in inputs):
+        return out
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cmd = [nvcc_path(), "-cubin", GENCODE[arch], "-O3", "-std=c++17", "-o", str(out), str(src)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        first = next((ln for ln in proc.stderr.splitlines() if "error" in ln), proc.stderr.strip()[:300])
+        raise FlashsimError(f"nvcc failed on kernels/microbench/{name}.cu for {arch}: {first}")
+    return out
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """The device under test, as read from the CUDA runtime."""
+
+    name: str
+    major: int
+    minor: int
+    sm_count: int
+    l2_bytes: int
+    smem_per_sm_bytes: int
+    smem_per_block_optin_bytes: int
+    registers_per_sm: int
+    total_mem_bytes: int
+
+    @property
+    def arch(self) -> str:
+        return arch_for(self.major, self.minor)
+
+    @property
+    def hopper(self) -> bool:
+        return self.major == 9
+
+
+def require_gpu(what: str):
+    """cupy with a visible CUDA device, or a FlashsimError naming what is missing."""
+    try:
+        import cupy as cp
+    except ImportError:
+        raise FlashsimError(f"{what} needs a CUDA GPU and cupy (cupy-cuda12x/13x); cupy is not installed") from None
+    try:
+        count = cp.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # cupy raises CUDARuntimeError (or a driver error) when no driver or device
+        raise FlashsimError(f"{what} needs a CUDA GPU; none is visible ({_short(exc)})") from None
+    if count < 1:
+        raise FlashsimError(f"{what} needs a CUDA GPU; none is visible")
+    return cp
+
+
+# cudaDeviceProp field -> the equivalent cudaDeviceAttr name in cupy's Device.attributes (the fallback).
+_PROPS = {
+    "multiProcessorCount": "MultiProcessorCount",
+    "l2CacheSize": "L2CacheSize",
+    "sharedMemPerMultiprocessor": "MaxSharedMemoryPerMultiprocessor",
+    "sharedMemPerBlockOptin": "MaxSharedMemoryPerBlockOptin",
+    "regsPerMultiprocessor": "MaxRegistersPerMultiprocessor",
+    "major": "ComputeCapabilityMajor",
+    "minor": "ComputeCapabilityMinor",
+}
+
+
+def read_gpu(cp) -> Gpu:
+    device = cp.cuda.Device()
+    props = cp.cuda.runtime.getDeviceProperties(device.id)
+    attrs = device.attributes
+
+    def get(key: str) -> int:
+        value = props.get(key)
+        return int(value if value is not None else attrs[_PROPS[key]])
+
+    name = props.get("name", b"unknown GPU")
+    return Gpu(
+        name=name.decode() if isinstance(name, bytes) else str(name),
+        major=get("major"),
+        minor=get("minor"),
+        sm_count=get("multiProcessorCount"),
+        l2_bytes=get("l2CacheSize"),
+        smem_per_sm_bytes=get("sharedMemPerMultiprocessor"),
+        smem_per_block_optin_bytes=get("sharedMemPerBlockOptin"),
+        registers_per_sm=get("regsPerMultiprocessor"),
+        total_mem_bytes=int(props.get("totalGlobalMem") or cp.cuda.runtime.memGetInfo()[1]),
+    )
+
+
+def load_module(cp, name: str, arch: str):
+    """The cubin of one microbenchmark source as a cupy.RawModule."""
+    return cp.RawModule(path=str(compile_cubin(name, arch)))
+
+
+def driver_version() -> str:
+    """The display driver's version (e.g. 580.159.04) from nvidia-smi, or 'unknown'."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return "unknown"
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=30
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.strip().splitlines()[0] if out.strip() else "unknown"
+
+
+def provenance(cp, gpu: Gpu, command: list[str]) -> dict:
+    """GPU, driver, CUDA, library versions, date and the command line: recorded in every results file."""
+    runtime = cp.cuda.runtime.runtimeGetVersion()
+    info = {
+        "gpu": gpu.name,
+        "compute_capability": f"{gpu.major}.{gpu.minor}",
+        "sm_count": gpu.sm_count,
+        "driver": driver_version(),
+        "cuda_runtime": f"{runtime // 1000}.{runtime % 1000 // 10}",
+        "cupy": cp.__version__,
+        "python": platform.python_version(),
+        "date": today(),
+        "command": command_line(command),
+    }
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        info["torch_cuda"] = torch.version.cuda
+    except ImportError:
+        info["torch"] = None
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
+        info["nvcc"] = next((ln.split("release")[-1].split(",")[0].strip() for ln in out if "release" in ln), None)
+    return info
+
+
+def today() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+
+
+def command_line(argv: list[str]) -> str:
+    """`flashsim <args>` with paths shown relative to the working directory (no machine paths in results)."""
+    cwd = Path.cwd()
+    parts = []
+    for arg in argv:
+        if os.sep in arg and Path(arg).is_absolute():
+            try:
+                arg = str(Path(arg).relative_to(cwd))
+            except ValueError:
+                arg = Path(arg).name
+        parts.append(arg)
+    return " ".join(["flashsim", *parts])
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text[:200]
+
+
+def argv_tail() -> list[str]:
+    """The arguments after the program name, for provenance."""
+    return sys.argv[1:]

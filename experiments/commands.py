@@ -1,0 +1,129 @@
+"""`flashsim calibrate`, `flashsim validate` and `flashsim accuracy`.
+
+Light at import time (the CLI imports every command module): cupy, torch, matplotlib and the simulator are
+imported by the commands when they run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from hw_profiles.errors import FlashsimError
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "calibrate",
+        help="measure the simulator's hardware parameters on this GPU (microbenchmarks)",
+        description="Run the microbenchmarks of kernels/microbench on the local GPU and write a profile TOML of "
+        "the measured parameters (each with benchmark, GPU and date) plus the raw numbers as JSON.",
+    )
+    p.add_argument("--out-dir", default="experiments/results/h200", help="where calibration.toml/.json go")
+    p.add_argument("--only", metavar="NAMES", help="comma-separated benchmarks (default: all)")
+    p.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (a smoke test)")
+    p.add_argument("--reps", type=int, default=20, help="timed repeats per bandwidth measurement (median)")
+    p.add_argument("--json", action="store_true", help="print the measured parameters as JSON")
+    p.set_defaults(func=_calibrate)
+
+    p = subparsers.add_parser(
+        "validate",
+        help="time real attention kernels on this GPU and compare with the simulator",
+        description="Sweep configurations (the FA2 benchmark grid plus ragged shapes) over our kernels and "
+        "PyTorch SDPA's flash, cuDNN and math backends; time them, measure bytes with ncu for a subset, and "
+        "compare with simulator predictions. Measurements are appended as they finish; a rerun resumes.",
+    )
+    p.add_argument("--out-dir", default="experiments/results/h200", help="where the validation files go")
+    p.add_argument("--grid", default="fa2", help="configurations: fa2 (FA2 grid + ragged) or smoke")
+    p.add_argument("--impls", metavar="NAMES", help="comma-separated implementations (default: all)")
+    p.add_argument("--seqlens", metavar="N,...", help="keep only these sequence lengths")
+    p.add_argument("--max-minutes", type=float, default=8.0, help="time limit of the measuring (timing + ncu)")
+    p.add_argument("--min-reps", type=int, default=10, help="timed calls per measurement, at least")
+    p.add_argument("--max-reps", type=int, default=50, help="timed calls per measurement, at most")
+    p.add_argument("--no-ncu", action="store_true", help="skip the Nsight Compute byte counts")
+    p.add_argument("--ncu-seqlens", default="2048,8192", help="non-causal grid configurations ncu measures")
+    p.add_argument("--retry-failed", action="store_true", help="measure again what failed before")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--measure-only", action="store_true", help="measure, leave the comparison for later")
+    mode.add_argument("--compare-only", action="store_true", help="no GPU: predict and report from the measurements")
+    p.add_argument("--hw", default="h200", metavar="NAME|PATH", help="profile for predictions, e.g. a calibration.toml")
+    p.add_argument(
+        "--set", dest="hw_set", action="append", default=[], metavar="KEY=VALUE", help="override a profile parameter"
+    )
+    p.add_argument("--jobs", type=int, default=0, help="simulator processes (default: CPUs, at most 8)")
+    p.set_defaults(func=_validate)
+
+    p = subparsers.add_parser(
+        "accuracy",
+        help="the simulator's accuracy from the committed validation results",
+        description="MAPE, max error and bias of the simulator per implementation and quantity, read from "
+        "validation.json (made by `flashsim validate`), and the path of the predicted-vs-measured plot.",
+    )
+    p.add_argument("--file", default="experiments/results/h200/validation.json", help="a validation.json")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    p.set_defaults(func=_accuracy)
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from .calibrate import main
+
+    return main(args)
+
+
+def _accuracy(args: argparse.Namespace) -> int:
+    from .accuracy import main
+
+    return main(args)
+
+
+def _csv_ints(text: str | None, what: str) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise FlashsimError(f"{what} expects comma-separated integers, got {text!r}") from None
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from . import validate as v
+    from .calibrate_gpu import argv_tail, command_line
+
+    out_dir = Path(args.out_dir)
+    measured = out_dir / v.MEASURED_NAME
+    if args.grid not in v.GRIDS:
+        raise FlashsimError(f"unknown grid {args.grid!r}; choose one of {', '.join(v.GRIDS)}")
+    impls = [s.strip() for s in args.impls.split(",") if s.strip()] if args.impls else list(v.IMPLS)
+    for name in impls:
+        if name not in v.IMPLS:
+            raise FlashsimError(f"unknown implementation {name!r}; choose from {', '.join(v.IMPLS)}")
+    if args.max_minutes <= 0 or args.min_reps < 1 or args.max_reps < args.min_reps:
+        raise FlashsimError("need --max-minutes > 0 and 1 <= --min-reps <= --max-reps")
+    configs = v.GRIDS[args.grid]()
+    seqlens = _csv_ints(args.seqlens, "--seqlens")
+    if seqlens:
+        configs = [c for c in configs if c.seqlen_q in seqlens]
+    if not args.compare_only:
+        deadline = time.monotonic() + args.max_minutes * 60
+        opts = v.SweepOptions(impls, configs, out_dir, args.max_minutes, args.min_reps, args.max_reps,
+                              retry_failed=args.retry_failed)  # fmt: skip
+        v.measure(opts, deadline=deadline)
+        if not args.no_ncu:
+            v.measure_bytes(opts, _csv_ints(args.ncu_seqlens, "--ncu-seqlens") or [], deadline)
+        print(f"measurements in {measured}")
+        if args.measure_only:
+            return 0
+    try:
+        import simulator  # noqa: F401
+    except ImportError as exc:
+        raise FlashsimError(
+            f"the simulator cannot be imported here ({exc}); run `flashsim validate --compare-only` where it can"
+        ) from None
+    from .accuracy import render
+    from .validate_compare import JSON_NAME, compare
+
+    report = compare(out_dir, measured, args.hw, args.hw_set, args.jobs, command_line(["validate", *argv_tail()[1:]]))
+    render(report, out_dir / JSON_NAME)
+    return 0

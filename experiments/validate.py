@@ -1,0 +1,407 @@
+"""`flashsim validate`: time real attention kernels on the GPU, measure their bytes with Nsight Compute, and
+compare both with what the simulator predicts for the same configurations.
+
+Measured: our reference kernels (kernels.attention, every algorithm) and PyTorch SDPA's backends: flash (the
+FA2 kernels, simulated as v2 with the FA2 tiles), cuDNN (Hopper, simulated as v3), and math (unfused: two
+batched GEMMs around a softmax, simulated as `standard`; by default it upcasts bf16 to fp32, so it is
+simulated in fp32, and `sdpa-math-bf16` allows bf16 reductions instead). Each measurement is appended to
+validation-measured.jsonl as it finishes; a rerun skips what is there. The comparison (validate_compare.py)
+can run on another machine with --compare-only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from hw_profiles.errors import FlashsimError
+
+from . import validate_store as store
+
+DEFAULT_OUT_DIR = Path("experiments/results/h200")
+MEASURED_NAME = "validation-measured.jsonl"
+FLUSH_BYTES = 256 << 20  # written between timed calls: every call starts with a cold L2, like the simulator
+WRONG_REL_ERR = 0.1  # above this relative error against SDPA a kernel computes something else: not timed
+
+
+@dataclass(frozen=True)
+class Config:
+    batch: int
+    heads: int
+    seqlen_q: int
+    headdim: int
+    causal: bool = False
+    seqlen_k: int = 0
+    kv_heads: int = 0
+
+    @property
+    def nk(self) -> int:
+        return self.seqlen_k or self.seqlen_q
+
+    @property
+    def hkv(self) -> int:
+        return self.kv_heads or self.heads
+
+    @property
+    def id(self) -> str:
+        nk = f"-k{self.nk}" if self.nk != self.seqlen_q else ""
+        kv = f"-kv{self.hkv}" if self.hkv != self.heads else ""
+        causal = "-causal" if self.causal else ""
+        return f"b{self.batch}-h{self.heads}{kv}-n{self.seqlen_q}{nk}-d{self.headdim}{causal}"
+
+    def problem_dict(self, dtype: str) -> dict:
+        """The arguments of algorithms.Problem for this configuration."""
+        return {
+            "batch": self.batch,
+            "heads": self.heads,
+            "kv_heads": self.hkv,
+            "seqlen_q": self.seqlen_q,
+            "seqlen_k": self.nk,
+            "headdim": self.headdim,
+            "causal": self.causal,
+            "dtype": dtype,
+        }
+
+
+def fa2_grid() -> list[Config]:
+    """The FA2 paper's benchmark: seqlen 512..16k, batch 16k/seqlen, hidden 2048 as d64 x 32 heads or d128 x 16
+    heads, causal off and on."""
+    return [
+        Config(16384 // n, heads, n, d, causal)
+        for d, heads in ((64, 32), (128, 16))
+        for causal in (False, True)
+        for n in (512, 1024, 2048, 4096, 8192, 16384)
+    ]
+
+
+def ragged() -> list[Config]:
+    """Shapes off the tile grid: sequence lengths that no tile divides, Nq != Nk, grouped-query heads."""
+    return [
+        Config(4, 16, 1000, 128),
+        Config(8, 32, 700, 64),
+        Config(3, 32, 3000, 64, causal=True),
+        Config(1, 16, 5000, 128, causal=True),
+        Config(4, 16, 1024, 128, seqlen_k=4096),
+        Config(2, 32, 4096, 128, causal=True, kv_heads=8),
+    ]
+
+
+def smoke() -> list[Config]:
+    """A few small configurations: checks the whole pipeline in seconds."""
+    return [Config(8, 32, 512, 64), Config(4, 16, 1024, 128, causal=True), Config(2, 16, 1000, 128)]
+
+
+GRIDS: dict[str, Callable[[], list[Config]]] = {"fa2": lambda: fa2_grid() + ragged(), "smoke": smoke}
+
+
+@dataclass(frozen=True)
+class Impl:
+    """A measured implementation and what the simulator runs for it."""
+
+    name: str
+    algo: str  # simulator algorithm
+    sim_dtype: str  # dtype of the simulated problem
+    kind: str  # "ours" | "sdpa"
+    backend: str = ""  # SDPA backend name
+    note: str = ""
+
+
+IMPLS: dict[str, Impl] = {
+    i.name: i
+    for i in (
+        Impl("standard", "standard", "bf16", "ours"),
+        Impl("v1", "v1", "bf16", "ours"),
+        Impl("v2", "v2", "bf16", "ours"),
+        Impl("v3", "v3", "bf16", "ours"),
+        Impl("v3-fp8", "v3-fp8", "fp8", "ours", note="bf16 inputs, fp8 e4m3 inside"),
+        Impl("sdpa-flash", "v2", "bf16", "sdpa", "FLASH_ATTENTION", "FA2 kernels, FA2 tiles"),
+        Impl("sdpa-cudnn", "v3", "bf16", "sdpa", "CUDNN_ATTENTION", "cuDNN Hopper kernel, FA3 tiles assumed"),
+        Impl("sdpa-math", "standard", "fp32", "sdpa", "MATH", "unfused, bf16 upcast to fp32"),
+        Impl("sdpa-math-bf16", "standard", "bf16", "sdpa", "MATH", "unfused, bf16 reductions allowed"),
+    )
+}
+
+
+def key(kind: str, impl: str, cfg: Config) -> str:
+    return f"{kind}|{impl}|{cfg.id}"
+
+
+# -- running one implementation ---------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def impl_context(impl: Impl):
+    """The SDPA backend selection (and math's bf16 switch) around a run; nothing for our kernels."""
+    if impl.kind != "sdpa":
+        yield
+        return
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    allow = torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()
+    torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(impl.name == "sdpa-math-bf16")
+    try:
+        with sdpa_kernel([getattr(SDPBackend, impl.backend)]):
+            yield
+    finally:
+        torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(allow)
+
+
+def make_call(impl: Impl, q, k, v, cfg: Config) -> Callable[[], object]:
+    if impl.kind == "ours":
+        import kernels
+
+        return lambda: kernels.attention(q, k, v, algo=impl.name, causal=cfg.causal)
+    import torch.nn.functional as F
+
+    gqa = cfg.hkv != cfg.heads
+    return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=cfg.causal, enable_gqa=gqa)
+
+
+def our_tiling(impl: Impl, cfg: Config, q) -> dict | None:
+    """The tiling our kernel picks for this head dim (kernels' registry), to simulate the same one."""
+    if impl.kind != "ours":
+        return None
+    try:
+        from kernels import registry
+        from kernels.launch import device_limits
+
+        return registry.family(impl.name).default_tiling(cfg.headdim, device_limits(q.device)).as_dict()
+    except Exception:  # an older kernels package: the simulator's default tiling is used
+        return None
+
+
+def inputs(cfg: Config, seed: int = 0):
+    """q, k, v as SDPA lays them out, (B, H, N, D) bf16, N(0,1) entries."""
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    shape_q = (cfg.batch, cfg.heads, cfg.seqlen_q, cfg.headdim)
+    shape_kv = (cfg.batch, cfg.hkv, cfg.nk, cfg.headdim)
+    q = torch.randn(shape_q, generator=g, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(shape_kv, generator=g, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(shape_kv, generator=g, device="cuda", dtype=torch.bfloat16)
+    return q, k, v
+
+
+def time_call(fn: Callable[[], object], flush, min_reps: int, max_reps: int, budget_s: float) -> list[float]:
+    """Seconds per call: CUDA events around each call after two warm-up calls, L2 flushed before each;
+    at least min_reps samples, more until max_reps or budget_s of wall time."""
+    import torch
+
+    for _ in range(2):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    samples: list[float] = []
+    t0 = time.perf_counter()
+    while len(samples) < max_reps and (len(samples) < min_reps or time.perf_counter() - t0 < budget_s):
+        flush.zero_()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1e-3)
+    return samples
+
+
+def launched_kernels(fn: Callable[[], object]) -> list[str]:
+    """Names of the GPU kernels one call launches (torch profiler): what an SDPA backend really runs."""
+    try:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        names = [e.name for e in prof.events() if str(e.device_type).endswith("CUDA")]
+        return [n[:160] for n in names]
+    except Exception as exc:  # the profiler is a nicety; its absence must not fail a measurement
+        return [f"(profiler failed: {type(exc).__name__})"]
+
+
+def rel_err(out, ref) -> float:
+    import torch
+
+    o, r = out.float(), ref.float()
+    if not torch.isfinite(o).all():
+        return float("inf")
+    return float((o - r).norm() / r.norm())
+
+
+# -- the sweep ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SweepOptions:
+    impls: list[str]
+    configs: list[Config]
+    out_dir: Path
+    max_minutes: float = 8.0
+    min_reps: int = 10
+    max_reps: int = 50
+    budget_s: float = 1.0
+    retry_failed: bool = False
+
+
+def sweep(
+    configs: list[Config],
+    impls: list[str],
+    path: Path,
+    run_config: Callable[[Config, list[str]], Iterator[dict]],
+    deadline: float,
+    retry_failed: bool = False,
+    log=print,
+) -> int:
+    """Measure every (config, impl) whose time key is not yet in the file at `path`, config by config:
+    run_config(cfg, pending impls) yields one record per impl, and each is appended before the next is
+    measured. Stops at the deadline (time.monotonic()). Returns the number of records written."""
+    done = store.done_keys(store.load(path), retry_failed)
+    written = 0
+    for cfg in configs:
+        todo = [n for n in impls if key("time", n, cfg) not in done]
+        if not todo:
+            continue
+        if time.monotonic() > deadline:
+            log("validate: time limit reached; rerun the same command to continue")
+            break
+        for rec in run_config(cfg, todo):
+            store.append(path, rec)
+            written += 1
+            status = (
+                f"{rec['time_s'] * 1e3:.3f} ms" if rec["status"] == "ok" else f"{rec['status']}: {rec.get('error')}"
+            )
+            log(f"validate: {cfg.id:<28} {rec['impl']:<15} {status}")
+            if rec.get("fatal"):
+                raise FlashsimError(
+                    f"{rec['impl']} on {cfg.id} broke the CUDA context ({rec['error']}); what was measured is saved "
+                    f"in {path}; rerun (it resumes) with --impls leaving {rec['impl']} out"
+                )
+            if time.monotonic() > deadline:
+                break
+    return written
+
+
+def measure(opts: SweepOptions, deadline: float | None = None, log=print) -> Path:
+    """Time the sweep on this GPU into the measurement file (see sweep); returns the file."""
+    from .calibrate_gpu import argv_tail, provenance, read_gpu, require_gpu
+
+    cp = require_gpu("flashsim validate")
+    import torch
+
+    if not torch.cuda.is_available():
+        raise FlashsimError("flashsim validate needs PyTorch with CUDA; torch.cuda.is_available() is False")
+    path = opts.out_dir / MEASURED_NAME
+    profiled = {r["impl"] for r in store.load(path) if r.get("launched")}
+    store.append(path, {"type": "session", **provenance(cp, read_gpu(cp), ["validate", *argv_tail()[1:]])})
+    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+
+    def run_config(cfg: Config, names: list[str]) -> Iterator[dict]:
+        q, k, v = inputs(cfg)
+        ref = _reference(q, k, v, cfg)
+        for name in names:
+            rec = _measure_one(IMPLS[name], cfg, q, k, v, ref, flush, opts, name not in profiled)
+            if rec.get("launched"):
+                profiled.add(name)
+            yield rec
+        del q, k, v, ref
+        torch.cuda.empty_cache()
+
+    deadline = deadline or time.monotonic() + opts.max_minutes * 60
+    sweep(opts.configs, opts.impls, path, run_config, deadline, opts.retry_failed, log)
+    return path
+
+
+def _reference(q, k, v, cfg: Config):
+    """SDPA's output (flash backend, else whatever SDPA picks) to check each kernel computes attention."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    gqa = cfg.hkv != cfg.heads
+    for backends in ([SDPBackend.FLASH_ATTENTION], [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):
+        try:
+            with sdpa_kernel(backends):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=cfg.causal, enable_gqa=gqa)
+        except RuntimeError:
+            continue
+    return None
+
+
+def _measure_one(impl: Impl, cfg: Config, q, k, v, ref, flush, opts: SweepOptions, profile_it: bool) -> dict:
+    import torch
+
+    rec = {
+        "type": "time",
+        "key": key("time", impl.name, cfg),
+        "impl": impl.name,
+        "algo": impl.algo,
+        "config": cfg.problem_dict(impl.sim_dtype),
+        "config_id": cfg.id,
+        "tiling": our_tiling(impl, cfg, q),
+        "status": "ok",
+    }
+    try:
+        with impl_context(impl):
+            fn = make_call(impl, q, k, v, cfg)
+            out = fn()
+            torch.cuda.synchronize()
+            err = rel_err(out, ref) if ref is not None else None
+            rec["rel_err"] = err
+            if err is not None and not err <= WRONG_REL_ERR:
+                rec["status"] = "wrong"
+                rec["error"] = f"relative error {err:.3g} against SDPA exceeds {WRONG_REL_ERR}"
+                return rec
+            del out
+            samples = time_call(fn, flush, opts.min_reps, opts.max_reps, opts.budget_s)
+            if profile_it:
+                rec["launched"] = launched_kernels(fn)
+    except Exception as exc:  # a missing or failing kernel is a result, and the sweep goes on
+        rec["status"] = "failed"
+        rec["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        try:
+            torch.cuda.synchronize()
+        except Exception:  # a sticky error (illegal address): nothing more can run in this process
+            rec["fatal"] = True
+        return rec
+    flops = 4.0 * cfg.batch * cfg.heads * cfg.seqlen_q * cfg.nk * cfg.headdim / (2 if cfg.causal else 1)
+    med = statistics.median(samples)
+    rec.update(
+        time_s=med,
+        time_min_s=min(samples),
+        time_max_s=max(samples),
+        n=len(samples),
+        tflops=flops / med / 1e12,
+    )
+    return rec
+
+
+def measure_bytes(opts: SweepOptions, seqlens: list[int], deadline: float, log=print) -> None:
+    """Nsight Compute byte counts for the non-causal configurations of the given sequence lengths, for every
+    implementation whose timing succeeded; appended like the timings."""
+    from dataclasses import asdict
+
+    from . import validate_ncu
+
+    path = opts.out_dir / MEASURED_NAME
+    records = store.load(path)
+    done = store.done_keys(records, opts.retry_failed)
+    timed = store.latest(records, "time")
+    plan = []
+    for cfg in opts.configs:
+        if cfg.causal or cfg.seqlen_q not in seqlens or cfg.hkv != cfg.heads or cfg.nk != cfg.seqlen_q:
+            continue
+        for name in opts.impls:
+            t = timed.get(key("time", name, cfg))
+            if key("ncu", name, cfg) in done or t is None or t["status"] != "ok":
+                continue
+            impl = IMPLS[name]
+            plan.append({"key": key("ncu", name, cfg), "impl": name, "algo": impl.algo, "config": t["config"],
+                         "config_id": cfg.id, "tiling": t.get("tiling"), "cfg": asdict(cfg)})  # fmt: skip
+    if not plan:
+        return
+    for rec in validate_ncu.run(plan, deadline, log):
+        store.append(path, rec)

@@ -1,0 +1,311 @@
+"""Predictions for validate's measurements, their errors, and the report files.
+
+Reads validation-measured.jsonl, runs simulator.simulate for every measured (implementation, configuration)
+with the algorithm, dtype and tiling the measurement names, and writes validation.json (every row, and MAPE /
+max error / bias per implementation and quantity), validation.md (the same as tables) and validation.png
+(predicted against measured). Needs no GPU. Predictions already in validation.json for the same profile
+are reused, so a rerun after a resumed sweep simulates only the new rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from hw_profiles.errors import FlashsimError
+
+from . import validate_store as store
+from .validate_metrics import summarize, summarize_groups
+
+JSON_NAME = "validation.json"
+MD_NAME = "validation.md"
+PNG_NAME = "validation.png"
+# Quantity -> (label, unit, scale for display). l2_bytes compares ncu's lts__t_bytes with L2 reads + writes.
+QUANTITIES = {
+    "time_s": ("time", "ms", 1e3),
+    "hbm_read": ("HBM read", "MB", 1e-6),
+    "hbm_write": ("HBM write", "MB", 1e-6),
+    "l2_bytes": ("L2 read + write", "MB", 1e-6),
+}
+
+
+def rows_from(records: list[dict]) -> list[dict]:
+    """One row per (implementation, configuration): its timing and, where ncu ran, its bytes."""
+    rows: dict[tuple[str, str], dict] = {}
+    for rec in list(store.latest(records, "time").values()) + list(store.latest(records, "ncu").values()):
+        rid = (rec["impl"], rec["config_id"])
+        row = rows.setdefault(
+            rid,
+            {
+                "impl": rec["impl"],
+                "algo": rec["algo"],
+                "config_id": rec["config_id"],
+                "config": rec["config"],
+                "tiling": rec.get("tiling"),
+                "measured": {},
+                "status": {},
+            },
+        )
+        row["status"][rec["type"]] = rec["status"] if rec["status"] == "ok" else f"{rec['status']}: {rec.get('error')}"
+        if rec["status"] != "ok":
+            continue
+        if rec["type"] == "time":
+            row["measured"]["time_s"] = rec["time_s"]
+            row["rel_err"] = rec.get("rel_err")
+            row["tflops"] = rec.get("tflops")
+            if rec.get("launched"):
+                row["launched"] = rec["launched"]
+        else:
+            for q in ("hbm_read", "hbm_write", "l2_bytes"):
+                if rec.get(q) is not None:
+                    row["measured"][q] = rec[q]
+            row["ncu_kernels"] = rec.get("kernels", [])
+    return sorted(rows.values(), key=lambda r: (r["impl"], r["config_id"]))
+
+
+def profile_fingerprint(profile) -> str:
+    text = json.dumps({"name": profile.name, "params": profile.params}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _simulate(job: tuple[str, dict, dict | None, str, list[str]]) -> dict:
+    """One prediction (runs in a worker process): the simulator's time and bytes, or the error it raised."""
+    algo, problem, tiling, hw, overrides = job
+    from algorithms.problem import Problem
+    from algorithms.tiling import Tiling
+    from hw_profiles import load_profile
+    from simulator import simulate
+
+    try:
+        t0 = time.perf_counter()
+        res = simulate(algo, Problem(**problem), load_profile(hw, overrides), Tiling(**tiling) if tiling else None)
+        d = res.as_dict()
+        b = d["bytes"]
+        return {
+            "predicted": {
+                "time_s": d["time_s"],
+                "hbm_read": b["hbm_read"],
+                "hbm_write": b["hbm_write"],
+                "l2_bytes": b["l2_read"] + b["l2_write"],
+            },
+            "sim": {"bound_by": d["bound_by"], "tiling": d["tiling"], "wall_s": time.perf_counter() - t0},
+        }
+    except Exception as exc:  # a refused configuration is a result of the comparison, not a crash
+        return {"predict_error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
+
+
+def predict(rows: list[dict], hw: str, overrides: list[str], jobs: int, cached: dict, log=print) -> None:
+    """Fill row["predicted"] (or row["predict_error"]) for every row with a measurement."""
+    todo = []
+    for row in rows:
+        if not row["measured"]:
+            continue
+        hit = cached.get((row["impl"], row["config_id"]))
+        if hit is not None:
+            row.update(hit)
+            continue
+        todo.append(row)
+    if not todo:
+        return
+    log(f"validate: simulating {len(todo)} configurations ({jobs} processes)")
+    job_args = [(r["algo"], _problem_args(r["config"]), r.get("tiling"), hw, overrides) for r in todo]
+    if jobs > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            results = list(pool.map(_simulate, job_args))
+    else:
+        results = [_simulate(j) for j in job_args]
+    for row, res in zip(todo, results, strict=True):
+        row.update(res)
+
+
+def _problem_args(config: dict) -> dict:
+    keys = ("batch", "heads", "kv_heads", "seqlen_q", "seqlen_k", "headdim", "causal", "dtype")
+    return {k: config[k] for k in keys if k in config}
+
+
+def _cached(path: Path, fingerprint: str) -> dict:
+    """(impl, config_id) -> prediction fields from an earlier report made with the same profile."""
+    if not path.is_file():
+        return {}
+    try:
+        old = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return {}
+    if old.get("profile", {}).get("fingerprint") != fingerprint:
+        return {}
+    out = {}
+    for r in old.get("rows", []):
+        fields = {k: r[k] for k in ("predicted", "sim", "predict_error") if k in r}
+        if fields:
+            out[(r["impl"], r["config_id"])] = fields
+    return out
+
+
+def compare(out_dir: Path, measured: Path, hw: str = "h200", overrides: list[str] | None = None, jobs: int = 0,
+            command: str = "", log=print) -> dict:  # fmt: skip
+    """Predict, score and write validation.json / .md / .png into out_dir. Returns the report."""
+    from hw_profiles import load_profile
+
+    from .calibrate_gpu import today
+
+    records = store.load(measured)
+    if not records:
+        raise FlashsimError(f"no measurements in {measured}; run `flashsim validate` on a GPU first")
+    profile = load_profile(hw, overrides or [])
+    fingerprint = profile_fingerprint(profile)
+    rows = rows_from(records)
+    jobs = jobs or max(1, min(8, (os.cpu_count() or 1)))
+    predict(rows, hw, overrides or [], jobs, _cached(out_dir / JSON_NAME, fingerprint), log)
+    scored = [r for r in rows if r.get("predicted")]
+    summary = summarize_groups(scored, "impl", QUANTITIES)
+    by_algo = summarize_groups(scored, "algo", QUANTITIES)
+    overall = {q: summarize(_pairs(scored, q)) for q in QUANTITIES}
+    sessions = [r for r in records if r["type"] == "session"]
+    report = {
+        "provenance": {
+            "measured": sessions[-1] if sessions else {},
+            "sessions": len(sessions),
+            "compared": {"date": today(), "command": command},
+        },
+        "profile": {"name": profile.name, "hw": _display(hw), "fingerprint": fingerprint},
+        "quantities": {q: {"label": lab, "unit": unit} for q, (lab, unit, _) in QUANTITIES.items()},
+        "impl_algo": {r["impl"]: r["algo"] for r in rows},
+        "summary": summary,
+        "summary_by_algo": by_algo,
+        "overall": overall,
+        "rows": rows,
+        "failed": [
+            {"impl": r["impl"], "config_id": r["config_id"], "status": s}
+            for r in rows
+            for s in r["status"].values()
+            if s != "ok"
+        ]
+        + [
+            {"impl": r["impl"], "config_id": r["config_id"], "status": f"prediction failed: {r['predict_error']}"}
+            for r in rows
+            if r.get("predict_error")
+        ],
+        "plot": PNG_NAME,
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / JSON_NAME).write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
+    (out_dir / MD_NAME).write_text(markdown(report))
+    plot(scored, out_dir / PNG_NAME)
+    return report
+
+
+def _display(hw: str) -> str:
+    """A profile given by path is recorded by file name only (no machine paths in results)."""
+    return Path(hw).name if ("/" in hw or os.sep in hw) else hw
+
+
+def _pairs(rows: list[dict], q: str) -> list[tuple[float, float]]:
+    return [
+        (r["predicted"][q], r["measured"][q])
+        for r in rows
+        if r["predicted"].get(q) is not None and r["measured"].get(q) is not None and r["measured"][q] > 0
+    ]
+
+
+def _fmt(x: float | None, digits: int = 1) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def markdown(report: dict) -> str:
+    prov = report["provenance"]["measured"]
+    out = [
+        "# Simulator validation",
+        "",
+        f"Measured on {prov.get('gpu', '?')} (driver {prov.get('driver', '?')}, CUDA {prov.get('cuda_runtime', '?')}, "
+        f"torch {prov.get('torch', '?')}) on {prov.get('date', '?')} by `{prov.get('command', '?')}`; predicted with "
+        f"profile {report['profile']['name']} on {report['provenance']['compared']['date']}.",
+        "",
+        "Errors are (predicted - measured) / measured: MAPE and max are of its absolute value, bias its mean "
+        "(positive: the simulator predicts too much). Times are medians of CUDA-event timings with L2 flushed "
+        "before each call; bytes are Nsight Compute's dram__bytes_read/write.sum and lts__t_bytes.sum (ncu "
+        "counts L2 write-back after the kernel nowhere, the simulator's hbm_write excludes it too).",
+        "",
+        f"![predicted vs measured]({report['plot']})",
+        "",
+    ]
+    for q, (label, _unit, _) in QUANTITIES.items():
+        lines = [
+            f"{impl} | {report['impl_algo'][impl]} | {s[q]['n']} | {_fmt(s[q]['mape'])} | {_fmt(s[q]['max_err'])} | "
+            f"{_fmt(s[q]['bias'])}"
+            for impl, s in report["summary"].items()
+            if s[q]["n"]
+        ]
+        if not lines:
+            continue
+        o = report["overall"][q]
+        out += [
+            f"## {label}",
+            "",
+            "implementation | simulated as | n | MAPE % | max % | bias %",
+            "---|---|---|---|---|---",
+        ]
+        out += lines + [f"**all** | | {o['n']} | {_fmt(o['mape'])} | {_fmt(o['max_err'])} | {_fmt(o['bias'])}", ""]
+    out += ["## Every measurement", "", "configuration | implementation | measured ms | predicted ms | error % | "
+            "HBM read MB (meas / pred) | L2 MB (meas / pred)", "--- | --- | --- | --- | --- | --- | ---"]  # fmt: skip
+    for r in report["rows"]:
+        m, p = r["measured"], r.get("predicted", {})
+        if "time_s" not in m:
+            continue
+        err = (p["time_s"] - m["time_s"]) / m["time_s"] * 100 if p.get("time_s") else None
+        hbm = f"{m['hbm_read'] / 1e6:.0f} / {p.get('hbm_read', 0) / 1e6:.0f}" if "hbm_read" in m and p else ""
+        l2 = f"{m['l2_bytes'] / 1e6:.0f} / {p.get('l2_bytes', 0) / 1e6:.0f}" if "l2_bytes" in m and p else ""
+        pred = f"{p['time_s'] * 1e3:.3f}" if p.get("time_s") else "-"
+        out.append(f"{r['config_id']} | {r['impl']} | {m['time_s'] * 1e3:.3f} | {pred} | {_fmt(err)} | {hbm} | {l2}")
+    if report["failed"]:
+        out += ["", "## Not compared", ""]
+        out += [f"- {f['config_id']} {f['impl']}: {f['status']}" for f in report["failed"]]
+    launched = {r["impl"]: r["launched"] for r in report["rows"] if r.get("launched")}
+    if launched:
+        out += ["", "## Kernels each implementation launches (one call, torch profiler)", ""]
+        for impl, names in sorted(launched.items()):
+            out.append(f"- {impl}: " + "; ".join(f"`{n[:90]}`" for n in names[:8]))
+    return "\n".join(out) + "\n"
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """Predicted against measured, log-log, one panel per quantity with data, colour per implementation."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [q for q in QUANTITIES if _pairs(rows, q)]
+    if not panels:
+        panels = ["time_s"]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4.4), squeeze=False)
+    impls = sorted({r["impl"] for r in rows})
+    cmap = plt.get_cmap("tab10")
+    for ax, q in zip(axes[0], panels, strict=True):
+        label, unit, scale = QUANTITIES[q]
+        lo, hi = float("inf"), 0.0
+        for i, impl in enumerate(impls):
+            pts = _pairs([r for r in rows if r["impl"] == impl], q)
+            if not pts:
+                continue
+            xs = [m * scale for _, m in pts]
+            ys = [p * scale for p, _ in pts]
+            lo, hi = min(lo, *xs, *ys), max(hi, *xs, *ys)
+            ax.scatter(xs, ys, s=16, color=cmap(i % 10), label=impl, alpha=0.85)
+        if hi > 0:
+            line = [lo / 1.5, hi * 1.5]
+            ax.plot(line, line, color="black", lw=0.8)
+            ax.fill_between(line, [x / 1.25 for x in line], [x * 1.25 for x in line], color="grey", alpha=0.15)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+        ax.set_title(f"{label} (band: ±25%)")
+        ax.set_xlabel(f"measured ({unit})")
+        ax.set_ylabel(f"predicted ({unit})")
+        ax.grid(True, which="both", lw=0.3, alpha=0.5)
+    axes[0][0].legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,158 @@
+// SM-side microbenchmarks for calibration: FP32 FMA and MUFU ex2 throughput, mma.sync throughput and
+// latency (bf16, fp16, tf32), shared-memory bandwidth and latency, and the launch path (back-to-back kernel
+// gap, thread-block dispatch gap). Builds for sm_80 and sm_90a.
+#include "common.cuh"
+
+constexpr int CHAINS = 8;  // independent dependency chains per thread: covers the FMA/MUFU/MMA pipelines
+
+// FP32 FMA (named fp32_fma: ffma clashes with a CUDA math builtin): 8 chains of x = x * a + b per thread; a just under 1 keeps x bounded and non-zero.
+extern "C" __global__ void fp32_fma(float a, float b, int iters, float* sink, BlockTime* times) {
+  float x[CHAINS];
+#pragma unroll
+  for (int k = 0; k < CHAINS; ++k) x[k] = threadIdx.x * 1e-3f + k;
+  BlockTimer timer;
+  timer.start();
+  for (int i = 0; i < iters; ++i) {
+#pragma unroll
+    for (int k = 0; k < CHAINS; ++k) x[k] = fmaf(x[k], a, b);
+  }
+  float s = 0.f;
+#pragma unroll
+  for (int k = 0; k < CHAINS; ++k) s += x[k];
+  keep(s, -1.2345f, sink);
+  timer.stop(times);
+}
+
+// MUFU ex2 (what softmax's exp compiles to): 8 chains of y = 2^-y per thread. The negation folds into the
+// MUFU operand, and y stays in (0.5, 1), so every operation is one MUFU.EX2 on ordinary data.
+extern "C" __global__ void mufu_ex2(int iters, float* sink, BlockTime* times) {
+  float y[CHAINS];
+#pragma unroll
+  for (int k = 0; k < CHAINS; ++k) y[k] = 0.5f + (threadIdx.x * CHAINS + k) * 1e-5f;
+  BlockTimer timer;
+  timer.start();
+  for (int i = 0; i < iters; ++i) {
+#pragma unroll
+    for (int k = 0; k < CHAINS; ++k) asm volatile("ex2.approx.ftz.f32 %0, %1;" : "=f"(y[k]) : "f"(-y[k]));
+  }
+  float s = 0.f;
+#pragma unroll
+  for (int k = 0; k < CHAINS; ++k) s += y[k];
+  keep(s, -1.2345f, sink);
+  timer.stop(times);
+}
+
+// mma.sync: each warp runs `chains` independent accumulators (4 fp32 each) on fragments loaded once from
+// random data (zeros run faster on the tensor cores). m16n8k16 for bf16/fp16 (4096 FLOP per warp
+// instruction), m16n8k8 for tf32 (2048). chains == 1 gives the dependent-issue latency.
+#define MMA_BF16 "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+#define MMA_FP16 "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+#define MMA_TF32 "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+#define MMA_ARGS " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+
+#define DEFINE_MMA_KERNEL(NAME, OPCODE)                                                                      \
+  extern "C" __global__ void NAME(const unsigned* __restrict__ init, int iters, int chains, float* sink,     \
+                                  BlockTime* times) {                                                       \
+    const unsigned* f = init + (threadIdx.x & 31) * 6;                                                      \
+    const unsigned a0 = f[0], a1 = f[1], a2 = f[2], a3 = f[3], b0 = f[4], b1 = f[5];                        \
+    float c[CHAINS][4];                                                                                     \
+    _Pragma("unroll") for (int k = 0; k < CHAINS; ++k) c[k][0] = c[k][1] = c[k][2] = c[k][3] = 0.f;         \
+    BlockTimer timer;                                                                                       \
+    timer.start();                                                                                          \
+    if (chains == 1) {                                                                                      \
+      for (int i = 0; i < iters; ++i)                                                                       \
+        asm volatile(OPCODE MMA_ARGS                                                                        \
+                     : "+f"(c[0][0]), "+f"(c[0][1]), "+f"(c[0][2]), "+f"(c[0][3])                           \
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));                               \
+    } else {                                                                                                \
+      for (int i = 0; i < iters; ++i) {                                                                     \
+        _Pragma("unroll") for (int k = 0; k < CHAINS; ++k) asm volatile(                                    \
+            OPCODE MMA_ARGS                                                                                 \
+            : "+f"(c[k][0]), "+f"(c[k][1]), "+f"(c[k][2]), "+f"(c[k][3])                                    \
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));                                        \
+      }                                                                                                     \
+    }                                                                                                       \
+    float s = 0.f;                                                                                          \
+    _Pragma("unroll") for (int k = 0; k < CHAINS; ++k) s += c[k][0] + c[k][1] + c[k][2] + c[k][3];          \
+    keep(s, -1.2345f, sink);                                                                                \
+    timer.stop(times);                                                                                      \
+  }
+
+DEFINE_MMA_KERNEL(mma_bf16, MMA_BF16)
+DEFINE_MMA_KERNEL(mma_fp16, MMA_FP16)
+DEFINE_MMA_KERNEL(mma_tf32, MMA_TF32)
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// Shared-memory read bandwidth: every thread reads 16 B per load (a warp's 512 B are conflict-free, four
+// 128-byte wavefronts), 8 loads per step over a 32 KiB buffer. The loads are volatile asm so the compiler
+// cannot merge repeated reads of the same addresses.
+extern "C" __global__ void smem_read(int iters, float* sink, BlockTime* times) {
+  __shared__ float4 buf[2048];
+  for (int i = threadIdx.x; i < 2048; i += blockDim.x) buf[i] = make_float4(i, i + 1, i + 2, i + 3);
+  const unsigned base = smem_addr(buf);
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  BlockTimer timer;
+  timer.start();
+  for (int i = 0; i < iters; ++i) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const unsigned addr = base + ((threadIdx.x + k * 256) & 2047) * 16;
+      float4 v;
+      asm volatile("ld.shared.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr));
+      acc.x += v.x;
+      acc.y += v.y;
+      acc.z += v.z;
+      acc.w += v.w;
+    }
+  }
+  keep(acc.x + acc.y + acc.z + acc.w, -1.2345f, sink);
+  timer.stop(times);
+}
+
+// Shared-memory load-to-use latency: one thread follows a cycle of indices stored in shared memory.
+extern "C" __global__ void smem_chase(int steps, unsigned* sink, long long* cycles) {
+  __shared__ unsigned next[1024];
+  for (int i = threadIdx.x; i < 1024; i += blockDim.x) next[i] = (i * 97 + 13) & 1023;  // odd stride: one cycle
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  unsigned j = 0;
+  const unsigned base = smem_addr(next);
+  const long long t0 = clock64();
+  for (int s = 0; s < steps; ++s) asm volatile("ld.shared.u32 %0, [%1];" : "=r"(j) : "r"(base + j * 4));
+  const long long t1 = clock64();
+  sink[0] = j;
+  cycles[0] = t1 - t0;
+}
+
+// Holds the stream for `ns` nanoseconds so that the host can queue kernels behind it.
+extern "C" __global__ void spin(unsigned long long ns) {
+  const unsigned long long t0 = globaltimer_ns();
+  while (globaltimer_ns() - t0 < ns) {
+  }
+}
+
+// An empty kernel that stamps its start and end: start-to-start of back-to-back launches queued behind
+// `spin` is the device-side cost of a kernel launch.
+extern "C" __global__ void stamp(BlockTime* times) {
+  BlockTimer timer;
+  timer.start();
+  timer.stop(times);
+}
+
+// Thread-block dispatch: blocks sized to one per SM (by their dynamic shared memory) stamp start and end
+// in SM cycles; on each SM, next start minus previous end is the cost of retiring and launching a block.
+extern "C" __global__ void cta_stamp(BlockTime* times) {
+  extern __shared__ float pad[];
+  if (threadIdx.x == 1u << 20) pad[0] = 0.f;  // references the allocation; never taken
+  BlockTimer timer;
+  timer.start();
+  timer.stop(times);
+}
+
+// Separates the kernels of one measured call from the next in an Nsight Compute log (validate's byte counts).
+extern "C" __global__ void ncu_marker(int index) {
+  if (index < 0) asm volatile("trap;");
+}

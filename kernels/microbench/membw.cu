@@ -1,0 +1,122 @@
+// Memory-hierarchy microbenchmarks for calibration: streaming read / write / copy (HBM, or L2 when the
+// buffer is small and re-read), pointer-chase latency, and cp.async (LDGSTS) issue rate and latency.
+// Builds for sm_80 and sm_90a. Every kernel is extern "C" so the host loads it by name from the cubin.
+#include "common.cuh"
+
+// Four independent 16-byte loads in flight per thread per step: enough to cover HBM latency with
+// 8 blocks x 512 threads per SM. Loads are .cg (L2 only): re-reads of a small buffer then measure L2,
+// not the SM's own L1.
+extern "C" __global__ void read_cg(const uint4* __restrict__ src, unsigned long long n16, int reps,
+                                   unsigned* sink, BlockTime* times) {
+  BlockTimer timer;
+  timer.start();
+  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  const unsigned long long tid = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+  unsigned acc = 0;
+  for (int r = 0; r < reps; ++r) {
+    unsigned long long i = tid;
+    for (; i + 3 * stride < n16; i += 4 * stride) {
+      uint4 a = __ldcg(src + i), b = __ldcg(src + i + stride);
+      uint4 c = __ldcg(src + i + 2 * stride), d = __ldcg(src + i + 3 * stride);
+      acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+    }
+    for (; i < n16; i += stride) {
+      uint4 a = __ldcg(src + i);
+      acc ^= a.x ^ a.y ^ a.z ^ a.w;
+    }
+  }
+  keep(acc, 0x9e3779b9u, sink);
+  timer.stop(times);
+}
+
+// Streaming 16-byte stores of non-zero, position-dependent data (.cg: no L1 allocation).
+extern "C" __global__ void write_cg(uint4* __restrict__ dst, unsigned long long n16, int reps, BlockTime* times) {
+  BlockTimer timer;
+  timer.start();
+  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  const unsigned long long tid = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+  for (int r = 0; r < reps; ++r) {
+    for (unsigned long long i = tid; i < n16; i += stride) {
+      unsigned v = (unsigned)i * 2654435761u + r;
+      __stcg(dst + i, make_uint4(v, v ^ 1u, v ^ 2u, v ^ 3u));
+    }
+  }
+  timer.stop(times);
+}
+
+// dst = src, 16 bytes per thread per step, two loads in flight.
+extern "C" __global__ void copy_cg(const uint4* __restrict__ src, uint4* __restrict__ dst, unsigned long long n16,
+                                   BlockTime* times) {
+  BlockTimer timer;
+  timer.start();
+  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+  for (; i + stride < n16; i += 2 * stride) {
+    uint4 a = __ldcg(src + i), b = __ldcg(src + i + stride);
+    __stcg(dst + i, a);
+    __stcg(dst + i + stride, b);
+  }
+  if (i < n16) __stcg(dst + i, __ldcg(src + i));
+  timer.stop(times);
+}
+
+// One thread follows next[] (a random cycle over cache lines, built by the host): each load's address
+// depends on the previous load, so cycles per step is the load-to-use latency. .cg keeps L1 out of it.
+extern "C" __global__ void chase(const unsigned* __restrict__ next, unsigned start, int steps, unsigned* end,
+                                 long long* cycles) {
+  unsigned j = start;
+  const long long t0 = clock64();
+  for (int s = 0; s < steps; ++s) j = __ldcg(next + j);
+  const long long t1 = clock64();
+  end[0] = j;
+  cycles[0] = t1 - t0;
+}
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async16(unsigned dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+
+// Sustained cp.async: every thread copies 8 x 16 B per step into its slots of one half of the block's
+// buffer, halves alternating; waiting for all but the newest group keeps up to 16 copies per thread in
+// flight. The source (n16 words, a power of two) is L2-resident when small: the rate is then the SM's
+// cp.async issue rate, which is what the simulator charges per warp-wide instruction.
+extern "C" __global__ void cp_async_stream(const uint4* __restrict__ src, unsigned long long n16, int iters,
+                                           BlockTime* times) {
+  extern __shared__ uint4 buf[];  // 2 halves x 8 slots x blockDim.x
+  BlockTimer timer;
+  timer.start();
+  const unsigned long long mask = n16 - 1;
+  const unsigned long long base = (unsigned long long)blockIdx.x * iters * 8 * blockDim.x;
+  for (int it = 0; it < iters; ++it) {
+    uint4* half = buf + (it & 1) * 8 * blockDim.x;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      unsigned long long g = (base + ((unsigned long long)it * 8 + k) * blockDim.x + threadIdx.x) & mask;
+      cp_async16(smem_addr(half + k * blockDim.x + threadIdx.x), src + g);
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    asm volatile("cp.async.wait_group 1;" ::: "memory");
+  }
+  asm volatile("cp.async.wait_all;" ::: "memory");
+  timer.stop(times);
+}
+
+// Round trip of one 16-byte cp.async by one thread: issue, commit, wait. Source lines are L2-resident
+// (the host reads the buffer first); stepping by 128 B keeps each copy on a different line.
+extern "C" __global__ void cp_async_latency(const uint4* __restrict__ src, unsigned long long n16, int steps,
+                                            unsigned* sink, long long* cycles) {
+  __shared__ uint4 slot[1];
+  const long long t0 = clock64();
+  for (int s = 0; s < steps; ++s) {
+    cp_async16(smem_addr(slot), src + (((unsigned long long)s * 8) & (n16 - 1)));
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    asm volatile("cp.async.wait_all;" ::: "memory");
+  }
+  const long long t1 = clock64();
+  sink[0] = slot[0].x;
+  cycles[0] = t1 - t0;
+}

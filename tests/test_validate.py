@@ -1,0 +1,257 @@
+"""validate: error metrics, JSON-lines storage and resume, ncu parsing, the comparison report (GPU-free)."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import pytest
+
+import cli
+from experiments import validate, validate_compare, validate_ncu
+from experiments import validate_store as store
+from experiments.validate_metrics import pct_error, summarize, summarize_groups
+from hw_profiles.errors import FlashsimError
+
+# -- metrics ----------------------------------------------------------------------------------------------
+
+
+def test_pct_error_is_signed_percent_of_measurement() -> None:
+    assert pct_error(110.0, 100.0) == pytest.approx(10.0)
+    assert pct_error(50.0, 100.0) == pytest.approx(-50.0)
+    with pytest.raises(ValueError):
+        pct_error(1.0, 0.0)
+
+
+def test_summarize_mape_max_bias() -> None:
+    s = summarize([(110.0, 100.0), (80.0, 100.0), (2.0, 1.0)])  # +10%, -20%, +100%
+    assert s["n"] == 3
+    assert s["mape"] == pytest.approx((10 + 20 + 100) / 3)
+    assert s["max_err"] == pytest.approx(100.0)
+    assert s["bias"] == pytest.approx((10 - 20 + 100) / 3)
+    assert summarize([]) == {"n": 0, "mape": None, "max_err": None, "bias": None}
+
+
+def test_summarize_groups_counts_only_rows_with_both_values() -> None:
+    rows = [
+        {"impl": "a", "predicted": {"t": 2.0, "b": 5.0}, "measured": {"t": 1.0}},
+        {"impl": "a", "predicted": {"t": 3.0}, "measured": {"t": 3.0, "b": 4.0}},
+        {"impl": "b", "predicted": {}, "measured": {"t": 1.0}},
+    ]
+    out = summarize_groups(rows, "impl", ["t", "b"])
+    assert out["a"]["t"] == {"n": 2, "mape": 50.0, "max_err": 100.0, "bias": 50.0}
+    assert out["a"]["b"]["n"] == 0 and out["b"]["t"]["n"] == 0
+
+
+# -- JSON lines and resume --------------------------------------------------------------------------------
+
+
+def test_store_appends_and_skips_a_torn_last_line(tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    store.append(path, {"type": "time", "key": "k1", "status": "ok"})
+    store.append(path, {"type": "time", "key": "k2", "status": "failed"})
+    with path.open("a") as f:
+        f.write('{"type": "time", "key": "k3", "sta')  # the process died mid-write
+    recs = store.load(path)
+    assert [r["key"] for r in recs] == ["k1", "k2"]
+    assert store.done_keys(recs) == {"k1", "k2"}
+    assert store.done_keys(recs, retry_failed=True) == {"k1"}
+    store.append(path, {"type": "time", "key": "k2", "status": "ok"})  # appended after the torn line
+    assert store.latest(store.load(path))["k2"]["status"] == "ok"
+
+
+def test_store_refuses_a_foreign_file(tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    path.write_text("not json\n{}\n")
+    with pytest.raises(FlashsimError, match="line 1"):
+        store.load(path)
+
+
+def _fake_record(cfg: validate.Config, impl: str) -> dict:
+    return {"type": "time", "key": validate.key("time", impl, cfg), "impl": impl, "status": "ok", "time_s": 1e-3}
+
+
+def test_sweep_writes_each_record_as_it_comes_and_resumes(tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    configs = validate.smoke()
+    impls = ["v2", "sdpa-flash"]
+    calls: list[tuple[str, str]] = []
+
+    def interrupted(cfg, names):
+        for name in names:
+            if len(calls) == 3:
+                raise KeyboardInterrupt  # the sweep is killed while measuring the fourth
+            calls.append((cfg.id, name))
+            yield _fake_record(cfg, name)
+
+    with pytest.raises(KeyboardInterrupt):
+        validate.sweep(configs, impls, path, interrupted, time.monotonic() + 60, log=lambda _: None)
+    assert len(store.load(path)) == 3  # nothing finished was lost
+
+    calls.clear()
+
+    def complete(cfg, names):
+        for name in names:
+            calls.append((cfg.id, name))
+            yield _fake_record(cfg, name)
+
+    written = validate.sweep(configs, impls, path, complete, time.monotonic() + 60, log=lambda _: None)
+    assert written == len(configs) * len(impls) - 3  # only what was missing
+    assert calls[0] == (configs[1].id, "sdpa-flash")
+    assert len(store.latest(store.load(path))) == len(configs) * len(impls)
+
+
+def test_sweep_stops_at_the_deadline(tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    msgs: list[str] = []
+    n = validate.sweep(validate.smoke(), ["v2"], path, lambda c, ns: iter(()), time.monotonic() - 1, log=msgs.append)
+    assert n == 0 and "time limit" in msgs[-1]
+
+
+def test_grids() -> None:
+    grid = validate.fa2_grid()
+    assert len(grid) == 24
+    assert all(c.batch * c.seqlen_q == 16384 and c.heads * c.headdim == 2048 for c in grid)
+    ids = [c.id for c in validate.GRIDS["fa2"]()]
+    assert len(ids) == len(set(ids))
+    assert validate.Config(2, 32, 4096, 128, causal=True, kv_heads=8).id == "b2-h32-kv8-n4096-d128-causal"
+
+
+# -- ncu --------------------------------------------------------------------------------------------------
+
+NCU_HEADER = (
+    "ID,Process ID,Process Name,Host Name,Kernel Name,Context,Stream,Block Size,Grid Size,Device,CC,"
+    "Section Name,Metric Name,Metric Unit,Metric Value"
+)
+
+
+def _ncu_csv(rows: list[tuple[int, str, str, str, str]]) -> str:
+    """ncu --csv text: a message line, the header, then one quoted row per (id, kernel, metric, unit, value)."""
+    out = ["==PROF== Connected to process 123", ",".join(f'"{h}"' for h in NCU_HEADER.split(","))]
+    for kid, name, metric, unit, value in rows:
+        fields = [str(kid), "1", "python3", "h", name, "1", "7", "(128, 1, 1)", "(4, 2, 2)", "0", "9.0",
+                  "Command line profiler metrics", metric, unit, value]  # fmt: skip
+        out.append(",".join(f'"{f}"' for f in fields))
+    return "\n".join(out) + "\n"
+
+
+NCU_CSV = _ncu_csv(
+    [
+        (0, "ncu_marker", "dram__bytes_read.sum", "byte", "0"),
+        (1, "flash_fwd_kernel(Params)", "dram__bytes_read.sum", "byte", "1,048,576"),
+        (1, "flash_fwd_kernel(Params)", "dram__bytes_write.sum", "Kbyte", "512"),
+        (1, "flash_fwd_kernel(Params)", "lts__t_bytes.sum", "Mbyte", "2.5"),
+        (1, "flash_fwd_kernel(Params)", "gpu__time_duration.sum", "usecond", "12.5"),
+        (2, "ncu_marker", "dram__bytes_read.sum", "byte", "0"),
+        (3, "softmax", "dram__bytes_read.sum", "byte", "100"),
+        (4, "gemm", "dram__bytes_read.sum", "byte", "200"),
+    ]
+)
+
+
+def test_ncu_csv_parse_and_grouping() -> None:
+    kernels = validate_ncu.parse_csv(NCU_CSV)
+    assert [k["id"] for k in kernels] == [0, 1, 2, 3, 4]
+    m = kernels[1]["metrics"]
+    assert m["dram__bytes_read.sum"] == 1048576
+    assert m["dram__bytes_write.sum"] == 512e3
+    assert m["lts__t_bytes.sum"] == 2.5e6
+    assert m["gpu__time_duration.sum"] == pytest.approx(12.5e-6)
+    base = {"impl": "x", "algo": "v2", "config": {}, "config_id": "c", "tiling": None}
+    manifest = [
+        {**base, "key": "a", "marker": True},
+        {**base, "key": "skipped", "marker": False, "status": "failed", "error": "boom"},
+        {**base, "key": "b", "marker": True},
+    ]
+    groups = validate_ncu.group_calls(kernels, manifest)
+    assert [(e["key"], [k["name"] for k in ks]) for e, ks in groups] == [
+        ("a", ["flash_fwd_kernel(Params)"]),
+        ("b", ["softmax", "gemm"]),
+    ]
+    rec = validate_ncu.record(groups[1][0], groups[1][1])
+    assert rec["type"] == "ncu" and rec["hbm_read"] == 300 and rec["hbm_write"] is None
+
+
+def test_ncu_units() -> None:
+    assert validate_ncu.to_base("1.5", "Gbyte") == 1.5e9
+    with pytest.raises(ValueError):
+        validate_ncu.to_base("1", "furlong")
+
+
+# -- comparison and report --------------------------------------------------------------------------------
+
+
+def _measured_file(tmp_path: Path) -> Path:
+    path = tmp_path / validate.MEASURED_NAME
+    store.append(path, {"type": "session", "gpu": "Test GPU", "driver": "1.0", "cuda_runtime": "13.0",
+                        "torch": "2.x", "date": "2026-01-01", "command": "flashsim validate"})  # fmt: skip
+    for i, (impl, algo) in enumerate((("v2", "v2"), ("sdpa-flash", "v2"), ("sdpa-cudnn", "v3"))):
+        cfg = validate.Config(2, 4, 512, 64)
+        base = {"impl": impl, "algo": algo, "config": cfg.problem_dict("bf16"), "config_id": cfg.id, "tiling": None}
+        store.append(path, {**base, "type": "time", "key": validate.key("time", impl, cfg), "status": "ok",
+                            "time_s": 1e-4 * (i + 1), "rel_err": 0.003})  # fmt: skip
+        store.append(path, {**base, "type": "ncu", "key": validate.key("ncu", impl, cfg), "status": "ok",
+                            "hbm_read": 1e6, "hbm_write": 2e5, "l2_bytes": 4e6, "kernels": []})  # fmt: skip
+    cfg = validate.Config(2, 4, 512, 128)
+    store.append(path, {"type": "time", "key": validate.key("time", "v1", cfg), "impl": "v1", "algo": "v1",
+                        "config": cfg.problem_dict("bf16"), "config_id": cfg.id, "status": "failed",
+                        "error": "FlashsimError: no kernel"})  # fmt: skip
+    return path
+
+
+def _fake_simulate(job):
+    # 10% over on time, 20% under on bytes, whatever the configuration.
+    return {"predicted": {"time_s": 1.1e-4, "hbm_read": 8e5, "hbm_write": 1.6e5, "l2_bytes": 3.2e6},
+            "sim": {"bound_by": "tensor"}}  # fmt: skip
+
+
+def test_compare_writes_report_with_metrics(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(validate_compare, "_simulate", _fake_simulate)
+    measured = _measured_file(tmp_path)
+    report = validate_compare.compare(tmp_path, measured, "h200", jobs=1, log=lambda _: None)
+    s = report["summary"]
+    assert s["v2"]["time_s"] == {"n": 1, "mape": pytest.approx(10.0), "max_err": pytest.approx(10.0),
+                                 "bias": pytest.approx(10.0)}  # fmt: skip
+    assert s["sdpa-flash"]["time_s"]["bias"] == pytest.approx(-45.0)  # 1.1e-4 against 2e-4
+    assert s["v2"]["hbm_read"]["mape"] == pytest.approx(20.0)
+    assert report["overall"]["time_s"]["n"] == 3
+    assert report["summary_by_algo"]["v2"]["time_s"]["n"] == 2
+    assert any("no kernel" in f["status"] for f in report["failed"])
+    saved = json.loads((tmp_path / "validation.json").read_text())
+    assert saved["provenance"]["measured"]["gpu"] == "Test GPU"
+    md = (tmp_path / "validation.md").read_text()
+    assert "| MAPE % |" in md and "Test GPU" in md
+    assert (tmp_path / "validation.png").stat().st_size > 1000
+
+
+def test_compare_reuses_predictions_for_the_same_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(validate_compare, "_simulate", _fake_simulate)
+    measured = _measured_file(tmp_path)
+    validate_compare.compare(tmp_path, measured, "h200", jobs=1, log=lambda _: None)
+    monkeypatch.setattr(validate_compare, "_simulate", lambda job: pytest.fail("simulated again"))
+    validate_compare.compare(tmp_path, measured, "h200", jobs=1, log=lambda _: None)
+
+
+def test_compare_with_the_real_simulator_on_a_tiny_problem(tmp_path: Path) -> None:
+    pytest.importorskip("simpy")
+    cfg = validate.Config(1, 2, 256, 64)
+    res = validate_compare._simulate(("v2", cfg.problem_dict("bf16"), None, "h200", []))
+    assert "predict_error" not in res, res
+    assert res["predicted"]["time_s"] > 0 and res["predicted"]["hbm_read"] > 0
+    assert math.isfinite(res["predicted"]["l2_bytes"])
+
+
+def test_validate_compare_only_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    monkeypatch.setattr(validate_compare, "_simulate", _fake_simulate)
+    _measured_file(tmp_path)
+    rc = cli.main(["validate", "--compare-only", "--out-dir", str(tmp_path), "--jobs", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "sdpa-cudnn" in out and "MAPE" in out
+
+
+def test_validate_rejects_bad_input(capsys) -> None:
+    assert cli.main(["validate", "--impls", "v9"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown implementation 'v9'" in err
