@@ -224,7 +224,7 @@ class _Cta:
             out = out * self.get(regs, op.a_scale)
         if op.b_scale:
             out = out * self.get(regs, op.b_scale)
-        if op.split == "k" and op.warps > 1:
+        if op.split == "k":
             # split-K: each warp multiplies its slice of k; the partials stay separate until WarpReduce.
             edges = [kk * w // op.warps for w in range(op.warps + 1)]
             out = torch.stack([a[:rows, lo:hi] @ b[lo:hi] for lo, hi in itertools.pairwise(edges)])
