@@ -169,8 +169,15 @@ def _progress(enabled: bool):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = Console(stderr=True)
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=console, transient=True, disable=not (enabled and console.is_terminal))
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not (enabled and console.is_terminal),
+    )
 
 
 # -- presentation ---------------------------------------------------------------------------------------
@@ -191,17 +198,24 @@ def print_report(result: dict, console) -> None:
     rows: dict[tuple, dict[str, dict]] = {}
     for p in result["points"]:
         rows.setdefault((p["sweep"], p["N"], p["d"], p["M_bytes"]), {})[p["algo"]] = p
-    table = Table(title=f"Global-memory bytes ({result['dtype']}, batch = heads = 1, {result['profile']})",
-                  box=box.SIMPLE_HEAD)
+    table = Table(
+        title=f"Global-memory bytes ({result['dtype']}, batch = heads = 1, {result['profile']})", box=box.SIMPLE_HEAD
+    )
     for col in ("sweep", "N", "d", "M", "M / Nd", "v1 Br x Bc", "standard", "v1", "v2", "v1 / (N^2 d^2 / M)"):
         table.add_column(col, justify="left" if col == "sweep" else "right", no_wrap=True)
     for (sweep, n, d, m_bytes), by_algo in rows.items():
         v1 = by_algo["v1"]
         m = v1["M_elements"]
-        table.add_row(sweep, str(n), str(d), _human(m_bytes), f"{m / (n * d):.3g}",
-                      f"{v1['block_m']} x {v1['block_n']}",
-                      *(_human(by_algo[a]["hbm_bytes"]) for a in ALGOS),
-                      f"{v1['hbm_bytes'] / (n * n * d * d / m):.3g} B")
+        table.add_row(
+            sweep,
+            str(n),
+            str(d),
+            _human(m_bytes),
+            f"{m / (n * d):.3g}",
+            f"{v1['block_m']} x {v1['block_n']}",
+            *(_human(by_algo[a]["hbm_bytes"]) for a in ALGOS),
+            f"{v1['hbm_bytes'] / (n * n * d * d / m):.3g} B",
+        )
     console.print(table)
 
     fit_table = Table(title="Fitted exponents (least squares on log-log)", box=box.SIMPLE_HEAD)
@@ -229,9 +243,12 @@ def plot(result: dict, plot_dir: str) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = (("N", "N", "N (d, M fixed)"), ("d", "d", "d (N, M fixed)"),
-              ("M", "M_elements", "M elements (N, d fixed)"),
-              ("saturation", "M_elements", f"M elements past N d (N={SAT_N}, d={SAT_D})"))
+    panels = (
+        ("N", "N", "N (d, M fixed)"),
+        ("d", "d", "d (N, M fixed)"),
+        ("M", "M_elements", "M elements (N, d fixed)"),
+        ("saturation", "M_elements", f"M elements past N d (N={SAT_N}, d={SAT_D})"),
+    )
     fig, axes = plt.subplots(1, 4, figsize=(18, 4.2))
     for ax, (sweep, attr, label) in zip(axes, panels, strict=True):
         for algo, marker in zip(ALGOS, "sox", strict=True):
@@ -279,4 +296,3 @@ def main(args) -> int:
     if not args.no_plot:
         console.print("plots: " + ", ".join(result["plots"]))
     return 0
-
