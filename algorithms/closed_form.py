@@ -43,6 +43,7 @@ class Step:
     path: str
     execs: int
     effects: list[Effect]
+    when: str = ""  # the condition under which it runs in its loop (e.g. 'j > 0'); '' = every iteration
 
 
 @dataclass
@@ -123,7 +124,7 @@ def _store(text: str, tensor: str, per: int, total: int, execs: int, tma: bool =
     effects = [Effect("gmem_write", tensor, per, total)]
     if tma:  # staged in shared memory for the TMA engine
         effects += [Effect("smem_write", tensor, per, total), Effect("smem_read", tensor, per, total)]
-    return Step(text, "rf->smem->gmem" if tma else "rf->gmem", execs, effects)
+    return Step(text, "rf->gmem tma" if tma else "rf->gmem", execs, effects)
 
 
 def _gemm(text: str, instr: str, dt: str, m: int, n: int, k: int, execs: int,
@@ -149,6 +150,11 @@ def _work(text: str, execs: int, exps: int, alu: int, alu_total: int | None = No
         effects += [Effect("smem_write", key, wr, wr * execs), Effect("smem_read", key, rd, rd * execs)]
         path = "rf<->smem"
     return Step(text, path, execs, effects)
+
+
+def _when(condition: str, step: Step) -> Step:
+    step.when = condition
+    return step
 
 
 def _merged(steps: list[Step]) -> list[Step]:
@@ -181,7 +187,7 @@ def _standard(x: _Dims) -> list[KernelNest]:
                 Loop(f"kc in 0..{kd}  {K_CHUNK}-wide slice of d", kd, n, [
                     _load("load Q[i, kc]", "Q", rq * cd * e, BH * tk * Nq * d * e, n),
                     _load("load K[j, kc]", "K", rk * cd * e, BH * tq * Nk * d * e, n),
-                    _gemm(f"S += Q K^T  mma_sync, {w} warps split rows", "mma_sync", x.dt, bm, bn, K_CHUNK, n,
+                    _gemm("S += Q K^T  mma_sync, split rows", "mma_sync", x.dt, bm, bn, K_CHUNK, n,
                           ("Q", bm * K_CHUNK * eg), ("K", w * K_CHUNK * bn * eg)),
                 ]),
                 _store("store S[i, j]", "S", rq * rk * e, BH * Nq * Nk * e, BH * tq * tk),
@@ -195,7 +201,7 @@ def _standard(x: _Dims) -> list[KernelNest]:
     softmax = KernelNest("softmax", n, 32 * SOFTMAX_ROWS, [_bh_loop(x, [
         Loop(f"r in 0..{tr}  block of {SOFTMAX_ROWS} rows", tr, n, [
             _load("load S[r, :]", "S", r * Nk * e, BH * Nq * Nk * e, n, smem=False),
-            Step("P = softmax(scale S)  max, exp, sum passes", "rf", n, [
+            Step("P = softmax(scale S)  (max, exp, sum)", "rf", n, [
                 Effect("exps", "", r * Nk, BH * Nq * Nk), Effect("alu_flops", "", 5 * r * Nk, 5 * BH * Nq * Nk)]),
             _store("store P[r, :]", "P", r * Nk * e, BH * Nq * Nk * e, n),
         ], grid=True),
@@ -208,7 +214,7 @@ def _standard(x: _Dims) -> list[KernelNest]:
                 Loop(f"kc in 0..{kn}  {K_CHUNK}-key slice", kn, n, [
                     _load("load P[i, kc]", "P", rq * min(K_CHUNK, Nk) * e, BH * td * Nq * Nk * e, n),
                     _load("load V[kc, c]", "V", min(K_CHUNK, Nk) * dn * e, BH * tq * Nk * d * e, n),
-                    _gemm(f"O += P V  mma_sync, {w} warps split rows", "mma_sync", x.dt, bm, dn, K_CHUNK, n,
+                    _gemm("O += P V  mma_sync, split rows", "mma_sync", x.dt, bm, dn, K_CHUNK, n,
                           ("P", bm * K_CHUNK * eg), ("V", w * K_CHUNK * dn * eg)),
                 ]),
                 _store("store O[i, c]", "O", rq * dn * e, BH * Nq * d * e, BH * tq * td),
@@ -237,17 +243,17 @@ def _v1(x: _Dims) -> list[KernelNest]:
     ]
     if mid:
         inner += [
-            _load("load O_i fp32 partial (not at the first j)", "Oacc", rq * d * F32,
-                  BH * mid_rows * d * F32, BH * mid, smem=False),
-            _load("load m_i", "M", rq * F32, BH * mid_rows * F32, BH * mid, smem=False),
-            _load("load l_i", "L", rq * F32, BH * mid_rows * F32, BH * mid, smem=False),
+            _when("j > 0", _load("load O_i fp32 partial", "Oacc", rq * d * F32, BH * mid_rows * d * F32, BH * mid,
+                                 smem=False)),
+            _when("j > 0", _load("load m_i", "M", rq * F32, BH * mid_rows * F32, BH * mid, smem=False)),
+            _when("j > 0", _load("load l_i", "L", rq * F32, BH * mid_rows * F32, BH * mid, smem=False)),
         ]
     # one warp alone keeps its row statistics in registers
     stats = (SOFTMAX_STAT_COUNT * w * br * F32, SOFTMAX_STAT_COUNT * w * w * br * F32) if w > 1 else (0, 0)
     inner += [
-        _gemm(f"S = Q_i K_j^T  mma_sync, {w} warps split keys", "mma_sync", x.dt, br, bc, d, P,
+        _gemm("S = Q_i K_j^T  mma_sync, split keys", "mma_sync", x.dt, br, bc, d, P,
               ("Q", w * br * d * eg), ("K", bc * d * eg)),
-        _work("local softmax m~, l~, P (row stats across warps)", P, br * bc,
+        _work("local softmax (stats across warps)", P, br * bc,
               4 * br * bc + 2 * br, (4 * br * bc + 2 * br) * P + BH * masked * br * bc,
               (SOFTMAX_STATS, *stats)),
         _gemm("PV = P V_j  split keys", "mma_sync", x.dt, br, d, bc, P, None, ("V", bc * d * eg)),
@@ -256,14 +262,14 @@ def _v1(x: _Dims) -> list[KernelNest]:
     ]
     if mid:
         inner += [
-            _store("store O_i fp32 partial (not at the last j)", "Oacc", rq * d * F32,
-                   BH * mid_rows * d * F32, BH * mid),
-            _store("store m_i", "M", rq * F32, BH * mid_rows * F32, BH * mid),
-            _store("store l_i", "L", rq * F32, BH * mid_rows * F32, BH * mid),
+            _when("j < last", _store("store O_i fp32 partial", "Oacc", rq * d * F32, BH * mid_rows * d * F32,
+                                     BH * mid)),
+            _when("j < last", _store("store m_i", "M", rq * F32, BH * mid_rows * F32, BH * mid)),
+            _when("j < last", _store("store l_i", "L", rq * F32, BH * mid_rows * F32, BH * mid)),
         ]
-    inner.append(_store("store O_i (at its last j)", "O", rq * d * eo,
-                        BH * sum(x.rows(i) for i in seen) * d * eo, BH * len(seen)))
-    note = "causal: skips q-blocks above the diagonal" if x.p.causal else ""
+    inner.append(_when("j = last", _store("store O_i", "O", rq * d * eo, BH * sum(x.rows(i) for i in seen) * d * eo,
+                                          BH * len(seen))))
+    note = "causal: skips masked blocks" if x.p.causal else ""
     body = [
         Loop(f"j in 0..{tc}  kv-block", tc, BH * tc, [
             _load("load K_j", "K", rk * d * e, BH * Nk * d * e, BH * tc),
@@ -272,7 +278,7 @@ def _v1(x: _Dims) -> list[KernelNest]:
         ]),
     ]
     if unseen:
-        body.append(Loop(f"i in {len(unseen)} q-blocks that see no key", len(unseen), BH * len(unseen), [
+        body.append(Loop(f"i in 0..{len(unseen)}  q-blocks that see no key", len(unseen), BH * len(unseen), [
             _store("store O_i = 0", "O", rq * d * eo, BH * sum(x.rows(i) for i in unseen) * d * eo,
                    BH * len(unseen))]))
     return [KernelNest("flash_fwd_v1", BH, 32 * w, [_bh_loop(x, body)])]
@@ -292,12 +298,12 @@ def _v2(x: _Dims) -> list[KernelNest]:
         Loop(f"j in 0..{max(n)}  kv-block", max(n), P, [
             _load("load K_j", "K", rk * d * e, kv, P),
             _load("load V_j", "V", rk * d * e, kv, P),
-            _gemm(f"S = Q_i K_j^T  mma_sync, {w} warps split rows", "mma_sync", x.dt, bm, bn, d, P,
+            _gemm("S = Q_i K_j^T  mma_sync, split rows", "mma_sync", x.dt, bm, bn, d, P,
                   ("Q", bm * d * eg), ("K", w * bn * d * eg)),
-            _work("online softmax: m, l, P = exp(S - m), O *= corr", P, bm * bn + bm, soft,
+            _work("online softmax, O *= e^(m_old - m)", P, bm * bn + bm, soft,
                   soft * P + masked * bm * bn),
             _gemm("O += P V_j", "mma_sync", x.dt, bm, d, bn, P, None, ("V", w * bn * d * eg)),
-        ], note="causal: up to the diagonal" if x.p.causal else ""),
+        ], note="causal: to the diagonal" if x.p.causal else ""),
         _work("O /= l, LSE = m + log l", BH * tr, 2 * bm, bm * d + bm),
         _store("store O_i", "O", rq * d * eo, BH * Nq * d * eo, BH * tr),
         _store("store LSE_i", "LSE", rq * F32, BH * Nq * F32, BH * tr),
@@ -321,10 +327,10 @@ def _v3(x: _Dims, fp8: bool, hadamard: bool) -> list[KernelNest]:
     rk = min(bn, x.Nk)
     soft = 4 * wg * bn + wg * (2 + d)
 
-    scales = [_load("load Kscale_j, Vscale_j (with their tiles)", "Kscale", F32, P * F32, P),
+    scales = [_load("load Kscale_j, Vscale_j", "Kscale", F32, P * F32, P),
               _load("", "Vscale", F32, P * F32, P)] if fp8 else []
     producer = [
-        _load("load Q_i (TMA, a 64-row slice per consumer)", q, min(bm, Nq) * d * e, BH * Nq * d * e, BH * tr),
+        _load("load Q_i (TMA, 64 rows per consumer)", q, min(bm, Nq) * d * e, BH * Nq * d * e, BH * tr),
         Loop(f"j in 0..{max(n)}  kv-block (ring of {x.t.stages} slots)", max(n), P, [
             _load("load K_j (TMA)", k, rk * d * e, kv, P),
             _load("load V_j (TMA)", v, rk * d * e, kv, P),
@@ -334,16 +340,16 @@ def _v3(x: _Dims, fp8: bool, hadamard: bool) -> list[KernelNest]:
     kv_loop = [
         _gemm("S = Q_c K_j^T  wgmma", "wgmma", x.dt, wg, bn, d, CP, (q, wg * d * eg), (k, bn * d * eg),
               ("Kscale", F32) if fp8 else None),
-        _work("online softmax (overlaps the previous PV)", CP, wg * bn + wg, soft, soft * CP + masked * wg * bn),
+        _work("softmax (overlaps the previous PV)", CP, wg * bn + wg, soft, soft * CP + masked * wg * bn),
         _gemm("O += P V_j  wgmma", "wgmma", x.dt, wg, d, bn, CP, None, (v, bn * d * eg),
               ("Vscale", F32) if fp8 else None),
     ]
     if rescales:
-        kv_loop.append(_work("O *= e^(m_old - m)  (deferred, not at j = 0)", rescales, 0, wg * d))
+        kv_loop.append(_when("j > 0", _work("O *= e^(m_old - m), deferred", rescales, 0, wg * d)))
     consumer = [
         *([_load("load Qscale_i", "Qscale", F32, C * F32, C, smem=False)] if fp8 else []),
         Loop(f"j in 0..{max(n)}  kv-block", max(n), CP, kv_loop,
-             note="causal: up to the diagonal" if x.p.causal else ""),
+             note="causal: to the diagonal" if x.p.causal else ""),
         _work("O /= l, LSE = m + log l", C, 2 * wg, wg * d + wg),
         _store("store O_c (TMA)", "O", min(wg, Nq) * d * eo, BH * Nq * d * eo, C, tma=True),
         _store("store LSE_c", "LSE", min(wg, Nq) * F32, BH * Nq * F32, C),
@@ -371,7 +377,7 @@ def _quantize(x: _Dims, hadamard: bool) -> KernelNest:
         m = B * heads * blocks
         r = min(block, n_rows)
         ctas += m
-        text = f"{name}q, delta = quantise({name}" + (" diag(+-1) H / sqrt(d))" if h else ")")
+        text = f"quantise {name}" + (" diag(+-1) H / sqrt(d)" if h else "") + " to e4m3"
         parts.append(_bh_loop(x, [Loop(f"blk in 0..{blocks}  {name} block", blocks, m, [
             _load(f"load {name} (bf16)", name, r * d * IN_BYTES, B * heads * n_rows * d * IN_BYTES, m, smem=False),
             Step(text, "rf", m, [Effect("exps", "", 0, 0),

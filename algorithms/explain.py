@@ -16,7 +16,7 @@ from .problem import Problem
 from .schedules import build
 from .tiling import Tiling
 
-_W = 56  # width of the loop-nest column
+_W = 46  # width of the loop-nest column; with the others a line stays within 120 columns
 _GMEM = ("gmem_read", "gmem_write")
 _SMEM = ("smem_read", "smem_write")
 
@@ -69,7 +69,7 @@ class Explanation:
     def text(self) -> str:
         p, t = self.problem, self.tiling
         out = [f"{self.algo}: {p.describe()}; tiles {t.describe()}"]
-        head = f"{'':<{_W}} {'path':<14} {'execs':>8} {'gmem/it':>9} {'smem/it':>9} {'gmem':>9} {'smem':>9}  work/it"
+        head = f"{'':<{_W}} {'path':<12} {'execs':>7} {'gmem/it':>9} {'gmem':>9} {'smem/it':>9} {'smem':>9}  work/it"
         for k, nest in enumerate(self.nests, 1):
             grid = "work tiles (persistent grid)" if nest.persistent else "thread blocks"
             if nest.ctas == 1:
@@ -78,9 +78,9 @@ class Explanation:
                     head]
             out += _lines(nest.body, 0)
             io = self.totals.kernels[k - 1]
-            out.append(f"  total: gmem {human_bytes(io.gmem_bytes)} "
-                       f"(read {_by_tensor(io.gmem_read)}; write {_by_tensor(io.gmem_write)}), "
-                       f"smem {human_bytes(io.smem_bytes)}")
+            out.append(textwrap.fill(f"total: gmem {human_bytes(io.gmem_bytes)} (read {_by_tensor(io.gmem_read)}; "
+                                     f"write {_by_tensor(io.gmem_write)}), smem {human_bytes(io.smem_bytes)}",
+                                     118, initial_indent="  ", subsequent_indent="    "))
         tot = self.totals
         out += ["", f"schedule total: gmem {human_bytes(tot.gmem_bytes)} ({tot.gmem_bytes} B), "
                     f"smem {human_bytes(tot.smem_bytes)} ({tot.smem_bytes} B), "
@@ -127,11 +127,11 @@ def _work(step: Step) -> str:
     parts = []
     for e in step.effects:
         if e.kind == "flops":
-            parts.append(f"{human_count(e.per_iter)} FLOP {e.key}")
+            parts.append(f"{human_count(e.per_iter)} FLOP")
         elif e.kind == "exps" and e.per_iter:
             parts.append(f"{human_count(e.per_iter)} exp")
-        elif e.kind == "alu_flops" and e.per_iter:
-            parts.append(f"{human_count(e.per_iter)} alu")
+        elif e.kind == "alu_flops" and e.per_iter and not any(x.kind == "exps" and x.per_iter for x in step.effects):
+            parts.append(f"{human_count(e.per_iter)} alu")  # shown only when there is no exp
     return ", ".join(parts)
 
 
@@ -140,16 +140,16 @@ def _lines(body: list, depth: int) -> list[str]:
     pad = "  " * (depth + 1)
     for node in body:
         if isinstance(node, Loop):
-            tag = "  [grid]" if node.grid else ""
-            note = f"  ({node.note})" if node.note else ""
+            tag = " [grid]" if node.grid else ""
+            note = f" ({node.note})" if node.note else ""
             head = f"for {node.var}" if " in " in node.var else f"{node.var}:"
-            lines.append(f"{pad + head + tag + note:<{_W + 15}} {node.execs:>8}")
+            lines.append(f"{pad + head + tag + note:<{_W + 13}} {node.execs:>7}")
             lines += _lines(node.body, depth + 1)
         else:
             lines.append(
-                f"{pad + node.text:<{_W}} {node.path:<14} {node.execs:>8} "
-                f"{human_bytes(_sum(node, _GMEM, 'per_iter')):>9} {human_bytes(_sum(node, _SMEM, 'per_iter')):>9} "
-                f"{human_bytes(_sum(node, _GMEM, 'total')):>9} {human_bytes(_sum(node, _SMEM, 'total')):>9}"
+                f"{pad + node.text + (f' ({node.when})' if node.when else ''):<{_W}} {node.path:<12} {node.execs:>7} "
+                f"{human_bytes(_sum(node, _GMEM, 'per_iter')):>9} {human_bytes(_sum(node, _GMEM, 'total')):>9} "
+                f"{human_bytes(_sum(node, _SMEM, 'per_iter')):>9} {human_bytes(_sum(node, _SMEM, 'total')):>9}"
                 f"  {_work(node)}".rstrip()
             )
     return lines
@@ -159,6 +159,6 @@ def _node_dict(node) -> dict:
     if isinstance(node, Loop):
         return {"loop": node.var, "trip": node.trip, "execs": node.execs, "grid": node.grid, "note": node.note,
                 "body": [_node_dict(x) for x in node.body]}
-    return {"step": node.text, "path": node.path, "execs": node.execs,
+    return {"step": node.text, "when": node.when, "path": node.path, "execs": node.execs,
             "effects": [{"kind": e.kind, "key": e.key, "per_iter": e.per_iter, "total": e.total}
                         for e in node.effects]}
