@@ -21,6 +21,7 @@ import math
 import platform
 import statistics
 import sys
+import time
 from pathlib import Path
 
 from algorithms.problem import Problem
@@ -29,6 +30,7 @@ SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 HEADDIMS = {64: 32, 128: 16}  # head dim -> heads at hidden 2048
 TOKENS = 16384
 IMPLS = ("standard", "v1", "v2", "sdpa-flash", "sdpa-cudnn")
+SLEEP_CYCLES_PER_MS = 2_000_000  # torch.cuda._sleep spins for cycles; ~2 GHz SM clock (H200 boost 1980 MHz)
 
 
 def make_fn(impl: str, q, k, v, causal: bool):
@@ -50,19 +52,26 @@ def make_fn(impl: str, q, k, v, causal: bool):
 
 
 def time_ms(fn, min_total_ms: float = 150.0, max_reps: int = 50) -> tuple[float, list[float]]:
-    """Median of per-call CUDA-event times after warm-up; as many calls as fit in about min_total_ms."""
+    """Median of per-call CUDA-event times after warm-up; as many calls as fit in about min_total_ms.
+
+    A GPU sleep queued ahead of the timed calls, longer than the host needs to enqueue them all, keeps
+    the device from idling between calls, so a call whose Python launch path takes longer than its
+    kernel still times as device work alone."""
     import torch
 
     for _ in range(2):
         fn()
     torch.cuda.synchronize()
+    host = time.perf_counter()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     fn()
     end.record()
+    host_ms = (time.perf_counter() - host) * 1e3
     end.synchronize()
     reps = max(5, min(max_reps, math.ceil(min_total_ms / max(start.elapsed_time(end), 1e-3))))
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+    torch.cuda._sleep(min(int(2 * reps * host_ms * SLEEP_CYCLES_PER_MS), 4 * 10**9))
     for a, b in events:
         a.record()
         fn()
@@ -129,10 +138,24 @@ def provenance(argv) -> dict:
         "cudnn": torch.backends.cudnn.version(),
         "python": platform.python_version(),
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": "python3 -m experiments.bench_kernels " + " ".join(argv),
+        "command": " ".join(["python3 -m experiments.bench_kernels", *_public(argv)]),
         "dtype": "bf16",
-        "timing": "median of CUDA-event times per call after 2 warm-up calls, 5-50 calls (~150 ms)",
+        "timing": "median of CUDA-event times per call after 2 warm-up calls, 5-50 calls (~150 ms), "
+        "behind a GPU sleep that keeps launches queued ahead of the device",
     }
+
+
+def _public(argv) -> list[str]:
+    """argv with the output directory left out (results name no machine paths)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--out":
+            skip = True
+        elif not arg.startswith("--out="):
+            out.append(arg)
+    return out
 
 
 def summary(rows) -> dict:
@@ -177,6 +200,8 @@ def markdown(data) -> str:
                 if any(c != "-" for c in cells):
                     lines.append(f"| {impl} | " + " | ".join(cells) + " |")
             lines.append("")
+    lines += [f"- {note}" for note in data.get("notes", [])]
+    lines += [""] if data.get("notes") else []
     lines.append("v2 / SDPA flash at seqlen >= 2k: " + ", ".join(
         f"{k} min {v['v2_over_flash_min']:.2f} mean {v['v2_over_flash_mean']:.2f}" for k, v in data["summary"].items()
     ))  # fmt: skip

@@ -7,6 +7,9 @@ build directory has none that matches the sources.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+
 from algorithms.tiling import Tiling
 from hw_profiles.errors import FlashsimError
 
@@ -15,6 +18,31 @@ from .launch import BoundKernels, Call, device_limits
 
 _DTYPES = {"float16": "fp16", "bfloat16": "bf16"}
 _MAX_OFFSET = 2**31  # the kernels address one head's rows with 32-bit offsets
+# Modules loaded in this process, by (algo, arch, device, build dir): after the first call a launch costs
+# no file reads (the manifest check hashes the sources, ~0.2 ms, more than a short kernel runs).
+_modules: dict[tuple[str, str, int, str], object] = {}
+
+
+@functools.cache
+def _capability(index: int) -> tuple[int, int]:
+    import torch
+
+    return torch.cuda.get_device_capability(index)
+
+
+@functools.cache
+def _limits(index: int):
+    import torch
+
+    return device_limits(torch.device("cuda", index))
+
+
+def _module(family, arch: str, index: int):
+    key = (family.algo, arch, index, str(build.build_dir()))
+    module = _modules.get(key)
+    if module is None:
+        module = _modules[key] = driver.load_module(index, build.ensure_built(family, arch))
+    return module
 
 
 def _torch():
@@ -88,9 +116,8 @@ def attention(
     family = registry.family(algo)
     dtype = _check_tensors(torch, q, k, v)
     b, h, nq, d = q.shape
-    device = q.device if q.is_cuda else None
     if tiling is None:
-        tiling = family.default_tiling(d, device_limits(device))
+        tiling = family.default_tiling(d, _limits(q.device.index) if q.is_cuda else None)
     elif not isinstance(tiling, Tiling):
         raise FlashsimError(f"tiling must be an algorithms.tiling.Tiling, got {type(tiling).__name__}")
     variant = family.variant(d, dtype, tiling)
@@ -101,7 +128,8 @@ def attention(
         raise FlashsimError(f"the kernels run on CUDA tensors; got q on {q.device}, k on {k.device}, v on {v.device}")
     if k.device != q.device or v.device != q.device:
         raise FlashsimError(f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
-    arch = family.arch_for(torch.cuda.get_device_capability(q.device))
+    index = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    arch = family.arch_for(_capability(index))
 
     q, k, v = (_prepare(t) for t in (q, k, v))
     if out is None:
@@ -117,8 +145,9 @@ def attention(
 
     scale = float(softmax_scale) if softmax_scale is not None else d**-0.5
     call = Call(q, k, v, out, lse, bool(causal), scale, {"splits": splits})
-    with torch.cuda.device(q.device):
-        module = driver.load_module(q.device.index, build.ensure_built(family, arch))
+    switch = torch.cuda.device(index) if index != torch.cuda.current_device() else contextlib.nullcontext()
+    with switch:
+        module = _module(family, arch, index)
         family.run(BoundKernels(module, variant.symbol(family.algo), q.device), variant, call)
     return (out, lse) if return_lse else out
 

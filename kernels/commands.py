@@ -70,3 +70,24 @@ def _list(args) -> int:
         for v in info["variants"]:
             print(f"  {v}")
     return 0
+
+
+def main(argv=None) -> int:
+    """`python3 -m kernels.commands build ...`: the same commands without the rest of the CLI's imports."""
+    import argparse
+    import sys
+
+    from hw_profiles.errors import FlashsimError
+
+    parser = argparse.ArgumentParser(prog="python3 -m kernels.commands")
+    register(parser.add_subparsers(dest="command", metavar="COMMAND"))
+    args = parser.parse_args(["kernels", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        return int(args.func(args) or 0)
+    except FlashsimError as exc:
+        sys.stderr.write(f"flashsim: error: {exc}\n")
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -7,6 +7,7 @@ AttnParams mirrors struct flashsim::AttnParams of include/common.cuh field for f
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -55,9 +56,7 @@ class Call:
 
     @property
     def sm_count(self) -> int:
-        import torch
-
-        return torch.cuda.get_device_properties(self.q.device).multi_processor_count
+        return _sm_count(self.q.device.index)
 
     def params(self) -> AttnParams:
         """AttnParams with the tensors, shapes, causal flag and scale filled in; workspaces left null."""
@@ -77,6 +76,13 @@ class Call:
         p.scale = self.scale
         p.scale_log2 = self.scale * math.log2(math.e)
         return p
+
+
+@functools.cache
+def _sm_count(index: int) -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 class BoundKernels:

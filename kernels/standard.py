@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from algorithms.tiling import Tiling
+from hw_profiles.errors import FlashsimError
 
 from .launch import cdiv, smem_tile_bytes
 from .registry import DTYPES, KernelFamily, Variant, register
@@ -37,6 +38,8 @@ def run(kernels, variant: Variant, call) -> None:
     b, h, _, nq, nk, d = call.shape
     t = variant.tiling
     ld_s = s_row_stride(nk)
+    if nq * ld_s >= 2**31:
+        raise FlashsimError(f"standard attention's S for one head ({nq} x {ld_s}) spans 2^31 elements or more")
     s = torch.empty((b, h, nq, ld_s), dtype=call.q.dtype, device=call.q.device)  # S, then P in place
     p = call.params()
     p.s, p.s_row_stride = s.data_ptr(), ld_s

@@ -169,3 +169,18 @@ def attention(*args, **kwargs):
 def test_api_errors(args, kwargs, match):
     with pytest.raises(FlashsimError, match=match):
         attention(*args, **kwargs)
+
+
+def test_loaded_modules_are_reused(monkeypatch):
+    """After the first call a launch neither rereads the manifest nor reloads the cubin."""
+    from kernels import api
+
+    calls = []
+    monkeypatch.setattr(api, "_modules", {})
+    monkeypatch.setattr(api.build, "ensure_built", lambda fam, arch: calls.append(("built", arch)) or "cubin")
+    monkeypatch.setattr(api.driver, "load_module", lambda index, path: calls.append(("loaded", index)) or object())
+    fam = registry.family("v2")
+    first = api._module(fam, "sm_90a", 0)
+    assert api._module(fam, "sm_90a", 0) is first
+    assert api._module(fam, "sm_90a", 1) is not first
+    assert calls == [("built", "sm_90a"), ("loaded", 0), ("built", "sm_90a"), ("loaded", 1)]

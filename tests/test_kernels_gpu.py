@@ -156,7 +156,7 @@ def structured(kind, b, h, n, d):
 def test_structured(algo, kind, d, causal):
     q, k, v = structured(kind, 2, 4, 384, d)
     out = run_checked(algo, q, k, v, causal)
-    if kind == "ones":
+    if kind == "ones" and algo != "standard":  # standard rounds P = 1/n to the dtype before P V
         assert torch.all(out == 1), f"{algo}: uniform attention over ones must give exactly 1"
 
 
