@@ -39,7 +39,7 @@ from .ir import (
 OPERAND_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 # smem keys of traffic that is not a tile of a global tensor.
 WARP_REDUCE, SOFTMAX_STATS = "warp_reduce", "softmax_stats"
-# What the two row statistics of an online softmax are (max, then sum).
+# Row statistics a cross-warp online softmax exchanges: the max, then the sum.
 SOFTMAX_STAT_COUNT = 2
 
 
