@@ -21,6 +21,7 @@ from .calibrate_gpu import argv_tail
 DEFAULT_OUT_DIR = Path("experiments/results/h200")
 TOML_NAME = "calibration.toml"
 JSON_NAME = "calibration.json"
+L2_LINE = 128  # profiles require l2_bytes to be whole lines
 
 
 def base_profile_for(gpu_name: str, major: int) -> str:
@@ -113,10 +114,10 @@ def to_params(report: dict) -> dict[str, tuple[int | float, str]]:
         eff = s.get("effective_l2_bytes")
         if eff:
             p["l2_bytes"] = (
-                int(eff),
+                int(eff) // L2_LINE * L2_LINE,
                 src(
                     f"effective L2 capacity: footprint where read bandwidth falls half-way from the L2 plateau to "
-                    f"HBM in the footprint sweep (device attribute l2CacheSize {gpu['l2_bytes']} B)"
+                    f"HBM in the footprint sweep, at most the device attribute l2CacheSize ({gpu['l2_bytes']} B)"
                 ),
             )
     if "smem" in r:

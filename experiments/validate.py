@@ -3,8 +3,10 @@ compare both with what the simulator predicts for the same configurations.
 
 Measured: our reference kernels (kernels.attention, every algorithm) and PyTorch SDPA's backends: flash (the
 FA2 kernels, simulated as v2 with the FA2 tiles), cuDNN (Hopper, simulated as v3), and math (unfused: two
-batched GEMMs around a softmax, simulated as `standard`; by default it upcasts bf16 to fp32, so it is
-simulated in fp32, and `sdpa-math-bf16` allows bf16 reductions instead). Each measurement is appended to
+batched GEMMs around a softmax, simulated as `standard`: by default it upcasts bf16 to fp32 and runs cuBLAS's
+FFMA SGEMMs, so it is simulated in fp32 at the FP32 FMA rate; `sdpa-math-bf16` allows bf16 reductions and runs
+bf16 tensor-core GEMMs). Each call is timed two ways: CUDA events around it (host time between its launches
+included) and its GPU busy time from the CUDA profiler. Each measurement is appended to
 validation-measured.jsonl as it finishes; a rerun skips what is there. The comparison (validate_compare.py)
 can run on another machine with --compare-only.
 """
@@ -14,9 +16,12 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from hw_profiles.errors import FlashsimError
 
@@ -25,6 +30,7 @@ from . import validate_store as store
 DEFAULT_OUT_DIR = Path("experiments/results/h200")
 MEASURED_NAME = "validation-measured.jsonl"
 FLUSH_BYTES = 256 << 20  # written between timed calls: every call starts with a cold L2, like the simulator
+FLUSH_KERNEL = "write_cg"  # the microbenchmark kernel that writes it (its name separates calls in profiles)
 WRONG_REL_ERR = 0.1  # above this relative error against SDPA a kernel computes something else: not timed
 
 
@@ -120,8 +126,8 @@ IMPLS: dict[str, Impl] = {
         Impl("v3-fp8", "v3-fp8", "fp8", "ours", note="bf16 inputs, fp8 e4m3 inside"),
         Impl("sdpa-flash", "v2", "bf16", "sdpa", "FLASH_ATTENTION", "FA2 kernels, FA2 tiles"),
         Impl("sdpa-cudnn", "v3", "bf16", "sdpa", "CUDNN_ATTENTION", "cuDNN Hopper kernel, FA3 tiles assumed"),
-        Impl("sdpa-math", "standard", "fp32", "sdpa", "MATH", "unfused, bf16 upcast to fp32"),
-        Impl("sdpa-math-bf16", "standard", "bf16", "sdpa", "MATH", "unfused, bf16 reductions allowed"),
+        Impl("sdpa-math", "standard", "fp32", "sdpa", "MATH", "unfused, upcast to fp32, cuBLAS FFMA SGEMMs"),
+        Impl("sdpa-math-bf16", "standard", "bf16", "sdpa", "MATH", "unfused, bf16 cuBLAS GEMMs and softmax"),
     )
 }
 
@@ -200,7 +206,7 @@ def time_call(fn: Callable[[], object], flush, min_reps: int, max_reps: int, bud
     samples: list[float] = []
     t0 = time.perf_counter()
     while len(samples) < max_reps and (len(samples) < min_reps or time.perf_counter() - t0 < budget_s):
-        flush.zero_()
+        flush()
         start.record()
         fn()
         end.record()
@@ -209,19 +215,30 @@ def time_call(fn: Callable[[], object], flush, min_reps: int, max_reps: int, bud
     return samples
 
 
-def launched_kernels(fn: Callable[[], object]) -> list[str]:
-    """Names of the GPU kernels one call launches (torch profiler): what an SDPA backend really runs."""
-    try:
-        import torch
-        from torch.profiler import ProfilerActivity, profile
+def gpu_work(fn: Callable[[], object], flush: Callable[[], None], calls: int = 3) -> tuple[list[float], list[str]]:
+    """GPU busy time per call: the summed durations of the kernels, copies and memsets one call launches, read
+    by the CUDA profiler (CUPTI) over `calls` calls, each after an L2 flush whose kernel separates them. Unlike
+    CUDA events around the call it leaves out host time between launches. Also the first call's work names."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
 
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the profiler warns about its own event buffering
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fn()
+            for _ in range(calls):
+                flush()
+                fn()
             torch.cuda.synchronize()
-        names = [e.name for e in prof.events() if str(e.device_type).endswith("CUDA")]
-        return [n[:160] for n in names]
-    except Exception as exc:  # the profiler is a nicety; its absence must not fail a measurement
-        return [f"(profiler failed: {type(exc).__name__})"]
+    events = sorted((e for e in prof.events() if str(e.device_type).endswith("CUDA")), key=lambda e: e.time_range.start)
+    calls_work: list[list] = []
+    for e in events:
+        if e.name.split("(")[0].strip() == FLUSH_KERNEL:
+            calls_work.append([])
+        elif calls_work:
+            calls_work[-1].append(e)
+    busy = [sum(e.time_range.elapsed_us() for e in work) * 1e-6 for work in calls_work if work]
+    names = [e.name[:160] for e in calls_work[0]] if calls_work else []
+    return busy, names
 
 
 def rel_err(out, ref) -> float:
@@ -298,7 +315,7 @@ def measure(opts: SweepOptions, deadline: float | None = None, log=print) -> Pat
     path = opts.out_dir / MEASURED_NAME
     profiled = {r["impl"] for r in store.load(path) if r.get("launched")}
     store.append(path, {"type": "session", **provenance(cp, read_gpu(cp), ["validate", *argv_tail()[1:]])})
-    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    flush = make_flush(cp, read_gpu(cp))
 
     def run_config(cfg: Config, names: list[str]) -> Iterator[dict]:
         q, k, v = inputs(cfg)
@@ -314,6 +331,20 @@ def measure(opts: SweepOptions, deadline: float | None = None, log=print) -> Pat
     deadline = deadline or time.monotonic() + opts.max_minutes * 60
     sweep(opts.configs, opts.impls, path, run_config, deadline, opts.retry_failed, log)
     return path
+
+
+def make_flush(cp, gpu) -> Callable[[], None]:
+    """A function that overwrites FLUSH_BYTES (several times L2) with the write_cg microbenchmark kernel, on
+    the stream torch uses (both use the legacy default stream)."""
+    from .calibrate_bench import BLOCK_TIME
+    from .calibrate_gpu import load_module
+
+    write = load_module(cp, "membw", gpu.arch).get_function(FLUSH_KERNEL)
+    buf = cp.empty(FLUSH_BYTES, dtype=cp.uint8)
+    blocks = 4 * gpu.sm_count
+    times = cp.empty(blocks * BLOCK_TIME.itemsize, dtype=cp.uint8)
+    n16 = np.uint64(FLUSH_BYTES // 16)
+    return lambda: write((blocks,), (512,), (buf, n16, np.int32(1), times))
 
 
 def _reference(q, k, v, cfg: Config):
@@ -357,8 +388,14 @@ def _measure_one(impl: Impl, cfg: Config, q, k, v, ref, flush, opts: SweepOption
                 return rec
             del out
             samples = time_call(fn, flush, opts.min_reps, opts.max_reps, opts.budget_s)
+            try:
+                busy, names = gpu_work(fn, flush)
+            except Exception as exc:  # the profiler is an extra; the event timing stands without it
+                busy, names = [], [f"(profiler failed: {type(exc).__name__})"]
+            if busy:
+                rec.update(kernel_time_s=statistics.median(busy), kernels_per_call=len(names))
             if profile_it:
-                rec["launched"] = launched_kernels(fn)
+                rec["launched"] = names
     except Exception as exc:  # a missing or failing kernel is a result, and the sweep goes on
         rec["status"] = "failed"
         rec["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]

@@ -22,14 +22,25 @@ from . import validate_store as store
 from .validate_metrics import summarize, summarize_groups
 
 JSON_NAME = "validation.json"
+# SDPA's math backend upcasts bf16 to fp32 and runs cuBLAS's FFMA SGEMMs (its kernel names say ffma): the
+# simulator's fp32 GEMMs run on the tf32 tensor-core rate, so for it that rate is the FP32 FMA rate.
+SIM_SWAPS = {
+    "sdpa-math": {
+        "mma_sync_tf32_flops_per_clk_per_sm": "fp32_flops_per_clk_per_sm",
+        "wgmma_tf32_flops_per_clk_per_sm": "fp32_flops_per_clk_per_sm",
+    }
+}
 MD_NAME = "validation.md"
 PNG_NAME = "validation.png"
-# Quantity -> (label, unit, scale for display). l2_bytes compares ncu's lts__t_bytes with L2 reads + writes.
+# Quantity -> (label, short label for plots, unit, scale for display). Both times are compared with the
+# simulated time (the GPU busy time with the simulated launch overheads left out); l2_bytes compares ncu's
+# lts__t_bytes with the simulated L2 reads + writes.
 QUANTITIES = {
-    "time_s": ("time", "ms", 1e3),
-    "hbm_read": ("HBM read", "MB", 1e-6),
-    "hbm_write": ("HBM write", "MB", 1e-6),
-    "l2_bytes": ("L2 read + write", "MB", 1e-6),
+    "time_s": ("time (CUDA events around the call)", "time, events", "ms", 1e3),
+    "kernel_time_s": ("GPU busy time (profiler, launch gaps excluded)", "GPU busy time", "ms", 1e3),
+    "hbm_read": ("HBM read", "HBM read", "MB", 1e-6),
+    "hbm_write": ("HBM write", "HBM write", "MB", 1e-6),
+    "l2_bytes": ("L2 read + write", "L2 read + write", "MB", 1e-6),
 }
 
 
@@ -55,6 +66,8 @@ def rows_from(records: list[dict]) -> list[dict]:
             continue
         if rec["type"] == "time":
             row["measured"]["time_s"] = rec["time_s"]
+            if rec.get("kernel_time_s"):
+                row["measured"]["kernel_time_s"] = rec["kernel_time_s"]
             row["rel_err"] = rec.get("rel_err")
             row["tflops"] = rec.get("tflops")
             if rec.get("launched"):
@@ -68,13 +81,16 @@ def rows_from(records: list[dict]) -> list[dict]:
 
 
 def profile_fingerprint(profile) -> str:
-    text = json.dumps({"name": profile.name, "params": profile.params}, sort_keys=True)
+    text = json.dumps({"name": profile.name, "params": profile.params, "swaps": SIM_SWAPS}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _simulate(job: tuple[str, dict, dict | None, str, list[str]]) -> dict:
-    """One prediction (runs in a worker process): the simulator's time and bytes, or the error it raised."""
-    algo, problem, tiling, hw, overrides = job
+def _simulate(job: tuple) -> dict:
+    """One prediction (runs in a worker process): the simulator's time and bytes, or the error it raised.
+    job: (algo, problem kwargs, tiling dict or None, profile name or path, --set overrides, and optionally
+    {profile key: profile key whose value it takes} for an implementation that runs on other units)."""
+    algo, problem, tiling, hw, overrides, *rest = job
+    swaps = rest[0] if rest else {}
     from algorithms.problem import Problem
     from algorithms.tiling import Tiling
     from hw_profiles import load_profile
@@ -82,12 +98,16 @@ def _simulate(job: tuple[str, dict, dict | None, str, list[str]]) -> dict:
 
     try:
         t0 = time.perf_counter()
-        res = simulate(algo, Problem(**problem), load_profile(hw, overrides), Tiling(**tiling) if tiling else None)
+        profile = load_profile(hw, overrides)
+        if swaps:
+            profile = profile.with_overrides({k: getattr(profile, v) for k, v in swaps.items()})
+        res = simulate(algo, Problem(**problem), profile, Tiling(**tiling) if tiling else None)
         d = res.as_dict()
         b = d["bytes"]
         return {
             "predicted": {
                 "time_s": d["time_s"],
+                "kernel_time_s": d["cycles"] / profile.sm_clock_hz,
                 "hbm_read": b["hbm_read"],
                 "hbm_write": b["hbm_write"],
                 "l2_bytes": b["l2_read"] + b["l2_write"],
@@ -112,7 +132,10 @@ def predict(rows: list[dict], hw: str, overrides: list[str], jobs: int, cached: 
     if not todo:
         return
     log(f"validate: simulating {len(todo)} configurations ({jobs} processes)")
-    job_args = [(r["algo"], _problem_args(r["config"]), r.get("tiling"), hw, overrides) for r in todo]
+    job_args = [
+        (r["algo"], _problem_args(r["config"]), r.get("tiling"), hw, overrides, SIM_SWAPS.get(r["impl"], {}))
+        for r in todo
+    ]
     if jobs > 1:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             results = list(pool.map(_simulate, job_args))
@@ -172,7 +195,7 @@ def compare(out_dir: Path, measured: Path, hw: str = "h200", overrides: list[str
             "compared": {"date": today(), "command": command},
         },
         "profile": {"name": profile.name, "hw": _display(hw), "fingerprint": fingerprint},
-        "quantities": {q: {"label": lab, "unit": unit} for q, (lab, unit, _) in QUANTITIES.items()},
+        "quantities": {q: {"label": lab, "unit": unit} for q, (lab, _, unit, _) in QUANTITIES.items()},
         "impl_algo": {r["impl"]: r["algo"] for r in rows},
         "summary": summary,
         "summary_by_algo": by_algo,
@@ -211,6 +234,10 @@ def _pairs(rows: list[dict], q: str) -> list[tuple[float, float]]:
     ]
 
 
+def _err(predicted: float | None, measured: float | None) -> float | None:
+    return (predicted - measured) / measured * 100 if predicted and measured else None
+
+
 def _fmt(x: float | None, digits: int = 1) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
@@ -226,13 +253,15 @@ def markdown(report: dict) -> str:
         "",
         "Errors are (predicted - measured) / measured: MAPE and max are of its absolute value, bias its mean "
         "(positive: the simulator predicts too much). Times are medians of CUDA-event timings with L2 flushed "
-        "before each call; bytes are Nsight Compute's dram__bytes_read/write.sum and lts__t_bytes.sum (ncu "
-        "counts L2 write-back after the kernel nowhere, the simulator's hbm_write excludes it too).",
+        "before each call, and the GPU busy time of a call (its kernels' durations, from the CUDA profiler) is "
+        "compared with the simulated time less its launch overheads. Bytes are Nsight Compute's "
+        "dram__bytes_read/write.sum and lts__t_bytes.sum (ncu counts L2 write-back after the kernel nowhere; the "
+        "simulator's hbm_write leaves it out too).",
         "",
         f"![predicted vs measured]({report['plot']})",
         "",
     ]
-    for q, (label, _unit, _) in QUANTITIES.items():
+    for q, (label, *_) in QUANTITIES.items():
         lines = [
             f"{impl} | {report['impl_algo'][impl]} | {s[q]['n']} | {_fmt(s[q]['mape'])} | {_fmt(s[q]['max_err'])} | "
             f"{_fmt(s[q]['bias'])}"
@@ -249,17 +278,21 @@ def markdown(report: dict) -> str:
             "---|---|---|---|---|---",
         ]
         out += lines + [f"**all** | | {o['n']} | {_fmt(o['mape'])} | {_fmt(o['max_err'])} | {_fmt(o['bias'])}", ""]
-    out += ["## Every measurement", "", "configuration | implementation | measured ms | predicted ms | error % | "
-            "HBM read MB (meas / pred) | L2 MB (meas / pred)", "--- | --- | --- | --- | --- | --- | ---"]  # fmt: skip
+    out += ["## Every measurement", "", "configuration | implementation | measured ms (events / GPU busy) | "
+            "predicted ms (with / without launches) | error % (events / busy) | HBM read MB (meas / pred) | "
+            "L2 MB (meas / pred)", "--- | --- | --- | --- | --- | --- | ---"]  # fmt: skip
     for r in report["rows"]:
         m, p = r["measured"], r.get("predicted", {})
         if "time_s" not in m:
             continue
-        err = (p["time_s"] - m["time_s"]) / m["time_s"] * 100 if p.get("time_s") else None
+        busy = m.get("kernel_time_s")
+        err = _err(p.get("time_s"), m["time_s"])
+        err_busy = _err(p.get("kernel_time_s"), busy)
         hbm = f"{m['hbm_read'] / 1e6:.0f} / {p.get('hbm_read', 0) / 1e6:.0f}" if "hbm_read" in m and p else ""
         l2 = f"{m['l2_bytes'] / 1e6:.0f} / {p.get('l2_bytes', 0) / 1e6:.0f}" if "l2_bytes" in m and p else ""
-        pred = f"{p['time_s'] * 1e3:.3f}" if p.get("time_s") else "-"
-        out.append(f"{r['config_id']} | {r['impl']} | {m['time_s'] * 1e3:.3f} | {pred} | {_fmt(err)} | {hbm} | {l2}")
+        pred = f"{p['time_s'] * 1e3:.3f} / {p['kernel_time_s'] * 1e3:.3f}" if p.get("time_s") else "-"
+        meas = f"{m['time_s'] * 1e3:.3f} / " + (f"{busy * 1e3:.3f}" if busy else "-")
+        out.append(f"{r['config_id']} | {r['impl']} | {meas} | {pred} | {_fmt(err)} / {_fmt(err_busy)} | {hbm} | {l2}")
     if report["failed"]:
         out += ["", "## Not compared", ""]
         out += [f"- {f['config_id']} {f['impl']}: {f['status']}" for f in report["failed"]]
@@ -285,7 +318,7 @@ def plot(rows: list[dict], path: Path) -> None:
     impls = sorted({r["impl"] for r in rows})
     cmap = plt.get_cmap("tab10")
     for ax, q in zip(axes[0], panels, strict=True):
-        label, unit, scale = QUANTITIES[q]
+        _, label, unit, scale = QUANTITIES[q]
         lo, hi = float("inf"), 0.0
         for i, impl in enumerate(impls):
             pts = _pairs([r for r in rows if r["impl"] == impl], q)

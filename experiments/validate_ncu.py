@@ -22,18 +22,16 @@ from .calibrate_gpu import ROOT
 
 METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum", "gpu__time_duration.sum")
 MARKER = "ncu_marker"
-# ncu's units (SI prefixes) -> factor to bytes or seconds.
+# ncu's units -> factor to bytes or seconds. It prints long names (Kbyte, usecond) or short ones (KB, us,
+# as --print-units base gives); its prefixes are decimal.
+_PREFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+_TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 UNIT_SCALE = {
     "": 1.0,
-    "byte": 1.0,
-    "Kbyte": 1e3,
-    "Mbyte": 1e6,
-    "Gbyte": 1e9,
-    "Tbyte": 1e12,
-    "second": 1.0,
-    "msecond": 1e-3,
-    "usecond": 1e-6,
-    "nsecond": 1e-9,
+    **{f"{p}byte": f for p, f in _PREFIX.items()},
+    **{f"{p}B": f for p, f in _PREFIX.items()},
+    **_TIME,
+    **{"second": 1.0, "msecond": 1e-3, "usecond": 1e-6, "nsecond": 1e-9},
 }
 
 
@@ -62,7 +60,10 @@ def parse_csv(text: str) -> list[dict]:
         k = kernels.setdefault(kid, {"id": kid, "name": row.get("Kernel Name", ""), "metrics": {}})
         metric = row.get("Metric Name")
         if metric:
-            k["metrics"][metric] = to_base(row.get("Metric Value", ""), row.get("Metric Unit", ""))
+            try:
+                k["metrics"][metric] = to_base(row.get("Metric Value", ""), row.get("Metric Unit", ""))
+            except ValueError:  # "n/a" or a unit we do not know: the metric stays missing, totals become None
+                k.setdefault("unparsed", []).append(f"{metric}={row.get('Metric Value')} {row.get('Metric Unit')}")
     return [kernels[i] for i in sorted(kernels)]
 
 

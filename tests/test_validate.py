@@ -176,8 +176,13 @@ def test_ncu_csv_parse_and_grouping() -> None:
 
 def test_ncu_units() -> None:
     assert validate_ncu.to_base("1.5", "Gbyte") == 1.5e9
+    assert validate_ncu.to_base("2", "KB") == 2e3
+    assert validate_ncu.to_base("1,500", "ns") == pytest.approx(1.5e-6)
     with pytest.raises(ValueError):
         validate_ncu.to_base("1", "furlong")
+    bad = validate_ncu.parse_csv(_ncu_csv([(0, "k", "dram__bytes_read.sum", "furlong", "1"),
+                                           (0, "k", "lts__t_bytes.sum", "B", "n/a")]))  # fmt: skip
+    assert bad[0]["metrics"] == {} and len(bad[0]["unparsed"]) == 2
 
 
 # -- comparison and report --------------------------------------------------------------------------------
@@ -191,7 +196,7 @@ def _measured_file(tmp_path: Path) -> Path:
         cfg = validate.Config(2, 4, 512, 64)
         base = {"impl": impl, "algo": algo, "config": cfg.problem_dict("bf16"), "config_id": cfg.id, "tiling": None}
         store.append(path, {**base, "type": "time", "key": validate.key("time", impl, cfg), "status": "ok",
-                            "time_s": 1e-4 * (i + 1), "rel_err": 0.003})  # fmt: skip
+                            "time_s": 1e-4 * (i + 1), "kernel_time_s": 5e-5, "rel_err": 0.003})  # fmt: skip
         store.append(path, {**base, "type": "ncu", "key": validate.key("ncu", impl, cfg), "status": "ok",
                             "hbm_read": 1e6, "hbm_write": 2e5, "l2_bytes": 4e6, "kernels": []})  # fmt: skip
     cfg = validate.Config(2, 4, 512, 128)
@@ -203,7 +208,8 @@ def _measured_file(tmp_path: Path) -> Path:
 
 def _fake_simulate(job):
     # 10% over on time, 20% under on bytes, whatever the configuration.
-    return {"predicted": {"time_s": 1.1e-4, "hbm_read": 8e5, "hbm_write": 1.6e5, "l2_bytes": 3.2e6},
+    return {"predicted": {"time_s": 1.1e-4, "kernel_time_s": 1e-4, "hbm_read": 8e5, "hbm_write": 1.6e5,
+                          "l2_bytes": 3.2e6},
             "sim": {"bound_by": "tensor"}}  # fmt: skip
 
 
@@ -216,6 +222,7 @@ def test_compare_writes_report_with_metrics(tmp_path: Path, monkeypatch: pytest.
                                  "bias": pytest.approx(10.0)}  # fmt: skip
     assert s["sdpa-flash"]["time_s"]["bias"] == pytest.approx(-45.0)  # 1.1e-4 against 2e-4
     assert s["v2"]["hbm_read"]["mape"] == pytest.approx(20.0)
+    assert s["v2"]["kernel_time_s"]["bias"] == pytest.approx(100.0)  # 1e-4 predicted against 5e-5 busy
     assert report["overall"]["time_s"]["n"] == 3
     assert report["summary_by_algo"]["v2"]["time_s"]["n"] == 2
     assert any("no kernel" in f["status"] for f in report["failed"])
@@ -240,6 +247,7 @@ def test_compare_with_the_real_simulator_on_a_tiny_problem(tmp_path: Path) -> No
     res = validate_compare._simulate(("v2", cfg.problem_dict("bf16"), None, "h200", []))
     assert "predict_error" not in res, res
     assert res["predicted"]["time_s"] > 0 and res["predicted"]["hbm_read"] > 0
+    assert 0 < res["predicted"]["kernel_time_s"] < res["predicted"]["time_s"]
     assert math.isfinite(res["predicted"]["l2_bytes"])
 
 

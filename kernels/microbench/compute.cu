@@ -87,8 +87,8 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
 }
 
 // Shared-memory read bandwidth: every thread reads 16 B per load (a warp's 512 B are conflict-free, four
-// 128-byte wavefronts), 8 loads per step over a 32 KiB buffer. The loads are volatile asm so the compiler
-// cannot merge repeated reads of the same addresses.
+// 128-byte wavefronts), 8 loads per step over a 32 KiB buffer. Each step shifts the addresses by one warp's
+// width, so no load repeats the previous step's address and ptxas cannot hoist any out of the loop.
 extern "C" __global__ void smem_read(int iters, float* sink, BlockTime* times) {
   __shared__ float4 buf[2048];
   for (int i = threadIdx.x; i < 2048; i += blockDim.x) buf[i] = make_float4(i, i + 1, i + 2, i + 3);
@@ -99,7 +99,7 @@ extern "C" __global__ void smem_read(int iters, float* sink, BlockTime* times) {
   for (int i = 0; i < iters; ++i) {
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      const unsigned addr = base + ((threadIdx.x + k * 256) & 2047) * 16;
+      const unsigned addr = base + ((threadIdx.x + k * 256 + i * 32) & 2047) * 16;
       float4 v;
       asm volatile("ld.shared.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr));
       acc.x += v.x;

@@ -29,6 +29,33 @@ extern "C" __global__ void read_cg(const uint4* __restrict__ src, unsigned long 
   timer.stop(times);
 }
 
+// Re-reading a buffer of n16 16-byte words (L2 when it fits): 8 independent streams per thread, each
+// advancing by 8 x the thread count modulo n16 (the host passes that step already reduced, so one conditional
+// subtraction wraps it). Every thread keeps 8 loads in flight whatever the footprint, which a plain
+// grid-stride loop cannot when the buffer holds only a few words per thread.
+extern "C" __global__ void read_wrap(const uint4* __restrict__ src, unsigned n16, unsigned step, int steps,
+                                     unsigned* sink, BlockTime* times) {
+  BlockTimer timer;
+  timer.start();
+  const unsigned threads = gridDim.x * blockDim.x;
+  const unsigned tid = blockIdx.x * blockDim.x + threadIdx.x;
+  unsigned idx[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) idx[k] = (unsigned)(((unsigned long long)k * threads + tid) % n16);
+  unsigned acc = 0;
+  for (int s = 0; s < steps; ++s) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const uint4 a = __ldcg(src + idx[k]);
+      acc ^= a.x ^ a.y ^ a.z ^ a.w;
+      idx[k] += step;
+      if (idx[k] >= n16) idx[k] -= n16;
+    }
+  }
+  keep(acc, 0x9e3779b9u, sink);
+  timer.stop(times);
+}
+
 // Streaming 16-byte stores of non-zero, position-dependent data (.cg: no L1 allocation).
 extern "C" __global__ void write_cg(uint4* __restrict__ dst, unsigned long long n16, int reps, BlockTime* times) {
   BlockTimer timer;
