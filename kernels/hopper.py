@@ -32,13 +32,17 @@ ENTRIES = frozenset(
         ("Bf16", 128, 128, 176, 0, "serial"),
         ("Bf16", 128, 128, 128, 1, "serial"),
         ("Bf16", 64, 192, 128, 0, "serial"),
+        ("E4m3", 128, 128, 224, 0, "pingpong"),
+        ("E4m3", 128, 128, 224, 1, "pingpong"),
+        ("E4m3", 64, 192, 160, 0, "pingpong"),
+        ("E4m3", 64, 192, 160, 1, "pingpong"),
+        ("E4m3", 128, 128, 192, 0, "pingpong"),
         ("E4m3", 128, 128, 128, 0, "pingpong"),
         ("E4m3", 128, 128, 128, 1, "pingpong"),
-        ("E4m3", 128, 128, 256, 0, "serial"),
     ]
 )
 # Where FA3's default tile is not built here, the tile used instead (see the header of v3.cu).
-SUBSTITUTE = {("v3", 64, False): (192, 128), ("v3-fp8", 128, False): (128, 128), ("v3-fp8", 128, True): (128, 128)}
+SUBSTITUTE = {("v3", 64, False): (192, 128)}
 STAGES = 2
 
 
@@ -50,7 +54,7 @@ def entry_name(tag: str, d: int, bm: int, bn: int, causal: int, schedule: str) -
 def smem_bytes(tag: str, d: int, bm: int, bn: int) -> int:
     """Dynamic shared memory of one thread block, as laid out by v3.cu (Cfg::SMEM)."""
     eb = 1 if tag == "E4m3" else 2
-    return bm * d * eb + 2 * STAGES * bn * d * eb + 8 * (1 + 4 * STAGES) + 1024
+    return bm * d * eb + 2 * STAGES * bn * d * eb + 8 * (2 + 4 * STAGES) + 1024
 
 
 def build(algo: str, out_dir: Path = BUILD_DIR, nvcc: str | None = None) -> tuple[Path, str]:
@@ -72,7 +76,7 @@ def build(algo: str, out_dir: Path = BUILD_DIR, nvcc: str | None = None) -> tupl
 
 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 _TMAP_DTYPE = {"Bf16": 9, "Fp16": 6, "E4m3": 0}  # CU_TENSOR_MAP_DATA_TYPE_{BFLOAT16, FLOAT16, UINT8}
-_SWIZZLE_128B = 3
+_SWIZZLE = {128: 3, 64: 2, 32: 1}  # CU_TENSOR_MAP_SWIZZLE_{128B, 64B, 32B} by row width in bytes
 _L2_PROMOTION_256B = 3
 
 
@@ -92,6 +96,7 @@ class _Params(ctypes.Structure):
         ("heads", ctypes.c_int),
         ("group", ctypes.c_int),
         ("scale_log2", ctypes.c_float),
+        ("batch", ctypes.c_int),
     ]
 
 
@@ -102,6 +107,7 @@ class TensorMap:
         self._buf = ctypes.create_string_buffer(128 + 64)
         self.address = (ctypes.addressof(self._buf) + 63) & ~63
         rank = len(dims)
+        elem_bytes = 1 if tag == "E4m3" else 2
         box = list(box) + [1] * (rank - len(box))  # one row of each outer dimension
         for s in strides_bytes:
             if s % 16:
@@ -119,7 +125,7 @@ class TensorMap:
                 (ctypes.c_uint32 * rank)(*box),
                 (ctypes.c_uint32 * rank)(*([1] * rank)),
                 ctypes.c_int(0),
-                ctypes.c_int(_SWIZZLE_128B),
+                ctypes.c_int(_SWIZZLE[box[0] * elem_bytes]),
                 ctypes.c_int(_L2_PROMOTION_256B),
                 ctypes.c_int(0),
             ),
@@ -225,7 +231,22 @@ def choose_tile(algo: str, d: int, causal: bool, tiling=None) -> tuple[int, int]
     return t.block_m, t.block_n
 
 
-def plan(algo: str, tag: str, d: int, causal: bool, b: int, h: int, nq: int, tiling=None, schedule="pingpong"):
+def plan(
+    algo: str,
+    tag: str,
+    d: int,
+    causal: bool,
+    b: int,
+    h: int,
+    nq: int,
+    tiling=None,
+    schedule="pingpong",
+    persistent: bool | None = None,
+    sm_count: int = 132,
+):
+    """The entry point, tile and grid of one call. persistent=None: persistent (one thread block per SM,
+    tiles taken round-robin) unless causal, where tile costs differ and the hardware's block scheduler
+    balances them better than a static round-robin."""
     bm, bn = choose_tile(algo, d, causal, tiling)
     key = (tag, d, bm, bn, int(causal), schedule)
     if key not in ENTRIES:
@@ -234,9 +255,11 @@ def plan(algo: str, tag: str, d: int, causal: bool, b: int, h: int, nq: int, til
             f"{algo} has no {tag} kernel for d{d} {bm}x{bn} {'causal' if causal else 'non-causal'} {schedule}; "
             f"built: {', '.join(built)}"
         )
-    return Launch(
-        entry_name(*key), bm, bn, (math.ceil(nq / bm), h, b), 128 * (bm // 64 + 1), smem_bytes(tag, d, bm, bn)
-    )
+    tiles = math.ceil(nq / bm) * h * b
+    if persistent is None:
+        persistent = not causal
+    grid = (min(tiles, sm_count) if persistent else tiles, 1, 1)
+    return Launch(entry_name(*key), bm, bn, grid, 128 * (bm // 64 + 1), smem_bytes(tag, d, bm, bn))
 
 
 def _tag(dtype) -> str:
@@ -261,34 +284,55 @@ def _check_inputs(q, k, v) -> None:
             raise FlashsimError(f"{name} must be contiguous in its last dimension")
 
 
+def panel_bytes(rows_bytes: int) -> int:
+    """Width of the swizzled shared-memory panels a row of `rows_bytes` is cut into (v3.cu's QK_W / V_W)."""
+    return next(w for w in (128, 64, 32) if rows_bytes % w == 0)
+
+
 def _row_map(t, tag: str, box_rows: int) -> TensorMap:
-    """(B, H, N, d) tensor as a 4-D tensor map {d, N, H, B}; boxes of one 128-byte panel x box_rows rows."""
+    """(B, H, N, d) tensor as a 4-D tensor map {d, N, H, B}; boxes of one swizzled panel x box_rows rows."""
     eb = t.element_size()
     b, h, n, d = t.shape
+    width = panel_bytes(d * eb)
     return TensorMap(
         driver(),
         t.data_ptr(),
         tag,
         [d, n, h, b],
         [t.stride(2) * eb, t.stride(1) * eb, t.stride(0) * eb],
-        [128 // eb, box_rows],
+        [width // eb, box_rows],
     )
 
 
-def run(algo, q, k, vmap_tensor, causal, tiling, schedule, out, scales=(None, None, None), nk=None, scale=None):
+def run(
+    algo,
+    q,
+    k,
+    vmap_tensor,
+    causal,
+    tiling,
+    schedule,
+    out,
+    scales=(None, None, None),
+    nk=None,
+    scale=None,
+    persistent=None,
+):
     """Launch one v3 / v3-fp8 kernel. `vmap_tensor` is V (16-bit) or V^T (fp8, (B, Hkv, d, N_pad))."""
     import torch
 
     tag = _tag(q.dtype)
     b, h, nq, d = q.shape
     nk = k.shape[2] if nk is None else nk
-    launch = plan(algo, tag, d, causal, b, h, nq, tiling, schedule)
+    sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+    launch = plan(algo, tag, d, causal, b, h, nq, tiling, schedule, persistent, sms)
     tm_q = _row_map(q, tag, launch.block_m)
     tm_k = _row_map(k, tag, launch.block_n)
     if tag == "E4m3":
         _, hkv, _, npad = vmap_tensor.shape
         s = vmap_tensor.stride()
-        tm_v = TensorMap(driver(), vmap_tensor.data_ptr(), tag, [npad, d, hkv, b], [s[2], s[1], s[0]], [128, d])
+        width = panel_bytes(launch.block_n)  # V^T panels: keys per swizzled row
+        tm_v = TensorMap(driver(), vmap_tensor.data_ptr(), tag, [npad, d, hkv, b], [s[2], s[1], s[0]], [width, d])
     else:
         tm_v = _row_map(vmap_tensor, tag, launch.block_n)
     sm_scale = d**-0.5 if scale is None else scale
@@ -303,6 +347,7 @@ def run(algo, q, k, vmap_tensor, causal, tiling, schedule, out, scales=(None, No
         h,
         h // k.shape[1],
         sm_scale * math.log2(math.e),
+        b,
     )
     dev = q.device.index if q.device.index is not None else torch.cuda.current_device()
     drv = driver()
@@ -313,7 +358,9 @@ def run(algo, q, k, vmap_tensor, causal, tiling, schedule, out, scales=(None, No
     return out
 
 
-def attention(q, k, v, causal: bool = False, tiling=None, schedule: str = "pingpong", out=None, scale=None):
+def attention(
+    q, k, v, causal: bool = False, tiling=None, schedule: str = "pingpong", out=None, scale=None, persistent=None
+):
     """FlashAttention-3 forward (bf16 / fp16). q: (B, H, N, d); k, v: (B, Hkv, Nk, d). Returns (B, H, N, d)."""
     import torch
 
@@ -322,4 +369,4 @@ def attention(q, k, v, causal: bool = False, tiling=None, schedule: str = "pingp
         raise FlashsimError("q, k, v must share one dtype")
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    return run("v3", q, k, v, causal, tiling, schedule, out, scale=scale)
+    return run("v3", q, k, v, causal, tiling, schedule, out, scale=scale, persistent=persistent)

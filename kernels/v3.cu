@@ -1,40 +1,44 @@
 // FlashAttention-3 forward for Hopper (sm_90a only): TMA + mbarrier producer, wgmma consumers.
 //
-// One thread block computes O for block_m query rows of one (batch, head). Warpgroup 0 is the producer,
-// warpgroups 1..NC (NC = block_m / 64) are consumers; consumer c owns query rows [64c, 64c + 64).
+// A tile is block_m query rows of one (batch, head). Warpgroup 0 is the producer, warpgroups 1..NC
+// (NC = block_m / 64) are consumers; consumer c owns query rows [64c, 64c + 64) of the tile.
+// Grid: persistent (one thread block per SM, tiles b, b + grid, ...; the host's default when non-causal)
+// or one thread block per tile (the default when causal, where tile costs differ and the hardware's
+// block scheduler balances them). Tiles of one head are consecutive, heaviest query block first.
 //
-// Shared memory (every tile stored as 128-byte swizzled panels of 64 16-bit columns, 1024-byte aligned):
-//   Q              block_m x d, loaded once
-//   K[s], V[s]     block_n x d each, s = 0..STAGES-1, a circular buffer
-//   barriers       q_full; k_full[s], v_full[s] (TMA transaction counts); k_empty[s], v_empty[s]
-//                  (NC * 128 consumer arrivals each)
+// Shared memory (tiles stored as 128-byte swizzled panels of 64 16-bit columns, 1024-byte aligned):
+//   Q              block_m x d, refilled per tile
+//   K[s], V[s]     block_n x d each, s = 0..STAGES-1, a circular buffer whose stage/phase run on across tiles
+//   barriers       q_full, k_full[s], v_full[s]: TMA transaction counts (the producer's arrive.expect_tx)
+//                  q_empty, k_empty[s], v_empty[s]: NC * 128 consumer arrivals each
 //
-// Pipeline (blocks j visited from the last to the first, so the masked ones come first):
-//   producer, one thread:  q_full <- TMA(Q)
-//                          for it: s = it % STAGES, phase = (it / STAGES) & 1
-//                            wait k_empty[s] (phase ^ 1); k_full[s] <- TMA(K_j)
-//                            wait v_empty[s] (phase ^ 1); v_full[s] <- TMA(V_j)
-//   consumer warpgroup, OVERLAP (FA3's intra-warpgroup pipelining):
-//     wait q_full; S = Q K_first^T; softmax -> P_first
-//     for it >= 1:  [PINGPONG: bar.sync own turn]
-//                   wait k_full[s]; issue S = Q K_j^T             (wgmma group 1, operands in smem)
+// Pipeline (key blocks j visited from the last to the first, so the masked ones come first):
+//   producer, one thread, per tile:
+//     wait q_empty (consumers done with the last tile's Q); q_full <- TMA(Q)
+//     for each block, it counting over all tiles: s = it % STAGES, phase = (it / STAGES) & 1
+//       wait k_empty[s] (phase ^ 1); k_full[s] <- TMA(K_j)
+//       wait v_empty[s] (phase ^ 1); v_full[s] <- TMA(V_j)
+//   consumer warpgroup, OVERLAP (FA3's intra-warpgroup pipelining), per tile:
+//     wait q_full; S = Q K_first^T; wait; arrive k_empty; softmax -> P_first
+//     for the next blocks: [PINGPONG: bar.sync own turn]
+//                   wait k_full[s]; issue S = Q K_j^T             (wgmma group 1, both operands in smem)
 //                   wait v_full[s']; issue O += P_prev V_prev     (wgmma group 2, P from registers)
 //                   [PINGPONG: bar.arrive next warpgroup's turn]
 //                   wait group 1 -> arrive k_empty[s]; mask; online softmax of S (overlaps group 2)
-//                   wait group 2 -> arrive v_empty[s']; rescale O; P = bf16/fp16(S)
-//     last: O += P V_last; arrive v_empty; O /= l; store from registers (rows >= N not written)
-//   consumer warpgroup, !OVERLAP: per block j, S GEMM, wait, softmax, PV GEMM, wait (no pipelining).
-//   PINGPONG: named barriers 1..NC, warpgroup c waits on barrier c and then signals barrier c + 1 (mod NC),
-//   so one warpgroup issues its two GEMMs while the others do softmax.
+//                   wait group 2 -> arrive v_empty[s']; rescale O; P = bf16/fp16(S) in the A layout
+//     arrive q_empty; [turn] O += P V_last; arrive v_empty; O /= l; store from registers (rows >= N skipped)
+//   consumer warpgroup, !OVERLAP: per block, S GEMM, wait, softmax, PV GEMM, wait (no pipelining).
+//   PINGPONG: named barriers 1..NC; warpgroup c waits on barrier c, issues its GEMMs, then signals barrier
+//   c + 1 (mod NC), so one warpgroup's GEMMs run while the others do softmax. Turns continue across tiles.
 //   setmaxnreg: producer drops to 24 (NC = 2) / 32 (NC = 3) registers, consumers rise to 240 / 160.
 //
-// Causal (top-left aligned, key > query masked): blocks wholly above the diagonal are never loaded;
-// thread blocks are launched heaviest first. Ragged N: TMA zero-fills rows past N, scores of keys >= N
-// are masked, output rows >= N are not stored. GQA: K/V head = query head / (H / Hkv).
+// Causal (top-left aligned as SDPA's is_causal: key > query masked): blocks wholly above the diagonal are
+// never loaded. Ragged N: TMA zero-fills rows past N, scores of keys >= N are masked, output rows >= N are
+// not stored. GQA: K/V head = query head / (H / Hkv).
 //
-// Supported here: bf16 and fp16; d64 with block 192x128 or 128x128 and d128 with 128x176 or 128x128
-// (FA3's defaults except d64 non-causal, where FA3 takes 192x192: with intra-warpgroup overlap it needs
-// more than the 160 registers three consumers get, so we run 192x128; d256 is not built).
+// Built here: bf16 and fp16; d128 128x176 (non-causal) and 128x128; d64 192x128 and 128x128. These are
+// FA3's defaults except d64 non-causal, where FA3 takes 192x192: with the overlapped loop that tile needs
+// more than the 160 registers three consumers get (ptxas spills), so d64 runs 192x128. d256 is not built.
 // The fp8 variant (v3_fp8.cu) reuses this file with T = E4m3.
 
 #include <cuda.h>
@@ -50,7 +54,12 @@ struct V3Params {
   long long o_stride_b, o_stride_h, o_stride_n;  // elements
   int nq, nk, heads, group;      // group = H / Hkv
   float scale_log2;              // softmax scale * log2(e)
+  int batch;
 };
+// The host mirrors this layout (kernels/hopper.py, _Params); tests compare the offsets.
+static_assert(sizeof(V3Params) == 80 && __builtin_offsetof(V3Params, scale_log2) == 72 &&
+                  __builtin_offsetof(V3Params, batch) == 76,
+              "V3Params layout changed: update kernels/hopper.py");
 
 namespace v3 {
 
@@ -127,10 +136,14 @@ __device__ __forceinline__ void regs_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R));
 }
 
-// Shared-memory matrix descriptor, 128-byte swizzle: start address, leading and stride byte offsets.
+// Shared-memory matrix descriptor: start address, leading and stride byte offsets, and the swizzle of
+// rows `width` bytes wide (128 -> mode 1, 64 -> 2, 32 -> 3); 8 such rows form one swizzle atom.
+template <int width>
 __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  constexpr uint64_t mode = width == 128 ? 1 : width == 64 ? 2 : 3;
+  static_assert(width == 128 || width == 64 || width == 32, "swizzle width");
   return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lbo >> 4) << 16) |
-         (static_cast<uint64_t>(sbo >> 4) << 32) | (1ull << 62);
+         (static_cast<uint64_t>(sbo >> 4) << 32) | (mode << 62);
 }
 
 __device__ __forceinline__ float ex2(float x) {
@@ -176,22 +189,26 @@ struct Cfg {
   static constexpr int NC = BM / 64;            // consumer warpgroups
   static constexpr int THREADS = 128 * (NC + 1);
   static constexpr int EB = Elem<T>::bytes;
-  static constexpr int PANEL = 128 / EB;         // elements in one 128-byte swizzled row
+  // Tiles are stored as panels of rows W bytes wide, swizzled in W-byte mode: Q/K (and 16-bit V) rows
+  // hold head-dim columns (W = 128 unless d is 64 fp8 bytes); fp8 V^T rows hold keys (W divides block_n).
+  static constexpr int QK_W = D * EB >= 128 ? 128 : D * EB;
+  static constexpr int V_W = !FP8 ? 128 : BN % 128 == 0 ? 128 : BN % 64 == 0 ? 64 : 32;
   static constexpr int KSTEP = 32 / EB;          // K of one wgmma instruction
   static constexpr int Q_BYTES = BM * D * EB;
   static constexpr int KV_BYTES = BN * D * EB;   // one K or V stage
   static constexpr int OFF_K = Q_BYTES;
   static constexpr int OFF_V = OFF_K + STAGES * KV_BYTES;
   static constexpr int OFF_BAR = OFF_V + STAGES * KV_BYTES;
-  static constexpr int SMEM = OFF_BAR + 8 * (1 + 4 * STAGES) + 1024;  // + slack to align the base
+  static constexpr int SMEM = OFF_BAR + 8 * (2 + 4 * STAGES) + 1024;  // + slack to align the base
   static constexpr int PRODUCER_REGS = NC == 2 ? 24 : 32;
   static constexpr int CONSUMER_REGS = NC == 2 ? 240 : 160;
   static_assert(BM % 64 == 0 && (NC == 2 || NC == 3), "block_m must be 128 or 192");
-  static_assert(D % PANEL == 0, "head dim must be a multiple of one 128-byte panel");
+  static_assert((D * EB) % QK_W == 0 && (QK_W == 128 || QK_W == 64), "head dim must fill 64/128-byte panels");
+  static_assert(FP8 || QK_W == 128, "16-bit V is read N-major from 128-byte panels");
   static_assert(BN % 16 == 0 && BN <= 256, "block_n must be a multiple of 16, at most 256");
-  static_assert(!FP8 || BN % 128 == 0, "fp8 V^T panels are 128 keys wide");
+  static_assert(!FP8 || BN % 32 == 0, "fp8 P fragments cover 32 keys");
   static_assert(!PINGPONG || OVERLAP, "ping-pong schedules the two GEMMs of the overlapped loop");
-  static_assert(OFF_BAR + 8 * (1 + 4 * STAGES) <= 227 * 1024, "tiles exceed shared memory");
+  static_assert(OFF_BAR + 8 * (2 + 4 * STAGES) <= 227 * 1024, "tiles exceed shared memory");
 };
 
 template <class C>
@@ -211,10 +228,11 @@ struct Consumer {
     wg_fence();
 #pragma unroll
     for (int kk = 0; kk < C::D / C::KSTEP; ++kk) {
-      const int panel = kk * C::KSTEP / C::PANEL;
-      const uint32_t col = (kk * C::KSTEP % C::PANEL) * C::EB;
-      const uint64_t a = smem_desc(q_base + panel * C::BM * 128 + wg * 64 * 128 + col, 16, 1024);
-      const uint64_t b = smem_desc(k_base + panel * C::BN * 128 + col, 16, 1024);
+      constexpr int W = C::QK_W;
+      const int panel = kk * 32 / W;  // one instruction spans 32 bytes of K
+      const uint32_t col = kk * 32 % W;
+      const uint64_t a = smem_desc<W>(q_base + panel * C::BM * W + wg * 64 * W + col, 16, 8 * W);
+      const uint64_t b = smem_desc<W>(k_base + panel * C::BN * W + col, 16, 8 * W);
       Wqk::ss(s, a, b, kk > 0);
     }
     wg_commit();
@@ -227,12 +245,12 @@ struct Consumer {
     for (int kk = 0; kk < C::BN / C::KSTEP; ++kk) {
       uint64_t b;
       if constexpr (C::FP8) {
-        // V^T tile: d rows x block_n keys, K-major panels of 128 keys.
-        const int panel = kk * C::KSTEP / C::PANEL;
-        b = smem_desc(v_base + panel * C::D * 128 + (kk * C::KSTEP % C::PANEL), 16, 1024);
+        // V^T tile: d rows x block_n keys, K-major panels of V_W keys.
+        constexpr int W = C::V_W;
+        b = smem_desc<W>(v_base + (kk * 32 / W) * C::D * W + kk * 32 % W, 16, 8 * W);
       } else {
         // V tile read N-major: LBO = distance between 64-column panels, SBO = 8 keys.
-        b = smem_desc(v_base + kk * 16 * 128, C::BN * 128, 1024);
+        b = smem_desc<128>(v_base + kk * 16 * 128, C::BN * 128, 1024);
       }
       const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
       Wpv::rs(o, a, b);
@@ -315,6 +333,25 @@ template <> struct OutElem<Bf16> { using Pack = Elem<Bf16>; };
 template <> struct OutElem<Fp16> { using Pack = Elem<Fp16>; };
 template <> struct OutElem<E4m3> { using Pack = Elem<Bf16>; };  // fp8 inputs write bf16
 
+// One (m_block, head, batch) of the tile list; tiles of a head are consecutive (K/V stay in L2), heaviest
+// (last) query block first so a causal grid's long tiles start early.
+struct Tile {
+  int m_block, head, batch, kv_head, n_blocks;
+};
+template <class C>
+__device__ __forceinline__ Tile tile_at(int t, int n_mblocks, const V3Params& prm) {
+  Tile x;
+  x.m_block = n_mblocks - 1 - t % n_mblocks;
+  x.head = (t / n_mblocks) % prm.heads;
+  x.batch = t / (n_mblocks * prm.heads);
+  x.kv_head = x.head / prm.group;
+  x.n_blocks = (prm.nk + C::BN - 1) / C::BN;
+  if (C::CAUSAL) x.n_blocks = min(x.n_blocks, ((x.m_block + 1) * C::BM + C::BN - 1) / C::BN);
+  return x;
+}
+
+// Persistent: thread block b takes tiles b, b + gridDim.x, ... (a grid of one block per tile is the plain
+// launch). The K/V ring's stage and phase run on across tiles; Q is refilled once consumers release it.
 template <class C>
 __device__ __forceinline__ void attention_fwd(const CUtensorMap& tm_q, const CUtensorMap& tm_k,
                                               const CUtensorMap& tm_v, const V3Params& prm) {
@@ -322,21 +359,18 @@ __device__ __forceinline__ void attention_fwd(const CUtensorMap& tm_q, const CUt
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t base = (raw + 1023) & ~1023u;
   const uint32_t sq = base, sk = base + C::OFF_K, sv = base + C::OFF_V, sbar = base + C::OFF_BAR;
-  const uint32_t q_full = sbar;
-  auto k_full = [&](int s) { return sbar + 8 * (1 + s); };
-  auto v_full = [&](int s) { return sbar + 8 * (1 + C::STAGES + s); };
-  auto k_empty = [&](int s) { return sbar + 8 * (1 + 2 * C::STAGES + s); };
-  auto v_empty = [&](int s) { return sbar + 8 * (1 + 3 * C::STAGES + s); };
+  const uint32_t q_full = sbar, q_empty = sbar + 8;
+  auto k_full = [&](int s) { return sbar + 8 * (2 + s); };
+  auto v_full = [&](int s) { return sbar + 8 * (2 + C::STAGES + s); };
+  auto k_empty = [&](int s) { return sbar + 8 * (2 + 2 * C::STAGES + s); };
+  auto v_empty = [&](int s) { return sbar + 8 * (2 + 3 * C::STAGES + s); };
 
-  const int n_mblocks = gridDim.x;
-  const int m_block = C::CAUSAL ? n_mblocks - 1 - blockIdx.x : blockIdx.x;  // causal: heaviest first
-  const int head = blockIdx.y, batch = blockIdx.z, kv_head = head / prm.group;
-  int n_blocks = (prm.nk + C::BN - 1) / C::BN;
-  if (C::CAUSAL) n_blocks = min(n_blocks, ((m_block + 1) * C::BM + C::BN - 1) / C::BN);
-
+  const int n_mblocks = (prm.nq + C::BM - 1) / C::BM;
+  const int n_tiles = n_mblocks * prm.heads * prm.batch;
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
   if (threadIdx.x == 0) {
     mbar_init(q_full, 1);
+    mbar_init(q_empty, C::NC * 128);
     for (int s = 0; s < C::STAGES; ++s) {
       mbar_init(k_full(s), 1);
       mbar_init(v_full(s), 1);
@@ -351,27 +385,33 @@ __device__ __forceinline__ void attention_fwd(const CUtensorMap& tm_q, const CUt
     // ---------------- producer ----------------
     regs_dec<C::PRODUCER_REGS>();
     if (tid == 0) {
-      mbar_expect_tx(q_full, C::Q_BYTES);
-      for (int p = 0; p < C::D / C::PANEL; ++p)
-        tma_load_4d(sq + p * C::BM * 128, &tm_q, q_full, p * C::PANEL, m_block * C::BM, head, batch);
-      for (int it = 0; it < n_blocks; ++it) {
-        const int j = n_blocks - 1 - it, s = it % C::STAGES;
-        const uint32_t ph = (it / C::STAGES) & 1;
-        mbar_wait(k_empty(s), ph ^ 1);
-        mbar_expect_tx(k_full(s), C::KV_BYTES);
-        for (int p = 0; p < C::D / C::PANEL; ++p)
-          tma_load_4d(sk + s * C::KV_BYTES + p * C::BN * 128, &tm_k, k_full(s), p * C::PANEL, j * C::BN,
-                      kv_head, batch);
-        mbar_wait(v_empty(s), ph ^ 1);
-        mbar_expect_tx(v_full(s), C::KV_BYTES);
-        if constexpr (C::FP8) {
-          for (int p = 0; p < C::BN / C::PANEL; ++p)
-            tma_load_4d(sv + s * C::KV_BYTES + p * C::D * 128, &tm_v, v_full(s), j * C::BN + p * C::PANEL, 0,
-                        kv_head, batch);
-        } else {
-          for (int p = 0; p < C::D / C::PANEL; ++p)
-            tma_load_4d(sv + s * C::KV_BYTES + p * C::BN * 128, &tm_v, v_full(s), p * C::PANEL, j * C::BN,
-                        kv_head, batch);
+      constexpr int QK_COLS = C::QK_W / C::EB, QK_PANELS = C::D / QK_COLS;
+      int it = 0;  // K/V blocks issued so far, over all tiles
+      for (int t = blockIdx.x, n = 0; t < n_tiles; t += gridDim.x, ++n) {
+        const Tile x = tile_at<C>(t, n_mblocks, prm);
+        mbar_wait(q_empty, (n & 1) ^ 1);
+        mbar_expect_tx(q_full, C::Q_BYTES);
+        for (int p = 0; p < QK_PANELS; ++p)
+          tma_load_4d(sq + p * C::BM * C::QK_W, &tm_q, q_full, p * QK_COLS, x.m_block * C::BM, x.head, x.batch);
+        for (int i = 0; i < x.n_blocks; ++i, ++it) {
+          const int j = x.n_blocks - 1 - i, s = it % C::STAGES;
+          const uint32_t ph = (it / C::STAGES) & 1;
+          mbar_wait(k_empty(s), ph ^ 1);
+          mbar_expect_tx(k_full(s), C::KV_BYTES);
+          for (int p = 0; p < QK_PANELS; ++p)
+            tma_load_4d(sk + s * C::KV_BYTES + p * C::BN * C::QK_W, &tm_k, k_full(s), p * QK_COLS, j * C::BN,
+                        x.kv_head, x.batch);
+          mbar_wait(v_empty(s), ph ^ 1);
+          mbar_expect_tx(v_full(s), C::KV_BYTES);
+          if constexpr (C::FP8) {
+            for (int p = 0; p < C::BN / C::V_W; ++p)
+              tma_load_4d(sv + s * C::KV_BYTES + p * C::D * C::V_W, &tm_v, v_full(s), j * C::BN + p * C::V_W, 0,
+                          x.kv_head, x.batch);
+          } else {
+            for (int p = 0; p < QK_PANELS; ++p)
+              tma_load_4d(sv + s * C::KV_BYTES + p * C::BN * 128, &tm_v, v_full(s), p * QK_COLS, j * C::BN,
+                          x.kv_head, x.batch);
+          }
         }
       }
     }
@@ -381,144 +421,150 @@ __device__ __forceinline__ void attention_fwd(const CUtensorMap& tm_q, const CUt
   // ---------------- consumers ----------------
   regs_inc<C::CONSUMER_REGS>();
   const int c = wg - 1, warp = tid / 32, lane = tid % 32;
-  const int row0 = m_block * C::BM + c * 64 + warp * 16 + lane / 4;  // this thread's rows: row0, row0 + 8
   const int col0 = 2 * (lane % 4);
-  // Blocks that need masking: the ragged last one, and (causal) those reaching past the first row.
-  auto needs_mask = [&](int j) {
-    return (j + 1) * C::BN > prm.nk || (C::CAUSAL && (j + 1) * C::BN - 1 > m_block * C::BM);
-  };
   const int my_bar = 1 + c, next_bar = 1 + (c + 1) % C::NC;
   const bool last_wg = c == C::NC - 1;
-
-  float q_scale = 1.f;
-  const float *k_scale = nullptr, *v_scale = nullptr;
-  if constexpr (C::FP8) {
-    const int kv_blocks = (prm.nk + C::BN - 1) / C::BN;
-    q_scale = prm.q_scale[(batch * prm.heads + head) * n_mblocks + m_block];
-    k_scale = prm.k_scale + (batch * (prm.heads / prm.group) + kv_head) * kv_blocks;
-    v_scale = prm.v_scale + (batch * (prm.heads / prm.group) + kv_head) * kv_blocks;
-  }
-  auto block_sl2 = [&](int j) {
-    if constexpr (C::FP8) return prm.scale_log2 * q_scale * k_scale[j];
-    return prm.scale_log2;
-  };
-
-  Consumer<C> cs;
-#pragma unroll
-  for (int i = 0; i < Consumer<C>::NO; ++i) cs.o[i] = 0.f;
-  cs.m[0] = cs.m[1] = -INFINITY;
-  cs.l[0] = cs.l[1] = 0.f;
-  float dv = 1.f;  // fp8: V scale of the block whose P is in registers; O is kept in those units
-
-  mbar_wait(q_full, 0);
+  const int kv_blocks = (prm.nk + C::BN - 1) / C::BN;
   if (C::PINGPONG && last_wg) bar_arrive(1, 256);  // warpgroup 0 takes the first turn
 
-  if constexpr (C::OVERLAP) {
-    {
-      const int j = n_blocks - 1;
-      if (C::PINGPONG) bar_sync(my_bar, 256);
-      const float sl2 = block_sl2(j);
-      mbar_wait(k_full(0), 0);
-      cs.gemm_qk(sq, sk, c);
-      if (C::PINGPONG) bar_arrive(next_bar, 256);
-      wg_wait<0>();
-      pin(cs.s);
-      mbar_arrive(k_empty(0));
-      if (needs_mask(j)) cs.mask(j, row0, col0, prm.nk);
-      float alpha[2];
-      cs.softmax(sl2, alpha);
-      if constexpr (C::FP8) dv = v_scale[j];
-      cs.convert_p();
+  int it = 0;  // K/V blocks consumed so far, over all tiles
+  for (int t = blockIdx.x, n = 0; t < n_tiles; t += gridDim.x, ++n) {
+    const Tile x = tile_at<C>(t, n_mblocks, prm);
+    const bool last_tile = t + gridDim.x >= n_tiles;
+    const int row0 = x.m_block * C::BM + c * 64 + warp * 16 + lane / 4;  // this thread's rows: row0, row0 + 8
+    // Blocks that need masking: the ragged last one, and (causal) those reaching past the first row.
+    auto needs_mask = [&](int j) {
+      return (j + 1) * C::BN > prm.nk || (C::CAUSAL && (j + 1) * C::BN - 1 > x.m_block * C::BM);
+    };
+    float q_scale = 1.f;
+    const float *k_scale = nullptr, *v_scale = nullptr;
+    if constexpr (C::FP8) {
+      q_scale = prm.q_scale[(x.batch * prm.heads + x.head) * n_mblocks + x.m_block];
+      k_scale = prm.k_scale + (x.batch * (prm.heads / prm.group) + x.kv_head) * kv_blocks;
+      v_scale = prm.v_scale + (x.batch * (prm.heads / prm.group) + x.kv_head) * kv_blocks;
     }
-    for (int it = 1; it < n_blocks; ++it) {
-      const int j = n_blocks - 1 - it, s = it % C::STAGES, sp = (it - 1) % C::STAGES;
-      const uint32_t ph = (it / C::STAGES) & 1, php = ((it - 1) / C::STAGES) & 1;
-      const float sl2 = block_sl2(j);
-      if (C::PINGPONG) bar_sync(my_bar, 256);
-      mbar_wait(k_full(s), ph);
-      cs.gemm_qk(sq, sk + s * C::KV_BYTES, c);
-      mbar_wait(v_full(sp), php);
-      cs.gemm_pv(sv + sp * C::KV_BYTES);
-      if (C::PINGPONG) bar_arrive(next_bar, 256);
-      wg_wait<1>();
-      pin(cs.s);
-      mbar_arrive(k_empty(s));
-      if (needs_mask(j)) cs.mask(j, row0, col0, prm.nk);
-      float alpha[2];
-      cs.softmax(sl2, alpha);
-      wg_wait<0>();
-      pin(cs.o);
-      pin(cs.p);
-      mbar_arrive(v_empty(sp));
-      float extra = 1.f;
-      if constexpr (C::FP8) {
-        const float dv_new = v_scale[j];
-        extra = dv / dv_new;
-        dv = dv_new;
-      }
-      cs.rescale_o(alpha, extra);
-      cs.convert_p();
-    }
-    {
-      const int sp = (n_blocks - 1) % C::STAGES;
-      const uint32_t php = ((n_blocks - 1) / C::STAGES) & 1;
-      if (C::PINGPONG) bar_sync(my_bar, 256);
-      mbar_wait(v_full(sp), php);
-      cs.gemm_pv(sv + sp * C::KV_BYTES);
-      if (C::PINGPONG && !last_wg) bar_arrive(next_bar, 256);
-      wg_wait<0>();
-      pin(cs.o);
-      mbar_arrive(v_empty(sp));
-    }
-  } else {
-    for (int it = 0; it < n_blocks; ++it) {
-      const int j = n_blocks - 1 - it, s = it % C::STAGES;
-      const uint32_t ph = (it / C::STAGES) & 1;
-      const float sl2 = block_sl2(j);
-      mbar_wait(k_full(s), ph);
-      cs.gemm_qk(sq, sk + s * C::KV_BYTES, c);
-      wg_wait<0>();
-      pin(cs.s);
-      mbar_arrive(k_empty(s));
-      if (needs_mask(j)) cs.mask(j, row0, col0, prm.nk);
-      float alpha[2];
-      cs.softmax(sl2, alpha);
-      float extra = 1.f;
-      if constexpr (C::FP8) {
-        const float dv_new = v_scale[j];
-        extra = it == 0 ? 1.f : dv / dv_new;
-        dv = dv_new;
-      }
-      cs.rescale_o(alpha, extra);
-      cs.convert_p();
-      mbar_wait(v_full(s), ph);
-      cs.gemm_pv(sv + s * C::KV_BYTES);
-      wg_wait<0>();
-      pin(cs.o);
-      mbar_arrive(v_empty(s));
-    }
-  }
+    auto block_sl2 = [&](int j) {
+      if constexpr (C::FP8) return prm.scale_log2 * q_scale * k_scale[j];
+      return prm.scale_log2;
+    };
+    auto stage = [&](int i) { return (it + i) % C::STAGES; };
+    auto phase = [&](int i) { return static_cast<uint32_t>(((it + i) / C::STAGES) & 1); };
 
-  // ---------------- epilogue: O / l, stored from registers ----------------
-  using Pack = typename OutElem<typename C::T>::Pack;
-  float inv[2];
+    Consumer<C> cs;
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    float sum = cs.l[i];
-    sum += __shfl_xor_sync(0xffffffff, sum, 1);
-    sum += __shfl_xor_sync(0xffffffff, sum, 2);
-    inv[i] = (sum > 0.f ? 1.f / sum : 0.f) * dv;
-  }
-  uint16_t* out = static_cast<uint16_t*>(prm.o) + batch * prm.o_stride_b + head * prm.o_stride_h;
+    for (int i = 0; i < Consumer<C>::NO; ++i) cs.o[i] = 0.f;
+    cs.m[0] = cs.m[1] = -INFINITY;
+    cs.l[0] = cs.l[1] = 0.f;
+    float dv = 1.f;  // fp8: V scale of the block whose P is in registers; O is kept in those units
+    const int nb = x.n_blocks;
+
+    mbar_wait(q_full, n & 1);
+    if constexpr (C::OVERLAP) {
+      {
+        const int j = nb - 1;
+        const float sl2 = block_sl2(j);
+        if (C::PINGPONG) bar_sync(my_bar, 256);
+        mbar_wait(k_full(stage(0)), phase(0));
+        cs.gemm_qk(sq, sk + stage(0) * C::KV_BYTES, c);
+        if (C::PINGPONG) bar_arrive(next_bar, 256);
+        wg_wait<0>();
+        pin(cs.s);
+        mbar_arrive(k_empty(stage(0)));
+        if (needs_mask(j)) cs.mask(j, row0, col0, prm.nk);
+        float alpha[2];
+        cs.softmax(sl2, alpha);
+        if constexpr (C::FP8) dv = v_scale[j];
+        cs.convert_p();
+      }
+      for (int i = 1; i < nb; ++i) {
+        const int j = nb - 1 - i;
+        const float sl2 = block_sl2(j);
+        if (C::PINGPONG) bar_sync(my_bar, 256);
+        mbar_wait(k_full(stage(i)), phase(i));
+        cs.gemm_qk(sq, sk + stage(i) * C::KV_BYTES, c);
+        mbar_wait(v_full(stage(i - 1)), phase(i - 1));
+        cs.gemm_pv(sv + stage(i - 1) * C::KV_BYTES);
+        if (C::PINGPONG) bar_arrive(next_bar, 256);
+        wg_wait<1>();
+        pin(cs.s);
+        mbar_arrive(k_empty(stage(i)));
+        if (needs_mask(j)) cs.mask(j, row0, col0, prm.nk);
+        float alpha[2];
+        cs.softmax(sl2, alpha);
+        wg_wait<0>();
+        pin(cs.o);
+        pin(cs.p);
+        mbar_arrive(v_empty(stage(i - 1)));
+        float extra = 1.f;
+        if constexpr (C::FP8) {
+          const float dv_new = v_scale[j];
+          extra = dv / dv_new;
+          dv = dv_new;
+        }
+        cs.rescale_o(alpha, extra);
+        cs.convert_p();
+      }
+      mbar_arrive(q_empty);  // every S GEMM of this tile has completed
+      {
+        if (C::PINGPONG) bar_sync(my_bar, 256);
+        mbar_wait(v_full(stage(nb - 1)), phase(nb - 1));
+        cs.gemm_pv(sv + stage(nb - 1) * C::KV_BYTES);
+        if (C::PINGPONG && !(last_wg && last_tile)) bar_arrive(next_bar, 256);
+        wg_wait<0>();
+        pin(cs.o);
+        mbar_arrive(v_empty(stage(nb - 1)));
+      }
+    } else {
+      for (int i = 0; i < nb; ++i) {
+        const int j = nb - 1 - i;
+        const float sl2 = block_sl2(j);
+        mbar_wait(k_full(stage(i)), phase(i));
+        cs.gemm_qk(sq, sk + stage(i) * C::KV_BYTES, c);
+        wg_wait<0>();
+        pin(cs.s);
+        mbar_arrive(k_empty(stage(i)));
+        if (needs_mask(j)) cs.mask(j, row0, col0, prm.nk);
+        float alpha[2];
+        cs.softmax(sl2, alpha);
+        float extra = 1.f;
+        if constexpr (C::FP8) {
+          const float dv_new = v_scale[j];
+          extra = i == 0 ? 1.f : dv / dv_new;
+          dv = dv_new;
+        }
+        cs.rescale_o(alpha, extra);
+        cs.convert_p();
+        mbar_wait(v_full(stage(i)), phase(i));
+        cs.gemm_pv(sv + stage(i) * C::KV_BYTES);
+        wg_wait<0>();
+        pin(cs.o);
+        mbar_arrive(v_empty(stage(i)));
+      }
+      mbar_arrive(q_empty);
+    }
+    it += nb;
+
+    // ---------------- epilogue: O / l, stored from registers ----------------
+    using Pack = typename OutElem<typename C::T>::Pack;
+    float inv[2];
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int row = row0 + 8 * i;
-    if (row < prm.nq) {
-      uint16_t* orow = out + row * prm.o_stride_n + col0;
+    for (int i = 0; i < 2; ++i) {
+      float sum = cs.l[i];
+      sum += __shfl_xor_sync(0xffffffff, sum, 1);
+      sum += __shfl_xor_sync(0xffffffff, sum, 2);
+      inv[i] = (sum > 0.f ? 1.f / sum : 0.f) * dv;
+    }
+    uint16_t* out = static_cast<uint16_t*>(prm.o) + x.batch * prm.o_stride_b + x.head * prm.o_stride_h;
 #pragma unroll
-      for (int cc = 0; cc < C::D / 8; ++cc) {
-        const uint32_t v = Pack::pack2(cs.o[4 * cc + 2 * i] * inv[i], cs.o[4 * cc + 2 * i + 1] * inv[i]);
-        *reinterpret_cast<uint32_t*>(orow + 8 * cc) = v;
+    for (int i = 0; i < 2; ++i) {
+      const int row = row0 + 8 * i;
+      if (row < prm.nq) {
+        uint16_t* orow = out + row * prm.o_stride_n + col0;
+#pragma unroll
+        for (int cc = 0; cc < C::D / 8; ++cc) {
+          const uint32_t v = Pack::pack2(cs.o[4 * cc + 2 * i] * inv[i], cs.o[4 * cc + 2 * i + 1] * inv[i]);
+          *reinterpret_cast<uint32_t*>(orow + 8 * cc) = v;
+        }
       }
     }
   }

@@ -17,13 +17,18 @@
 //   P_j converted to e4m3 (values in [0, 1]); O kept in units of the current block's V scale: before
 //   O += P_j Vq_j the accumulator is multiplied by alpha_j * dv_prev / dv_j, and the epilogue multiplies by
 //   dv_last / l. Accumulation in fp32 throughout; output bf16.
-// Tiles: d128 with 128 x 128 (FA3's fp8 default is 128 x 224; a 224-key V^T tile is not a whole number of
-// 128-byte panels, and 128 x 256 needs more registers than the overlapped loop has). d64 is not built (its
-// 64-byte rows need the 64-byte swizzle, not implemented).
+// Shared memory: Q and K rows hold d bytes (128-byte swizzle, 64-byte for d64); V^T rows hold block_n keys,
+// stored as panels of 128, 64 or 32 keys (the widest that divides block_n) in the matching swizzle mode,
+// so FA3's fp8 tiles (d128 128 x 224, d64 192 x 160) need no padding.
 
 #define V3_NO_ENTRIES
 #include "v3.cu"
 
+// FA3's fp8 tiles (ping-pong + overlap), then smaller ones for comparison.
+V3_ENTRY(E4m3, 128, 128, 224, 2, 0, 1, 1)
+V3_ENTRY(E4m3, 128, 128, 224, 2, 1, 1, 1)
+V3_ENTRY(E4m3, 64, 192, 160, 2, 0, 1, 1)
+V3_ENTRY(E4m3, 64, 192, 160, 2, 1, 1, 1)
+V3_ENTRY(E4m3, 128, 128, 192, 2, 0, 1, 1)
 V3_ENTRY(E4m3, 128, 128, 128, 2, 0, 1, 1)
 V3_ENTRY(E4m3, 128, 128, 128, 2, 1, 1, 1)
-V3_ENTRY(E4m3, 128, 128, 256, 2, 0, 0, 0)
