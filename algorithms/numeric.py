@@ -269,10 +269,17 @@ class _Cta:
 
 
 def run_numeric(schedule: Schedule, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Run every kernel of the schedule over its whole grid; returns the global tensors afterwards."""
+    """Run every kernel of the schedule over its whole grid; returns the global tensors afterwards.
+
+    Tiles are small, so torch's thread pool costs more than it saves: run single-threaded."""
     p = schedule.problem
     mem = _Memory(p, inputs)
-    for kernel in schedule.kernels:
-        for cta in kernel.ctas:
-            _Cta(mem, p).run({role.name: role.program(cta) for role in kernel.roles})
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for kernel in schedule.kernels:
+            for cta in kernel.ctas:
+                _Cta(mem, p).run({role.name: role.program(cta) for role in kernel.roles})
+    finally:
+        torch.set_num_threads(threads)
     return mem.t

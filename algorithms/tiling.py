@@ -162,6 +162,9 @@ def check_fits(algo: str, problem: Problem, t: Tiling, profile) -> None:
     if algo in ("v3", "v3-fp8"):
         if t.block_m % 64:
             raise FlashsimError(f"{algo} needs block_m a multiple of 64 (one consumer warpgroup each), got {t.block_m}")
+        if t.stages < 2:
+            raise FlashsimError(f"{algo} needs at least 2 K/V stages (QK^T of block j overlaps PV of block j-1), "
+                                f"got {t.stages}")
         consumers = t.block_m // 64
         if t.warps != 4 * (consumers + 1):
             raise FlashsimError(

@@ -37,7 +37,7 @@ def build(p: Problem, t: Tiling, hadamard: bool = True) -> Schedule:
             for i in range(cdiv(p.seqlen_q, t.block_m))]
     ctas += [(x, b, h, j, t.block_n) for x in "KV" for b in range(p.batch) for h in range(p.kv_heads)
              for j in range(cdiv(p.seqlen_k, t.block_n))]
-    quant = Kernel("quantize_fp8", ctas, (Role("warps", 4, quantize),), 0, 64,
-                   classes=lambda c: (c[0], c[3]), kv_head_of=lambda c: (c[1], c[2] if c[0] in "KV" else c[2] // p.group))
+    quant = Kernel("quantize_fp8", ctas, (Role("warps", 4, quantize),), 0, 64, classes=lambda c: (c[0], c[3]),
+                   kv_head_of=lambda c: (c[1], c[2] if c[0] in "KV" else c[2] // p.group))
     attn = build_v3(p, t, fp8=True, name="v3_fp8")
     return Schedule("v3-fp8", p, t, (quant, *attn.kernels))
