@@ -204,11 +204,25 @@ def write(report: dict, out_dir: Path) -> tuple[Path, Path]:
     return json_path, toml_path
 
 
+def load_report(path: Path) -> dict:
+    """A calibration.json written earlier: its raw numbers make the TOML again without a GPU."""
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise FlashsimError(f"cannot read calibration results {path}: {exc}") from None
+    for key in ("provenance", "gpu", "results"):
+        if key not in report:
+            raise FlashsimError(f"{path} is not a calibration.json (no {key!r})")
+    report.pop("params", None)
+    report.setdefault("errors", {})
+    return report
+
+
 def main(args) -> int:
     names = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
     if args.reps < 3:
         raise FlashsimError(f"--reps must be at least 3, got {args.reps}")
-    report = run(names, quick=args.quick, reps=args.reps)
+    report = load_report(Path(args.from_json)) if args.from_json else run(names, quick=args.quick, reps=args.reps)
     json_path, toml_path = write(report, Path(args.out_dir))
     params = to_params(report)
     if args.json:

@@ -26,6 +26,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (a smoke test)")
     p.add_argument("--reps", type=int, default=20, help="timed repeats per bandwidth measurement (median)")
     p.add_argument("--json", action="store_true", help="print the measured parameters as JSON")
+    p.add_argument(
+        "--from-json", metavar="PATH", help="no GPU: write the TOML again from the raw numbers of a calibration.json"
+    )
     p.set_defaults(func=_calibrate)
 
     p = subparsers.add_parser(

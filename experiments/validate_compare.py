@@ -305,40 +305,45 @@ def markdown(report: dict) -> str:
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    """Predicted against measured, log-log, one panel per quantity with data, colour per implementation."""
+    """Predicted against measured, log-log, one panel per quantity with data, colour per implementation.
+    A prediction of zero (HBM writes the simulator leaves in L2) cannot sit on a log axis and is left out."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [q for q in QUANTITIES if _pairs(rows, q)]
-    if not panels:
-        panels = ["time_s"]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4.4), squeeze=False)
+    panels = [q for q in QUANTITIES if _pairs(rows, q)] or ["time_s"]
+    cols = min(3, len(panels))
+    nrows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.8 * cols, 4.4 * nrows), squeeze=False)
     impls = sorted({r["impl"] for r in rows})
     cmap = plt.get_cmap("tab10")
-    for ax, q in zip(axes[0], panels, strict=True):
+    for ax, q in zip(axes.flat, panels, strict=False):
         _, label, unit, scale = QUANTITIES[q]
-        lo, hi = float("inf"), 0.0
+        lo, hi, dropped = float("inf"), 0.0, 0
         for i, impl in enumerate(impls):
             pts = _pairs([r for r in rows if r["impl"] == impl], q)
+            dropped += sum(1 for p, _ in pts if p <= 0)
+            pts = [(p * scale, m * scale) for p, m in pts if p > 0]
             if not pts:
                 continue
-            xs = [m * scale for _, m in pts]
-            ys = [p * scale for p, _ in pts]
-            lo, hi = min(lo, *xs, *ys), max(hi, *xs, *ys)
-            ax.scatter(xs, ys, s=16, color=cmap(i % 10), label=impl, alpha=0.85)
+            lo = min(lo, *(v for pair in pts for v in pair))
+            hi = max(hi, *(v for pair in pts for v in pair))
+            ax.scatter([m for _, m in pts], [p for p, _ in pts], s=16, color=cmap(i % 10), label=impl, alpha=0.85)
         if hi > 0:
             line = [lo / 1.5, hi * 1.5]
             ax.plot(line, line, color="black", lw=0.8)
             ax.fill_between(line, [x / 1.25 for x in line], [x * 1.25 for x in line], color="grey", alpha=0.15)
             ax.set_xscale("log")
             ax.set_yscale("log")
-        ax.set_title(f"{label} (band: ±25%)")
+        note = f"; {dropped} predicted 0 not shown" if dropped else ""
+        ax.set_title(f"{label} (band: ±25%{note})", fontsize=10)
         ax.set_xlabel(f"measured ({unit})")
         ax.set_ylabel(f"predicted ({unit})")
         ax.grid(True, which="both", lw=0.3, alpha=0.5)
-    axes[0][0].legend(fontsize=7, loc="upper left")
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.set_visible(False)
+    axes.flat[0].legend(fontsize=7, loc="upper left")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -230,3 +230,11 @@ def test_quick_calibration_on_the_gpu(tmp_path: Path) -> None:
     assert r["hbm"]["read_bytes_per_s"] > 1e11
     assert 16 <= r["smem"]["bytes_per_clk_per_sm"] <= 256
     assert r["launch"]["launch_overhead_s"] < 1e-4
+
+
+def test_toml_again_from_the_raw_numbers(tmp_path: Path, capsys) -> None:
+    json_path, toml_path = calibrate.write(REPORT, tmp_path / "a")
+    assert cli.main(["calibrate", "--from-json", str(json_path), "--out-dir", str(tmp_path / "b")]) == 0
+    assert (tmp_path / "b" / "calibration.toml").read_text() == toml_path.read_text()
+    assert "wgmma_fp8_flops_per_clk_per_sm" in capsys.readouterr().out
+    _one_line_exit_2(capsys, ["calibrate", "--from-json", str(tmp_path / "none.json")], "cannot read")
