@@ -44,7 +44,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--seqlens", metavar="N,...", help="keep only these sequence lengths")
     p.add_argument("--max-minutes", type=float, default=8.0, help="time limit of the measuring (timing + ncu)")
     p.add_argument("--min-reps", type=int, default=10, help="timed calls per measurement, at least")
-    p.add_argument("--max-reps", type=int, default=50, help="timed calls per measurement, at most")
+    p.add_argument("--max-reps", type=int, default=30, help="timed calls per measurement, at most")
+    p.add_argument("--budget-s", type=float, default=0.5, help="seconds of timed calls per measurement past --min-reps")
     p.add_argument("--no-ncu", action="store_true", help="skip the Nsight Compute byte counts")
     p.add_argument("--ncu-seqlens", default="2048,8192", help="non-causal grid configurations ncu measures")
     p.add_argument("--retry-failed", action="store_true", help="measure again what failed before")
@@ -102,8 +103,8 @@ def _validate(args: argparse.Namespace) -> int:
     for name in impls:
         if name not in v.IMPLS:
             raise FlashsimError(f"unknown implementation {name!r}; choose from {', '.join(v.IMPLS)}")
-    if args.max_minutes <= 0 or args.min_reps < 1 or args.max_reps < args.min_reps:
-        raise FlashsimError("need --max-minutes > 0 and 1 <= --min-reps <= --max-reps")
+    if args.max_minutes <= 0 or args.budget_s < 0 or args.min_reps < 1 or args.max_reps < args.min_reps:
+        raise FlashsimError("need --max-minutes > 0, --budget-s >= 0 and 1 <= --min-reps <= --max-reps")
     configs = v.GRIDS[args.grid]()
     seqlens = _csv_ints(args.seqlens, "--seqlens")
     if seqlens:
@@ -111,7 +112,7 @@ def _validate(args: argparse.Namespace) -> int:
     if not args.compare_only:
         deadline = time.monotonic() + args.max_minutes * 60
         opts = v.SweepOptions(impls, configs, out_dir, args.max_minutes, args.min_reps, args.max_reps,
-                              retry_failed=args.retry_failed)  # fmt: skip
+                              args.budget_s, args.retry_failed)  # fmt: skip
         v.measure(opts, deadline=deadline)
         if not args.no_ncu:
             v.measure_bytes(opts, _csv_ints(args.ncu_seqlens, "--ncu-seqlens") or [], deadline)

@@ -260,8 +260,8 @@ class SweepOptions:
     out_dir: Path
     max_minutes: float = 8.0
     min_reps: int = 10
-    max_reps: int = 50
-    budget_s: float = 1.0
+    max_reps: int = 30
+    budget_s: float = 0.5
     retry_failed: bool = False
 
 
