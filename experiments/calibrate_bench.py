@@ -323,6 +323,36 @@ def mma_sync(b: Bench) -> dict:
     return out
 
 
+def mma_warps(b: Bench) -> dict:
+    """mma.sync throughput per SM with 1, 2 and 4 warps on each of the 4 sub-partitions (one block per SM),
+    with 8 independent accumulators per warp or one dependent chain: how much of a sub-partition's tensor
+    rate one warp can keep busy. Also the SM clock during a long mma.sync run (the clock depends on the load)."""
+    cp = b.cp
+    rng = np.random.default_rng(3)
+    blocks = b.gpu.sm_count
+    tb = b.times(blocks)
+    sink = cp.zeros(1, dtype=cp.float32)
+    iters = 256 if b.quick else 2048
+    init = cp.asarray(_operand_words(32 * 6 * 4, "bf16", rng))
+    fn = b.fn("compute", "mma_bf16")
+    out: dict = {}
+    for warps in (4, 8, 16):
+        for chains in (8, 1):
+            b.elapsed(lambda w=warps, c=chains: fn((blocks,), (32 * w,), (init, _i32(iters), _i32(c), sink, tb)),
+                      reps=3)
+            rate = per_sm_rate(block_times(tb), warps * (8 if chains == 8 else 1) * iters * 4096)
+            out[f"bf16_{warps}warps_{chains}chains_flops_per_clk_per_sm"] = rate
+    long_iters = 1 << (15 if b.quick else 19)
+    seconds = b.elapsed(lambda: fn((2 * blocks,), (512,), (init, _i32(long_iters), _i32(8), sink, tb)), reps=3,
+                        warmup=1)
+    out["clock_hz_mma_sync_load"] = clock_hz(block_times(tb))
+    out["clock_kernel_s"] = seconds
+    out["how"] = ("mma_bf16 m16n8k16, one block per SM of 4/8/16 warps (1/2/4 per sub-partition), 8 chains or one "
+                  "dependent accumulator; clock: 2 blocks x 16 warps per SM "
+                  "for ~0.2 s, clock64 over %globaltimer")
+    return out
+
+
 def wgmma(b: Bench) -> dict:
     """wgmma m64n256 throughput with both operands in shared memory (1 and 2 warpgroups per SM; the better is
     the rate) and its issue-to-completion latency (one warpgroup, wait after each)."""
@@ -553,6 +583,7 @@ BENCHMARKS: dict[str, Callable[[Bench], dict]] = {
     "smem": smem,
     "fp32_mufu": fp32_and_mufu,
     "mma_sync": mma_sync,
+    "mma_warps": mma_warps,
     "wgmma": wgmma,
     "clock": clock_under_load,
     "cp_async": cp_async,
