@@ -270,11 +270,20 @@ def fp32_and_mufu(b: Bench) -> dict:
     ex2 = b.fn("compute", "mufu_ex2")
     b.elapsed(lambda: ex2((blocks,), (threads,), (_i32(iters // 4), sink, tb)), reps=3)
     ex2_rate = per_sm_rate(block_times(tb), threads * 8 * (iters // 4))
+    # dependent-issue latency: one chain per thread, one block of 4 warps per SM (one per sub-partition)
+    dep = b.fn("compute", "fp32_dep")
+    dep_tb = b.times(b.gpu.sm_count)
+    dep_iters = 4 * iters
+    b.elapsed(lambda: dep((b.gpu.sm_count,), (128,), (np.float32(0.9999), np.float32(1e-4), _i32(dep_iters), sink,
+                                                      dep_tb)), reps=3)
+    t = block_times(dep_tb)
+    dep_cycles = float(np.median(t["clk1"] - t["clk0"])) / dep_iters
     return {
         "fp32_flops_per_clk_per_sm": fma_rate,
         "mufu_ex2_per_clk_per_sm": ex2_rate,
+        "fp32_dependent_issue_cycles": dep_cycles,
         "how": f"fp32_fma / mufu_ex2: {blocks} blocks x {threads} threads, 8 chains per thread, per-SM work over "
-        "clock64 span",
+        "clock64 span; fp32_dep: one dependent FFMA chain per thread, 4 warps per SM",
     }
 
 

@@ -107,7 +107,7 @@ def _simulate(job: tuple) -> dict:
         return {
             "predicted": {
                 "time_s": d["time_s"],
-                "kernel_time_s": d["cycles"] / profile.sm_clock_hz,
+                "kernel_time_s": d["kernel_time_s"],
                 "hbm_read": b["hbm_read"],
                 "hbm_write": b["hbm_write"],
                 "l2_bytes": b["l2_read"] + b["l2_write"],

@@ -70,7 +70,9 @@ class Profile:
 
     # SM organisation and occupancy limits
     sm_count: int = _p(int)
-    sm_clock_hz: float = _p(float)  # the clock every *_cycles and *_per_clk value refers to
+    sm_clock_hz: float = _p(float)  # the clock when no tensor core is busy (memory-bound kernels)
+    # the clock that power management settles at while mma.sync keeps the tensor cores busy
+    sm_clock_mma_sync_load_hz: float = _p(float)
     sub_partitions_per_sm: int = _p(int)
     max_threads_per_sm: int = _p(int)
     max_threads_per_block: int = _p(int)
@@ -94,6 +96,8 @@ class Profile:
     hbm_latency_cycles: int = _p(int)
     # math
     fp32_flops_per_clk_per_sm: float = _p(float)
+    # cycles between a warp's dependent FP32 instructions: a warp's serial softmax arithmetic issues at this pace
+    fp32_dependent_issue_cycles: float = _p(float)
     mufu_ops_per_clk_per_sm: float = _p(float)
     mma_sync_fp16_flops_per_clk_per_sm: float = _p(float)
     mma_sync_bf16_flops_per_clk_per_sm: float = _p(float)
@@ -109,6 +113,7 @@ class Profile:
     wgmma_fp8_flops_per_clk_per_sm: float | None = _p(float, "wgmma")
     wgmma_tf32_flops_per_clk_per_sm: float | None = _p(float, "wgmma")
     wgmma_latency_cycles: int | None = _p(int, "wgmma")
+    sm_clock_wgmma_load_hz: float | None = _p(float, "wgmma")  # the clock under sustained wgmma load
     tma_issue_cycles: int | None = _p(int, "tma")
     tma_latency_cycles: int | None = _p(int, "tma")  # added to the L2/HBM latency of the bytes it moves
 
@@ -339,6 +344,14 @@ class Profile:
     def best_tensor_instr(self) -> str:
         return "wgmma" if "wgmma" in self.features else "mma_sync"
 
+    def clock_hz(self, instr: str | None) -> float:
+        """The SM clock while a kernel keeps `instr` ('mma_sync', 'wgmma' or None: no tensor work) busy."""
+        if instr == "wgmma" and self.sm_clock_wgmma_load_hz:
+            return self.sm_clock_wgmma_load_hz
+        if instr == "mma_sync":
+            return self.sm_clock_mma_sync_load_hz
+        return self.sm_clock_hz
+
     def tensor_flops_per_clk_per_sm(self, instr: str, dtype: str) -> float:
         """Tensor-core FLOP/clk/SM of `instr` ("mma_sync" | "wgmma") on `dtype` (fp16, bf16, fp8; fp32 = tf32)."""
         if instr not in ("mma_sync", "wgmma"):
@@ -356,9 +369,10 @@ class Profile:
         return getattr(self, key)
 
     def tensor_peak_flops_per_s(self, dtype: str = "bf16", instr: str | None = None) -> float:
-        """Chip-wide tensor peak; `instr` defaults to the best the profile has."""
-        rate = self.tensor_flops_per_clk_per_sm(instr or self.best_tensor_instr, dtype)
-        return rate * self.sm_count * self.sm_clock_hz
+        """Chip-wide tensor peak at the clock the chip holds under that load; `instr` defaults to the best the
+        profile has."""
+        instr = instr or self.best_tensor_instr
+        return self.tensor_flops_per_clk_per_sm(instr, dtype) * self.sm_count * self.clock_hz(instr)
 
     def derived(self) -> dict[str, float]:
         out = {"hbm_bytes_per_clk": self.hbm_bytes_per_clk}

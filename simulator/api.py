@@ -50,6 +50,7 @@ class SimResult:
     roofline_time_s: float
     roofline: dict
     kernels: list = field(default_factory=list)
+    kernel_time_s: float = 0.0  # time_s without the launch overheads
     sim: dict = field(default_factory=dict)
 
     @property
@@ -63,6 +64,7 @@ class SimResult:
             "problem": self.problem.as_dict(),
             "tiling": self.tiling.as_dict(),
             "time_s": self.time_s,
+            "kernel_time_s": self.kernel_time_s,
             "cycles": self.cycles,
             "tflops": self.tflops,
             "bytes": self.bytes,
@@ -78,8 +80,8 @@ class SimResult:
 def roofline(algo: str, problem: Problem, profile) -> dict:
     """Lower bounds on time (s) from each unit alone: useful FLOPs on the tensor cores at the
     instruction's peak, one exponential per visible score on the SFUs, compulsory HBM reads of Q, K, V."""
-    clock, sms = profile.sm_clock_hz, profile.sm_count
     instr = "wgmma" if algo in ("v3", "v3-fp8") else "mma_sync"
+    clock, sms = profile.clock_hz(instr), profile.sm_count
     rate = profile.tensor_flops_per_clk_per_sm(instr, gemm_dtype(problem))
     exps = problem.flops() / (4 * problem.headdim)  # one exp per (visible) score
     in_bytes = 2 if problem.dtype == "fp8" else problem.elem_bytes
@@ -119,6 +121,7 @@ def simulate(
     cycles = 0
     kernels = []
     totals = dict.fromkeys(_counters(gpu), 0.0)
+    kernel_s = 0.0
     for kernel in schedule.kernels:
         before = _counters(gpu)
         k_cycles, simulated = gpu.run_kernel(kernel)
@@ -126,10 +129,12 @@ def simulate(
         factor = len(kernel.ctas) / max(1, simulated)  # bytes of the sample -> bytes of the whole grid
         for key in totals:
             totals[key] += (after[key] - before[key]) * factor
+        kernel_s += k_cycles / gpu.clock_hz
         kernels.append(
             {
                 "name": kernel.name,
                 "cycles": k_cycles,
+                "clock_hz": gpu.clock_hz,
                 "ctas": len(kernel.ctas),
                 "ctas_simulated": simulated,
                 "threads": kernel.threads,
@@ -138,7 +143,7 @@ def simulate(
         )
         cycles += k_cycles
     launch_s = profile.launch_overhead_s * len(schedule.kernels)
-    time_s = cycles / profile.sm_clock_hz + launch_s
+    time_s = kernel_s + launch_s
     util = _utilization(gpu, cycles)
     busiest = max(util, key=util.get)
     bound = busiest if util[busiest] >= LATENCY_BOUND_BELOW else "latency"
@@ -220,8 +225,11 @@ def _utilization(gpu: Gpu, cycles: int) -> dict:
     if cycles <= 0:
         return dict.fromkeys(UNIT_NAMES, 0.0)
     out = {}
+    now = gpu.env.now
     for name in ("tensor", "sfu", "alu", "smem"):
-        busy = sum(sm.units()[name].busy for sm in gpu.sms)
+        busy = sum(sm.units()[name].busy_cycles(now) for sm in gpu.sms)
+        if name == "tensor":
+            busy += sum(sm.wgmma_queue.busy_cycles(now) for sm in gpu.sms)
         out[name] = min(1.0, busy / (cycles * gpu.n_sms))
     out["l2"] = min(1.0, gpu.l2_port.busy / cycles)
     out["hbm"] = min(1.0, gpu.hbm.busy / cycles)

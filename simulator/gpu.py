@@ -14,7 +14,7 @@ import simpy
 from hw_profiles.errors import FlashsimError
 
 from .l2 import L2Cache
-from .resources import Barrier, Server
+from .resources import Barrier, QueueUnit, Server, SharedUnit
 from .timing import RoleTimer
 
 
@@ -23,13 +23,15 @@ class Sm:
 
     def __init__(self, index: int, profile):
         self.index = index
-        self.tensor = Server(f"SM{index}.tensor", 1.0)
-        self.sfu = Server(f"SM{index}.sfu", profile.mufu_ops_per_clk_per_sm)
-        self.alu = Server(f"SM{index}.alu", profile.fp32_flops_per_clk_per_sm)
-        self.smem = Server(f"SM{index}.smem", profile.smem_bandwidth_bytes_per_clk_per_sm)
+        # mma.sync is issued warp by warp, so concurrent GEMMs interleave; wgmma goes through a queue.
+        self.tensor = SharedUnit(f"SM{index}.tensor", 1.0)
+        self.wgmma_queue = QueueUnit(f"SM{index}.wgmma", 1.0)
+        self.sfu = SharedUnit(f"SM{index}.sfu", profile.mufu_ops_per_clk_per_sm)
+        self.alu = SharedUnit(f"SM{index}.alu", profile.fp32_flops_per_clk_per_sm)
+        self.smem = SharedUnit(f"SM{index}.smem", profile.smem_bandwidth_bytes_per_clk_per_sm)
 
-    def units(self) -> dict[str, Server]:
-        return {"tensor": self.tensor, "sfu": self.sfu, "alu": self.alu, "smem": self.smem}
+    def units(self) -> dict[str, SharedUnit]:
+        return {"tensor": self.tensor, "wgmma": self.wgmma_queue, "sfu": self.sfu, "alu": self.alu, "smem": self.smem}
 
 
 def blocks_per_sm(kernel, profile) -> int:
@@ -74,6 +76,7 @@ class Gpu:
         self.group = group
         self.env = simpy.Environment()
         self.hbm = Server("hbm", profile.hbm_bytes_per_clk * self.share)
+        self.clock_hz = profile.sm_clock_hz
         self.l2_port = Server("l2", profile.l2_bandwidth_bytes_per_clk * self.share)
         self.l2 = L2Cache(profile.l2_bytes, self.share)
         self.sms = [Sm(i, profile) for i in range(self.n_sms)]
@@ -96,8 +99,9 @@ class Gpu:
         done = max(done, pending)
         self._charge_evictions(now)
         if to_smem:
+            # the copy engine's writes take their share of SMEM bandwidth from everyone else
             self.smem_write_bytes += tile.nbytes
-            done = max(done, sm.smem.reserve(now, tile.nbytes))
+            sm.smem.release(sm.smem.submit(now, tile.nbytes))
         return done
 
     def store(self, tile, now: int, from_smem: bool, sm: Sm) -> int:
@@ -106,7 +110,7 @@ class Gpu:
         self._charge_evictions(now)
         done = self.l2_port.reserve(now, tile.nbytes)
         if from_smem:
-            done = max(done, sm.smem.reserve(now, tile.nbytes))
+            sm.smem.release(sm.smem.submit(now, tile.nbytes))
         return done
 
     def _charge_evictions(self, now: int) -> None:
@@ -123,9 +127,25 @@ class Gpu:
         of = kernel.kv_head_of or (lambda c: (c[0], c[1] // self.group))
         return [c for c in kernel.ctas if of(c) in self.heads]
 
+    def tensor_instr(self, kernel, probe_ops: int = 400) -> str | None:
+        """The tensor-core instruction class a kernel issues (None: no GEMMs), from its first block."""
+        for role in kernel.roles:
+            for n, op in enumerate(role.program(kernel.ctas[0])):
+                if type(op).__name__ == "Gemm":
+                    return op.instr
+                if n >= probe_ops:
+                    break
+        return None
+
+    def set_clock(self, clock_hz: float) -> None:
+        """Power management sets the SM clock by load; bandwidths given per second become per cycle."""
+        self.clock_hz = clock_hz
+        self.hbm.rate = self.profile.hbm_bandwidth_bytes_per_s / clock_hz * self.share
+
     def run_kernel(self, kernel) -> tuple[int, int]:
         """Run one launch to completion; returns (cycles it took, thread blocks simulated)."""
         env, p = self.env, self.profile
+        self.set_clock(p.clock_hz(self.tensor_instr(kernel)))
         start = env.now
         slots = blocks_per_sm(kernel, p)
         queue = deque(self.sample(kernel))

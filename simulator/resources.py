@@ -38,6 +38,130 @@ class Server:
         return self.next_free
 
 
+class SharedUnit:
+    """A unit that serves every outstanding request at once, each at rate / n (processor sharing).
+
+    This is how an SM's pipes behave under warp schedulers that issue from all ready warps in turn: two
+    thread blocks' GEMMs issued together both progress at half speed and finish together, so their softmax
+    phases coincide too, unless the schedule staggers them (FA3's ping-pong). estimate() is the finish cycle
+    if nothing else arrives: later arrivals can only delay it, so a waiter sleeps until the estimate and
+    asks again."""
+
+    __slots__ = ("name", "rate", "active", "t0", "done", "busy", "work", "_next_id", "_busy_since", "_detached")
+
+    def __init__(self, name: str, rate: float):
+        if rate <= 0:
+            raise ValueError(f"{name}: rate must be positive")
+        self.name = name
+        self.rate = rate
+        self.active: dict[int, float] = {}  # request -> work left
+        self.t0 = 0.0  # time the `active` amounts refer to
+        self.done: dict[int, float] = {}  # finished request -> finish time (until its waiter reads it)
+        self.busy = 0.0
+        self.work = 0.0
+        self._next_id = 0
+        self._busy_since = 0.0
+        self._detached: set[int] = set()  # requests nobody waits for (copy-engine traffic)
+
+    def _advance(self, now: float) -> None:
+        active = self.active
+        while active and self.t0 < now:
+            n = len(active)
+            least = min(active.values())
+            t_free = self.t0 + least * n / self.rate
+            if t_free > now:
+                served = (now - self.t0) * self.rate / n
+                for k in active:
+                    active[k] -= served
+                self.t0 = now
+                return
+            for k in list(active):
+                active[k] -= least
+                if active[k] <= 1e-9:
+                    del active[k]
+                    if k in self._detached:
+                        self._detached.discard(k)
+                    else:
+                        self.done[k] = t_free
+            self.t0 = t_free
+            if not active:
+                self.busy += t_free - self._busy_since
+        if not active:
+            self.t0 = now
+
+    def submit(self, now: float, work: float) -> int:
+        """Start serving `work`; returns a request id for estimate()."""
+        self._advance(now)
+        rid = self._next_id
+        self._next_id += 1
+        if work <= 0:
+            self.done[rid] = now
+            return rid
+        if not self.active:
+            self._busy_since = now
+            self.t0 = now
+        self.active[rid] = work
+        self.work += work
+        return rid
+
+    def estimate(self, now: float, rid: int) -> float:
+        """Finish cycle of a request if nothing else arrives (its real finish time once it is done)."""
+        self._advance(now)
+        if rid in self.done:
+            return self.done[rid]
+        # play the current requests forward: the smaller ones leave first, the rest speed up
+        t, served = self.t0, 0.0
+        left = sorted(self.active.values())
+        n = len(left)
+        target = self.active[rid]
+        for i, w in enumerate(left):
+            t += (w - served) * (n - i) / self.rate
+            served = w
+            if w >= target - 1e-12:
+                return t
+        return t
+
+    def release(self, rid: int) -> None:
+        """The waiter is done with this request (or never waits for it)."""
+        if self.done.pop(rid, None) is None and rid in self.active:
+            self._detached.add(rid)
+
+    def busy_cycles(self, now: float) -> float:
+        self._advance(now)
+        return self.busy + (now - self._busy_since if self.active else 0.0)
+
+
+class QueueUnit:
+    """A Server behind the SharedUnit interface: requests are served one after another in arrival order
+    (the wgmma queue). Its estimates never move, since later arrivals wait behind earlier ones."""
+
+    __slots__ = ("server", "ends", "_next_id")
+
+    def __init__(self, name: str, rate: float):
+        self.server = Server(name, rate)
+        self.ends: dict[int, int] = {}
+        self._next_id = 0
+
+    def submit(self, now: float, work: float) -> int:
+        rid = self._next_id
+        self._next_id += 1
+        self.ends[rid] = self.server.reserve(int(now), work)
+        return rid
+
+    def estimate(self, now: float, rid: int) -> float:
+        return self.ends[rid]
+
+    def release(self, rid: int) -> None:
+        self.ends.pop(rid, None)
+
+    def busy_cycles(self, now: float) -> float:
+        return self.server.busy - max(0, self.server.next_free - now)
+
+    @property
+    def work(self) -> float:
+        return self.server.work
+
+
 class Barrier:
     """A counting barrier (mbarrier, named barrier): arrivals add, waiters wake at their target."""
 

@@ -6,6 +6,8 @@ work / rate of the unit serving it; waiting, overlap and contention come out of 
 
 from __future__ import annotations
 
+import math
+
 from algorithms.ir import (
     RMEM,
     SMEM,
@@ -59,8 +61,23 @@ class RoleTimer:
         if self.trace is not None and end > start:
             self.trace.append((self.track, name, start, end))
 
+    def _until(self, reqs, extra: int = 0):
+        """Sleep until every (unit, request) is served, plus `extra` cycles of latency. Shared units can
+        only push an estimate later, so wake at the estimate and ask again."""
+        env = self.env
+        while True:
+            t = max(unit.estimate(env.now, rid) for unit, rid in reqs) if reqs else env.now
+            target = math.ceil(t - 1e-9) + extra
+            if target <= env.now:
+                break
+            yield env.timeout(target - env.now)
+            extra = 0 if env.now >= math.ceil(t - 1e-9) + extra else extra
+        for unit, rid in reqs:
+            unit.release(rid)
+
     def run(self, program):
         env, gpu, sm, p = self.env, self.gpu, self.sm, self.p
+        tracing = self.trace is not None
         for op in program:
             gpu.ops += 1
             now = env.now
@@ -70,63 +87,80 @@ class RoleTimer:
                 if op.via == "tma":
                     done += p.tma_latency_cycles
                 if op.via == "ld":
-                    self._mark(f"load {op.src.tensor}", now, done)
+                    if tracing:
+                        self._mark(f"load {op.src.tensor}", now, done)
                     yield env.timeout(done - now)
                 else:
                     issue = p.tma_issue_cycles if op.via == "tma" else p.cp_async_issue_cycles
                     self.barriers[op.barrier].arrive_at(done)
-                    if gpu.trace is not None:
-                        gpu.trace.append((f"SM{sm.index} {op.via}", f"load {op.src.tensor}", now, done))
+                    if tracing:
+                        self.trace.append((f"SM{sm.index} {op.via}", f"load {op.src.tensor}", now, done))
                     yield env.timeout(issue)
             elif kind is Store:
                 done = gpu.store(op.dst, now, from_smem=op.level == SMEM, sm=sm)
                 if op.via == "tma":
                     yield env.timeout(p.tma_issue_cycles)
                 else:
-                    self._mark(f"store {op.dst.tensor}", now, done)
+                    if tracing:
+                        self._mark(f"store {op.dst.tensor}", now, done)
                     yield env.timeout(done - now)
             elif kind is Gemm:
                 rate = p.tensor_flops_per_clk_per_sm(op.instr, op.dtype)
-                t_tc = sm.tensor.reserve(now, op.flops / rate)
-                t_smem = sm.smem.reserve(now, gemm_smem_bytes(op))
-                done = max(t_tc, t_smem)
+                if op.instr == "wgmma":
+                    # wgmma is asynchronous: the tensor cores take warpgroups' instructions in issue order
+                    reqs = [(sm.wgmma_queue, sm.wgmma_queue.submit(now, op.flops / rate))]
+                else:
+                    reqs = [(sm.tensor, sm.tensor.submit(now, op.flops / rate))]
+                reqs.append((sm.smem, sm.smem.submit(now, gemm_smem_bytes(op))))
                 if op.a_scale or op.b_scale:  # scaled products accumulate outside the tensor core
-                    done = max(done, sm.alu.reserve(now, 2 * op.m * op.n))
-                done += p.wgmma_latency_cycles if op.instr == "wgmma" else p.mma_sync_latency_cycles
-                self._mark(f"gemm {op.dst}", now, done)
+                    reqs.append((sm.alu, sm.alu.submit(now, 2 * op.m * op.n)))
+                latency = p.wgmma_latency_cycles if op.instr == "wgmma" else p.mma_sync_latency_cycles
                 if op.async_token:
-                    self.tokens[op.async_token] = done
+                    self.tokens[op.async_token] = (reqs, latency, now)
                     yield env.timeout(1)
                 else:
-                    yield env.timeout(done - now)
+                    yield from self._until(reqs, latency)
+                    if tracing:
+                        self._mark(f"gemm {op.dst}", now, env.now)
             elif kind in _ELEMENTWISE:
-                done = max(sm.sfu.reserve(now, op.exps), sm.alu.reserve(now, op.alu_flops), now + 1)
+                reqs = [(sm.sfu, sm.sfu.submit(now, op.exps)), (sm.alu, sm.alu.submit(now, op.alu_flops))]
+                extra = 1
                 if kind is OnlineSoftmax and op.cross_warp > 1:
                     # row max and sum exchanged through shared memory, with a barrier each
-                    done = max(done, sm.smem.reserve(now, 2 * op.rows * op.cross_warp * 4))
-                    done += 2 * p.smem_latency_cycles
-                self._mark("softmax" if kind in (OnlineSoftmax, RowSoftmax) else kind.__name__.lower(), now, done)
-                yield env.timeout(done - now)
+                    reqs.append((sm.smem, sm.smem.submit(now, 2 * op.rows * op.cross_warp * 4)))
+                    extra = 2 * p.smem_latency_cycles
+                yield from self._until(reqs, extra)
+                # each warp issues its share of the elementwise instructions as a dependent stream
+                floor = now + math.ceil((op.alu_flops + op.exps) / (32 * op.warps) * p.fp32_dependent_issue_cycles)
+                if floor > env.now:
+                    yield env.timeout(floor - env.now)
+                if tracing:
+                    self._mark("softmax" if kind in (OnlineSoftmax, RowSoftmax) else kind.__name__.lower(), now, env.now)
             elif kind is Wait:
                 event = self.barriers[op.barrier].wait(op.target)
                 if event is not None:
                     yield event
-                    self._mark(f"wait {op.barrier}", now, env.now)
+                    if tracing:
+                        self._mark(f"wait {op.barrier}", now, env.now)
             elif kind is Arrive:
                 self.barriers[op.barrier].arrive(op.count)
             elif kind is GemmWait:
-                done = self.tokens.pop(op.token, now)
-                if done > now:
-                    yield env.timeout(done - now)
+                pending = self.tokens.pop(op.token, None)
+                if pending is not None:
+                    reqs, latency, issued = pending
+                    yield from self._until(reqs, latency)
+                    if tracing:
+                        self._mark(f"gemm {op.token}", issued, env.now)
             elif kind is SyncThreads:
                 yield env.timeout(p.smem_latency_cycles)
             elif kind is WarpReduce:
-                done = max(sm.smem.reserve(now, op.smem_bytes), sm.alu.reserve(now, op.parts * op.rows * op.cols))
-                done += 2 * p.smem_latency_cycles
-                self._mark("reduce", now, done)
-                yield env.timeout(done - now)
+                reqs = [(sm.smem, sm.smem.submit(now, op.smem_bytes)),
+                        (sm.alu, sm.alu.submit(now, op.parts * op.rows * op.cols))]
+                yield from self._until(reqs, 2 * p.smem_latency_cycles)
+                if tracing:
+                    self._mark("reduce", now, env.now)
             elif kind is Fill:
-                yield env.timeout(max(1, sm.alu.reserve(now, op.rows * op.cols) - now))
+                yield from self._until([(sm.alu, sm.alu.submit(now, op.rows * op.cols))], 1)
             else:
                 raise TypeError(f"timing interpreter has no rule for {kind.__name__}")
 

@@ -114,7 +114,7 @@ def test_headline_numbers() -> None:
     assert a100.tensor_peak_flops_per_s("bf16") == pytest.approx(312e12, rel=0.01)
     assert h100.tensor_peak_flops_per_s("bf16") == pytest.approx(989.4e12, rel=0.01)
     assert h100.tensor_peak_flops_per_s("fp8") == pytest.approx(1979e12, rel=0.01)
-    assert h200.hbm_bandwidth_bytes_per_s == 4.24e12
+    assert h200.hbm_bandwidth_bytes_per_s == 4.55e12
     assert h200.source("hbm_bandwidth_bytes_per_s").startswith("measured:")
     assert "2026-11" in h200.source("hbm_bandwidth_bytes_per_s")
     assert h200.smem_per_block_max_bytes == 232448 and h200.l2_bytes == 62914560

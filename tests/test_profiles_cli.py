@@ -43,13 +43,13 @@ def test_list_json(capsys: pytest.CaptureFixture[str]) -> None:
     rows = {r["alias"]: r for r in run_json(capsys, "profiles", "list")["profiles"]}
     assert rows["h100"]["sm_count"] == 132
     assert rows["a100"]["bf16_tensor_instr"] == "mma_sync"
-    assert rows["h200"]["bf16_tensor_peak_flops_per_s"] == pytest.approx(132 * 4096 * 1.98e9)
+    assert rows["h200"]["bf16_tensor_peak_flops_per_s"] == pytest.approx(132 * 4088 * 1.583e9)
 
 
 def test_show(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = run(capsys, "profiles", "show", "h200")
     assert rc == 0
-    for word in ("h200-sxm-141gb", "smem_per_block_max_bytes", "227 KiB", "4.24 TB/s", "measured:", "derived"):
+    for word in ("h200-sxm-141gb", "smem_per_block_max_bytes", "227 KiB", "4.55 TB/s", "measured:", "derived"):
         assert word in out
 
 

@@ -1,8 +1,9 @@
 """FlashAttention-3 (Shah et al. 2024): warp-specialised, asynchronous, persistent.
 
 Roles of one thread block (block_m / 64 consumer warpgroups + 1 producer warpgroup):
-  producer:    TMA Q slices once; for each K/V block j: wait slot j % stages empty, TMA K_j and V_j into it
-               (completion arrives on the slot's full barriers).
+  producer:    TMA Q slices once; then K_j+1 and V_j for each block j, each into ring slot (j % stages) once
+               every consumer has released it (K after its S GEMM, V after its PV GEMM); completion arrives on
+               the slot's full barrier.
   consumer c:  S_0 = Q_c K_0^T; softmax. For j >= 1 (intra-warpgroup pipelining):
                  issue S_j = Q_c K_j^T and O += P_j-1 V_j-1 (wgmma, async) | softmax(S_j) while PV runs |
                  wait PV, release slot j-1, rescale O by the softmax correction.
@@ -53,16 +54,25 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3") -> Schedul
         n, c_act = kv_block_count(p, i * bm, bm, bn), active(i)
         for c in range(c_act):
             yield Load(row_tile(p, q_src, b, h, i * bm + c * WG_ROWS, WG_ROWS), f"sQ{c}", SMEM, "tma", f"q{c}")
-        for j in range(n):
+        hk = h // p.group
+
+        def load(tensor, src, j):
+            """Tile j of K or V into its ring slot once every consumer has released the slot's last use."""
             s, use = j % stages, j // stages
             if use:
-                yield Wait(f"empty{s}", c_act * use)
-            yield Load(row_tile(p, k_src, b, h, j * bn, bn, kv=True), f"sK{s}", SMEM, "tma", f"fullK{s}")
-            yield Load(row_tile(p, v_src, b, h, j * bn, bn, kv=True), f"sV{s}", SMEM, "tma", f"fullV{s}")
-            if fp8:  # the block scales travel with their tiles, on the same barriers
-                hk = h // p.group
-                yield Load(GTile("Kscale", b, hk, j, 1, 0, 1, 4), f"ks{s}", SMEM, "tma", f"fullK{s}")
-                yield Load(GTile("Vscale", b, hk, j, 1, 0, 1, 4), f"vs{s}", SMEM, "tma", f"fullV{s}")
+                yield Wait(f"empty{tensor}{s}", c_act * use)
+            yield Load(row_tile(p, src, b, h, j * bn, bn, kv=True), f"s{tensor}{s}", SMEM, "tma", f"full{tensor}{s}")
+            if fp8:  # the block scale travels with its tile, on the same barrier
+                yield Load(GTile(f"{tensor}scale", b, hk, j, 1, 0, 1, 4), f"{tensor.lower()}s{s}", SMEM, "tma",
+                           f"full{tensor}{s}")
+
+        # K runs one block ahead of V, as the consumers need K_j+1 (for S_j+1) before V_j (for P_j V_j).
+        if n:
+            yield from load("K", k_src, 0)
+        for j in range(n):
+            if j + 1 < n:
+                yield from load("K", k_src, j + 1)
+            yield from load("V", v_src, j)
 
     def consumer_program(c: int):
         def program(cta):
@@ -112,6 +122,7 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3") -> Schedul
                 yield from qk(0, 0)
                 yield from pass_turn()
                 yield GemmWait("s")
+                yield Arrive("emptyK0")
                 yield from softmax(0)
             for j in range(1, n):
                 s = j % stages
@@ -121,16 +132,17 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3") -> Schedul
                 yield from pv(j - 1)
                 yield from pass_turn()
                 yield GemmWait("s")
+                yield Arrive(f"emptyK{s}")
                 yield from softmax(j)
                 yield GemmWait("o")
-                yield Arrive(f"empty{(j - 1) % stages}")
+                yield Arrive(f"emptyV{(j - 1) % stages}")
                 yield Rescale("acc", "corr", WG_ROWS, d, 4)
             if n:
                 yield from take_turn()
                 yield from pv(n - 1)
                 yield from pass_turn()
                 yield GemmWait("o")
-                yield Arrive(f"empty{(n - 1) % stages}")
+                yield Arrive(f"emptyV{(n - 1) % stages}")
             yield from flash_epilogue(p, b, h, row0, WG_ROWS, "acc", "m", "l", 4, o_via="tma")
 
         return program

@@ -23,6 +23,18 @@ extern "C" __global__ void fp32_fma(float a, float b, int iters, float* sink, Bl
   timer.stop(times);
 }
 
+// One dependent FFMA chain per thread: with one warp per sub-partition, the cycles per instruction are the
+// FP32 pipeline's dependent-issue latency (what a warp's serial softmax arithmetic waits between steps).
+extern "C" __global__ void fp32_dep(float a, float b, int iters, float* sink, BlockTime* times) {
+  float x = threadIdx.x * 1e-3f;
+  BlockTimer timer;
+  timer.start();
+#pragma unroll 16
+  for (int i = 0; i < iters; ++i) x = fmaf(x, a, b);
+  keep(x, -1.2345f, sink);
+  timer.stop(times);
+}
+
 // MUFU ex2 (what softmax's exp compiles to): 8 chains of y = 2^-y per thread. The negation folds into the
 // MUFU operand, and y stays in (0.5, 1), so every operation is one MUFU.EX2 on ordinary data.
 extern "C" __global__ void mufu_ex2(int iters, float* sink, BlockTime* times) {
