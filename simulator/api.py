@@ -106,10 +106,12 @@ def simulate(
     *,
     sms: int | None = DEFAULT_SAMPLE_SMS,
     trace: list | None = None,
+    extrapolate: bool = True,
 ) -> SimResult:
     """Replay `algo`'s schedule for `problem` on `profile`.
 
-    sms: SMs simulated (sampling, see simulator/gpu.py); None simulates the whole chip."""
+    sms: SMs simulated (sampling, see simulator/gpu.py); None simulates the whole chip.
+    extrapolate: let uniform kernels run a few waves and extrapolate the steady state (simulator/gpu.py)."""
     check_algo(algo)
     check_features(algo, problem, profile)
     if tiling is not None:
@@ -123,12 +125,11 @@ def simulate(
     totals = dict.fromkeys(_counters(gpu), 0.0)
     kernel_s = 0.0
     for kernel in schedule.kernels:
-        before = _counters(gpu)
-        k_cycles, simulated = gpu.run_kernel(kernel)
-        after = _counters(gpu)
+        k_cycles, simulated, delta = gpu.run_kernel(kernel, lambda: _counters(gpu), extrapolate)
         factor = len(kernel.ctas) / max(1, simulated)  # bytes of the sample -> bytes of the whole grid
         for key in totals:
-            totals[key] += (after[key] - before[key]) * factor
+            # bytes scale from the sample to the chip; busy cycles stay per simulated SM
+            totals[key] += delta[key] * (1.0 if key.startswith("busy_") else factor)
         kernel_s += k_cycles / gpu.clock_hz
         kernels.append(
             {
@@ -144,7 +145,7 @@ def simulate(
         cycles += k_cycles
     launch_s = profile.launch_overhead_s * len(schedule.kernels)
     time_s = kernel_s + launch_s
-    util = _utilization(gpu, cycles)
+    util = _utilization(gpu, cycles, totals)
     busiest = max(util, key=util.get)
     bound = busiest if util[busiest] >= LATENCY_BOUND_BELOW else "latency"
     roof = roofline(algo, problem, profile)
@@ -175,6 +176,7 @@ def simulate(
             "wall_s": time.perf_counter() - wall,
             "ops": gpu.ops,
             "sms_simulated": gpu.n_sms,
+            "blocks_extrapolated": gpu.extrapolated_blocks,
             "launch_overhead_s": launch_s,
         },
     )
@@ -211,7 +213,14 @@ def _machine(profile, problem: Problem, schedule, sms: int | None, trace) -> Gpu
 
 def _counters(gpu: Gpu) -> dict:
     smem = sum(sm.smem.work for sm in gpu.sms)
+    now = gpu.env.now
+    busy = {f"busy_{name}": sum(sm.units()[name].busy_cycles(now) for sm in gpu.sms)
+            for name in ("tensor", "sfu", "alu", "smem")}
+    busy["busy_tensor"] += sum(sm.wgmma_queue.busy_cycles(now) for sm in gpu.sms)
     return {
+        **busy,
+        "busy_l2": gpu.l2_port.busy,
+        "busy_hbm": gpu.hbm.busy,
         "hbm_read": gpu.l2.miss_bytes,
         "hbm_write": gpu.hbm_write_bytes,
         "l2_read": gpu.l2.read_bytes,
@@ -221,16 +230,10 @@ def _counters(gpu: Gpu) -> dict:
     }
 
 
-def _utilization(gpu: Gpu, cycles: int) -> dict:
+def _utilization(gpu: Gpu, cycles: int, totals: dict) -> dict:
     if cycles <= 0:
         return dict.fromkeys(UNIT_NAMES, 0.0)
-    out = {}
-    now = gpu.env.now
-    for name in ("tensor", "sfu", "alu", "smem"):
-        busy = sum(sm.units()[name].busy_cycles(now) for sm in gpu.sms)
-        if name == "tensor":
-            busy += sum(sm.wgmma_queue.busy_cycles(now) for sm in gpu.sms)
-        out[name] = min(1.0, busy / (cycles * gpu.n_sms))
-    out["l2"] = min(1.0, gpu.l2_port.busy / cycles)
-    out["hbm"] = min(1.0, gpu.hbm.busy / cycles)
+    out = {name: min(1.0, totals[f"busy_{name}"] / (cycles * gpu.n_sms)) for name in ("tensor", "sfu", "alu", "smem")}
+    out["l2"] = min(1.0, totals["busy_l2"] / cycles)
+    out["hbm"] = min(1.0, totals["busy_hbm"] / cycles)
     return out

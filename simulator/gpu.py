@@ -17,6 +17,9 @@ from .l2 import L2Cache
 from .resources import Barrier, QueueUnit, Server, SharedUnit
 from .timing import RoleTimer
 
+# Uniform kernels longer than this many waves (plus one) are simulated for this many and extrapolated.
+EXTRAPOLATE_AFTER = 3
+
 
 class Sm:
     """One SM: tensor cores (work in cycles), SFU (MUFU ops), FP32 ALUs (FLOPs) and shared memory (bytes)."""
@@ -84,6 +87,7 @@ class Gpu:
         self.hbm_write_bytes = 0
         self.smem_write_bytes = 0
         self.ops = 0  # tile ops interpreted
+        self.extrapolated_blocks = 0
 
     # -- memory --------------------------------------------------------------------------------------
     def load(self, tile, now: int, to_smem: bool, sm: Sm) -> int:
@@ -142,14 +146,28 @@ class Gpu:
         self.clock_hz = clock_hz
         self.hbm.rate = self.profile.hbm_bandwidth_bytes_per_s / clock_hz * self.share
 
-    def run_kernel(self, kernel) -> tuple[int, int]:
-        """Run one launch to completion; returns (cycles it took, thread blocks simulated)."""
+    def run_kernel(self, kernel, counters, extrapolate: bool = True) -> tuple[int, int, dict]:
+        """Run one launch; returns (cycles, thread blocks or tiles it covers, counter increments).
+
+        `counters()` snapshots the byte and busy counters. Steady-state extrapolation: a kernel whose blocks
+        all do the same work (kernel.uniform) and that spans more than EXTRAPOLATE_AFTER waves is run for
+        that many waves only; the last wave's time and counter increments per block are taken to hold for
+        the rest (the blocks of later waves meet the same contention and, after the first wave, the same
+        L2 state)."""
         env, p = self.env, self.profile
         self.set_clock(p.clock_hz(self.tensor_instr(kernel)))
         start = env.now
         slots = blocks_per_sm(kernel, p)
-        queue = deque(self.sample(kernel))
-        simulated = len(queue)
+        items = self.sample(kernel)
+        wave = slots * self.n_sms
+        total = len(items)
+        if extrapolate and kernel.uniform and total > (EXTRAPOLATE_AFTER + 1) * wave:
+            items = items[: EXTRAPOLATE_AFTER * wave]
+        queue = deque(items)
+        ran = len(items)
+        before = counters()
+        marks: dict[int, tuple[int, dict]] = {}  # completed blocks -> (cycle, counters) at wave ends
+        done = [0]
 
         def worker(sm: Sm, slot: int):
             first = True
@@ -165,9 +183,56 @@ class Gpu:
                     timer = RoleTimer(self, sm, barriers, self.trace, track)
                     procs.append(env.process(timer.run(role.program(cta))))
                 yield simpy.AllOf(env, procs)
+                done[0] += 1
+                if ran < total and done[0] in (ran - wave, ran):
+                    marks[done[0]] = (env.now, counters())
 
         for slot in range(slots):
             for sm in self.sms:
                 env.process(worker(sm, slot))
         env.run()
-        return env.now - start, simulated
+        after = counters()
+        delta = {k: after[k] - before[k] for k in after}
+        cycles = env.now - start
+        if ran < total:
+            (t0, c0), (t1, c1) = marks[ran - wave], marks[ran]
+            rest = (total - ran) / wave  # waves still to come, at the last wave's pace
+            cycles += round((t1 - t0) * rest)
+            for k in delta:
+                if k.startswith("busy_") or k == "smem":  # unit work: the same for every block
+                    delta[k] += (c1[k] - c0[k]) * rest
+            # bytes: the remaining blocks' loads and stores still go through the L2 model, without timing
+            c_before = counters()
+            self.replay_memory(kernel, self.sample(kernel)[ran:], wave, env.now)
+            c_after = counters()
+            for k in delta:
+                if not (k.startswith("busy_") or k == "smem"):
+                    delta[k] += c_after[k] - c_before[k]
+            self.extrapolated_blocks += total - ran
+        return cycles, total, delta
+
+    def replay_memory(self, kernel, items, wave: int, now: int) -> None:
+        """Feed the blocks' global loads and stores to L2 in launch order, a wave at a time with the ops of
+        the blocks of a wave interleaved (as they run side by side): hits, misses and write-backs without
+        time."""
+        from algorithms.ir import Load, Store
+
+        for w in range(0, len(items), wave):
+            streams = [role.program(cta) for cta in items[w:w + wave] for role in kernel.roles]
+            while streams:
+                alive = []
+                for gen in streams:
+                    for op in gen:
+                        kind = type(op)
+                        if kind is Load:
+                            self.l2.read(op.src, now, 1.0 / self.share)
+                            if op.level == "smem":
+                                self.smem_write_bytes += op.src.nbytes
+                            alive.append(gen)
+                            break
+                        if kind is Store:
+                            self.l2.write(op.dst, 1.0 / self.share)
+                            alive.append(gen)
+                            break
+                streams = alive
+            self.l2.take_evicted()

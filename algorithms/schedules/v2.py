@@ -49,5 +49,5 @@ def build(p: Problem, t: Tiling, instr: str = "mma_sync") -> Schedule:
     # Launch order of the public kernels' grid (N/bm, B, H): Q blocks fastest, then batch, then heads.
     ctas = [(b, h, i) for h in range(p.heads) for b in range(p.batch) for i in range(cdiv(p.seqlen_q, bm))]
     kernel = Kernel("flash_fwd_v2", ctas, (Role("warps", w, program),), smem_bytes("v2", p, t),
-                    registers_per_thread("v2", p, t), classes=lambda c: (c[2],))
+                    registers_per_thread("v2", p, t), classes=lambda c: (c[2],), uniform=not p.causal)
     return Schedule("v2", p, t, (kernel,))

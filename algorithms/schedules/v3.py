@@ -155,5 +155,5 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3") -> Schedul
     ctas = [(b, h, i) for b in range(p.batch) for h in range(p.heads) for i in order]
     algo = "v3-fp8" if fp8 else "v3"
     kernel = Kernel(f"flash_fwd_{name}", ctas, roles, smem_bytes(algo, p, t), v3_launch_registers(consumers),
-                    persistent=True, classes=lambda c: (c[2],))
+                    persistent=True, classes=lambda c: (c[2],), uniform=not p.causal and not fp8)
     return Schedule(algo, p, t, (kernel,))
