@@ -30,6 +30,7 @@ def add_tiling_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--block-n", type=int, default=None, help="key rows per tile (Bc)")
     g.add_argument("--warps", type=int, default=None, help="warps per thread block")
     g.add_argument("--stages", type=int, default=None, help="K/V shared-memory pipeline stages")
+    g.add_argument("--splits", type=int, default=None, help="v1: thread blocks per (batch, head) (default 1)")
 
 
 def add_algo_arg(parser: argparse.ArgumentParser, *, default: str | None = "v2") -> None:

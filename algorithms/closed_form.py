@@ -270,18 +270,22 @@ def _v1(x: _Dims) -> list[KernelNest]:
     inner.append(_when("j = last", _store("store O_i", "O", rq * d * eo, BH * sum(x.rows(i) for i in seen) * d * eo,
                                           BH * len(seen))))
     note = "causal: skips masked blocks" if x.p.causal else ""
+    sp = min(x.t.splits, tr)  # thread blocks per (b, h); each streams all of K and V
+    q_loop = f"i in 0..{tr}  q-block" if sp == 1 else f"i in split..{tr} step {sp}  q-block"
     body = [
-        Loop(f"j in 0..{tc}  kv-block", tc, BH * tc, [
-            _load("load K_j", "K", rk * d * e, BH * Nk * d * e, BH * tc),
-            _load("load V_j", "V", rk * d * e, BH * Nk * d * e, BH * tc),
-            Loop(f"i in 0..{tr}  q-block", tr, P, inner, note=note),
+        Loop(f"j in 0..{tc}  kv-block", tc, BH * sp * tc, [
+            _load("load K_j", "K", rk * d * e, BH * sp * Nk * d * e, BH * sp * tc),
+            _load("load V_j", "V", rk * d * e, BH * sp * Nk * d * e, BH * sp * tc),
+            Loop(q_loop, _cdiv(tr, sp), P, inner, note=note),
         ]),
     ]
+    if sp > 1:
+        body = [Loop(f"split in 0..{sp}", sp, BH * sp, body, grid=True)]
     if unseen:
         body.append(Loop(f"i in 0..{len(unseen)}  q-blocks that see no key", len(unseen), BH * len(unseen), [
             _store("store O_i = 0", "O", rq * d * eo, BH * sum(x.rows(i) for i in unseen) * d * eo,
                    BH * len(unseen))]))
-    return [KernelNest("flash_fwd_v1", BH, 32 * w, [_bh_loop(x, body)])]
+    return [KernelNest("flash_fwd_v1", BH * sp, 32 * w, [_bh_loop(x, body)])]
 
 
 def _v2(x: _Dims) -> list[KernelNest]:

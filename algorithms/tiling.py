@@ -38,9 +38,10 @@ class Tiling:
     block_n: int
     warps: int
     stages: int = 2
+    splits: int = 1  # v1: thread blocks per (batch, head), each taking every splits-th Q block (1: the paper)
 
     def __post_init__(self) -> None:
-        for name in ("block_m", "block_n", "warps", "stages"):
+        for name in ("block_m", "block_n", "warps", "stages", "splits"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise FlashsimError(f"tiling {name} must be a positive integer, got {value!r}")
@@ -53,7 +54,8 @@ class Tiling:
         return asdict(self)
 
     def describe(self) -> str:
-        return f"{self.block_m}x{self.block_n}, {self.warps} warps, {self.stages} stages"
+        splits = f", {self.splits} splits" if self.splits > 1 else ""
+        return f"{self.block_m}x{self.block_n}, {self.warps} warps, {self.stages} stages{splits}"
 
 
 def sram_elements(profile, problem: Problem) -> int:

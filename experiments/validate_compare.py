@@ -101,7 +101,12 @@ def _simulate(job: tuple) -> dict:
         profile = load_profile(hw, overrides)
         if swaps:
             profile = profile.with_overrides({k: getattr(profile, v) for k, v in swaps.items()})
-        res = simulate(algo, Problem(**problem), profile, Tiling(**tiling) if tiling else None)
+        prob = Problem(**problem)
+        if algo == "v1" and tiling and "splits" not in tiling:
+            # our v1 kernel launches about two blocks per SM: ceil(2 * SMs / (B H)) per (b, h), capped by Q blocks
+            q_blocks = -(-prob.seqlen_q // tiling["block_m"])
+            tiling = {**tiling, "splits": max(1, min(-(-2 * profile.sm_count // (prob.batch * prob.heads)), q_blocks))}
+        res = simulate(algo, prob, profile, Tiling(**tiling) if tiling else None)
         d = res.as_dict()
         b = d["bytes"]
         return {

@@ -201,3 +201,16 @@ def test_io_bad_input_is_one_line_exit_2(capsys, argv):
     assert cli.main(argv) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1 and "Traceback" not in captured.err
+
+
+@pytest.mark.parametrize("splits", [2, 5])
+@pytest.mark.parametrize("causal", [False, True])
+def test_v1_splits_counts_equal_closed_form(splits, causal):
+    """V1 with several thread blocks per (batch, head): each streams all of K and V."""
+    p = Problem(2, 4, 300, 64, seqlen_k=260, kv_heads=2, causal=causal)
+    t = Tiling(32, 64, 4, 1, splits=splits)
+    counted, closed = count_io(build("v1", p, t)), closed_form("v1", p, t)
+    assert counted.as_dict() == closed.as_dict()
+    one = count_io(build("v1", p, Tiling(32, 64, 4, 1)))
+    assert counted.gmem_read["K"] == splits * one.gmem_read["K"]
+    assert counted.gmem_read["Q"] == one.gmem_read["Q"]

@@ -4,7 +4,9 @@ Outer loop over K/V blocks j (loaded to SRAM once); inner loop over Q blocks i, 
 l_i, m_i from global memory and writing O_i, l_i, m_i back. Warps split the K/V block ("split-K"): each
 computes S for a slice of keys, so row statistics and the partial P V products meet in shared memory.
 O_i lives in an fp32 workspace between steps and is written in the input dtype by its last step.
-Fully masked (causal) blocks are skipped.
+Fully masked (causal) blocks are skipped. With tiling.splits > 1 each (batch, head) gets that many thread
+blocks, block s taking Q blocks s, s + splits, ... (all of them still stream every K/V block): more blocks
+in flight, the same loop order.
 """
 
 from __future__ import annotations
@@ -38,12 +40,13 @@ def build(p: Problem, t: Tiling) -> Schedule:
     visits = [kv_block_count(p, i * br, br, bc) for i in range(tr)]  # K/V blocks each Q block sees
 
     def program(cta):
-        b, h = cta
+        b, h, split = cta
+        mine = range(split, tr, t.splits)
         for j in range(tc):
             yield Load(row_tile(p, "K", b, h, j * bc, bc, kv=True), "sK", SMEM)
             yield Load(row_tile(p, "V", b, h, j * bc, bc, kv=True), "sV", SMEM)
             yield SyncThreads()
-            for i in range(tr):
+            for i in mine:
                 if j >= visits[i]:
                     continue  # causal: this K/V block is fully masked for Q_i
                 row0 = i * br
@@ -70,12 +73,12 @@ def build(p: Problem, t: Tiling) -> Schedule:
                     yield Store("m", stat_tile(p, "M", b, h, row0, br), RMEM)
                     yield Store("l", stat_tile(p, "L", b, h, row0, br), RMEM)
                 yield SyncThreads()
-        for i in range(tr):
+        for i in mine:
             if not visits[i]:  # causal with seqlen_q > seqlen_k: rows that see no key output zeros
                 yield Fill("o", br, d, 0.0)
                 yield Store("o", row_tile(p, "O", b, h, i * br, br, elem_bytes=out_bytes(p)), RMEM)
 
-    ctas = [(b, h) for b in range(p.batch) for h in range(p.heads)]
+    ctas = [(b, h, s) for b in range(p.batch) for h in range(p.heads) for s in range(min(t.splits, tr))]
     kernel = Kernel("flash_fwd_v1", ctas, (Role("warps", w, program),), smem_bytes("v1", p, t),
-                    registers_per_thread("v1", p, t), classes=lambda c: ())
+                    registers_per_thread("v1", p, t), classes=lambda c: (c[2],))
     return Schedule("v1", p, t, (kernel,))
