@@ -365,6 +365,7 @@ def _cmd_tour(args) -> int:
             f"faster than V2 here; V2 is bound by {by['v2'].bound_by}, V3 by {by['v3'].bound_by}."
         )
     console.print(
-        f"bar chart: {plot}\nnext: flashsim simulate --algo v3, flashsim trace --algo v3, flashsim io, flashsim explain --algo v2"
+        f"bar chart: {plot}\nnext: flashsim simulate --algo v3, flashsim trace --algo v3, flashsim io, "
+        "flashsim explain --algo v2"
     )
     return 0

@@ -135,7 +135,8 @@ class RoleTimer:
                 if floor > env.now:
                     yield env.timeout(floor - env.now)
                 if tracing:
-                    self._mark("softmax" if kind in (OnlineSoftmax, RowSoftmax) else kind.__name__.lower(), now, env.now)
+                    name = "softmax" if kind in (OnlineSoftmax, RowSoftmax) else kind.__name__.lower()
+                    self._mark(name, now, env.now)
             elif kind is Wait:
                 event = self.barriers[op.barrier].wait(op.target)
                 if event is not None:
