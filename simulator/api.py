@@ -127,9 +127,11 @@ def simulate(
     kernels = []
     totals = dict.fromkeys(_counters(gpu), 0.0)
     kernel_s = 0.0
+    factor_last = 1.0
     for kernel in schedule.kernels:
         k_cycles, simulated, delta = gpu.run_kernel(kernel, lambda: _counters(gpu), extrapolate)
         factor = len(kernel.ctas) / max(1, simulated)  # bytes of the sample -> bytes of the whole grid
+        factor_last = factor
         for key in totals:
             # bytes scale from the sample to the chip; busy cycles stay per simulated SM
             totals[key] += delta[key] * (1.0 if key.startswith("busy_") else factor)
@@ -153,7 +155,7 @@ def simulate(
     bound = busiest if util[busiest] >= LATENCY_BOUND_BELOW else "latency"
     roof = roofline(algo, problem, profile)
     l2 = gpu.l2
-    dirty_end = l2.dirty_bytes / gpu.share
+    dirty_end = l2.dirty_bytes * factor_last
     return SimResult(
         algo=algo,
         hw=profile.name,
@@ -243,7 +245,9 @@ def _machine(profile, problem: Problem, schedule, sms: int | None, trace) -> Gpu
         return Gpu(profile, None, trace)
     pairs = [(b, h) for b in range(problem.batch) for h in range(problem.kv_heads)]
     chosen = {pairs[(i * groups) // g] for i in range(g)}  # spread over batch and heads
-    return Gpu(profile, n, trace, heads=chosen, group=problem.group, share=g / groups)
+    gpu = Gpu(profile, n, trace, heads=chosen, group=problem.group, share=g / groups)
+    gpu.groups_total = groups
+    return gpu
 
 
 def _counters(gpu: Gpu) -> dict:

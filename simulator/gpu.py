@@ -77,6 +77,11 @@ class Gpu:
         self.share = share if share is not None else self.n_sms / self.sms_total
         self.heads = heads
         self.group = group
+        self.groups_total = 1
+        # room in L2 a sampled line takes: the chip holds 1/share as many private lines at a time; tensors that
+        # a head's blocks share (K, V) get their own ratio per kernel, from `sharing`
+        self.private_copies = 1.0 / self.share
+        self.copies: dict[str, float] = {}
         self.env = simpy.Environment()
         self.hbm = Server("hbm", profile.hbm_bytes_per_clk * self.share)
         self.clock_hz = profile.sm_clock_hz
@@ -93,7 +98,7 @@ class Gpu:
     def load(self, tile, now: int, to_smem: bool, sm: Sm) -> int:
         """Read a tile through L2 (and HBM on a miss); returns the cycle its bytes have landed."""
         p = self.profile
-        pending, miss, missed = self.l2.read(tile, now, 1.0 / self.share)
+        pending, miss, missed = self.l2.read(tile, now, self.copies.get(tile.tensor, self.private_copies))
         done = self.l2_port.reserve(now, tile.nbytes) + p.l2_hit_latency_cycles
         if miss:
             t_hbm = self.hbm.reserve(now, miss) + p.hbm_latency_cycles
@@ -110,7 +115,7 @@ class Gpu:
 
     def store(self, tile, now: int, from_smem: bool, sm: Sm) -> int:
         """Write a tile into L2 (write-back); evicted dirty lines go to HBM. Returns when L2 took it."""
-        self.l2.write(tile, 1.0 / self.share)
+        self.l2.write(tile, self.copies.get(tile.tensor, self.private_copies))
         self._charge_evictions(now)
         done = self.l2_port.reserve(now, tile.nbytes)
         if from_smem:
@@ -141,6 +146,31 @@ class Gpu:
                     break
         return None
 
+    def sharing(self, kernel, slots: int, probe_blocks: int = 8, probe_ops: int = 200) -> dict[str, float]:
+        """For a sampled run: the L2 room each line of a head-shared tensor takes.
+
+        Tensors whose first tile two of the kernel's first blocks both read are shared by a head's blocks.
+        The chip keeps such lines for the heads its blocks work on at once; the sample, for its own heads at
+        once: each sampled line takes the room of (chip's active heads) / (sample's active heads) lines."""
+        if self.heads is None:
+            return {}
+        first: dict[str, dict[tuple, int]] = defaultdict(lambda: defaultdict(int))
+        for cta in kernel.ctas[:probe_blocks]:
+            seen: set[str] = set()
+            for role in kernel.roles:
+                for n, op in enumerate(role.program(cta)):
+                    tile = op.src if type(op).__name__ == "Load" else None
+                    if tile is not None and tile.tensor not in seen:
+                        seen.add(tile.tensor)
+                        first[tile.tensor][(tile.batch, tile.head, tile.row, tile.col)] += 1
+                    if n >= probe_ops:
+                        break
+        per_group = len(kernel.ctas) / self.groups_total  # blocks per (batch, K/V head)
+        chip = min(self.groups_total, -(-self.sms_total * slots // max(1, round(per_group))))
+        sample = min(len(self.heads), -(-self.n_sms * slots // max(1, round(per_group))))
+        ratio = chip / max(1, sample)
+        return {t: ratio for t, keys in first.items() if max(keys.values()) > 1}
+
     def set_clock(self, clock_hz: float) -> None:
         """Power management sets the SM clock by load; bandwidths given per second become per cycle."""
         self.clock_hz = clock_hz
@@ -158,6 +188,7 @@ class Gpu:
         self.set_clock(p.clock_hz(self.tensor_instr(kernel)))
         start = env.now
         slots = blocks_per_sm(kernel, p)
+        self.copies = self.sharing(kernel, slots)
         items = self.sample(kernel)
         wave = slots * self.n_sms
         total = len(items)
@@ -225,13 +256,13 @@ class Gpu:
                     for op in gen:
                         kind = type(op)
                         if kind is Load:
-                            self.l2.read(op.src, now, 1.0 / self.share)
+                            self.l2.read(op.src, now, self.copies.get(op.src.tensor, self.private_copies))
                             if op.level == "smem":
                                 self.smem_write_bytes += op.src.nbytes
                             alive.append(gen)
                             break
                         if kind is Store:
-                            self.l2.write(op.dst, 1.0 / self.share)
+                            self.l2.write(op.dst, self.copies.get(op.dst.tensor, self.private_copies))
                             alive.append(gen)
                             break
                 streams = alive

@@ -19,13 +19,15 @@ SUB_ROWS = 4  # presence is tracked per 4-row slice, so row-block reads and writ
 
 class L2Cache:
     """LRU over lines. Each line records which 4-row slices it holds, whether it is dirty, and the cycle its
-    fetch lands. copies: in a sampled run each simulated line stands for `copies` lines of the chip; the
-    byte counters are in sample units (bytes x copies x share), which the caller scales back to the chip."""
+    fetch lands. copies: in a sampled run each simulated line occupies the room of `copies` lines of the
+    chip (the cache is the chip's; the sample's lines stand for what the rest of the chip keeps there at the
+    same time). Byte counters are the sample's own traffic, which the caller scales to the chip."""
 
     def __init__(self, capacity_bytes: float, share: float = 1.0):
         self.capacity = capacity_bytes
         self.share = share
-        self.lines: OrderedDict[tuple, list] = OrderedDict()  # key -> [chip bytes, dirty, ready, slices]
+        # key -> [room taken (bytes x copies), dirty, ready cycle, 4-row slices present, copies]
+        self.lines: OrderedDict[tuple, list] = OrderedDict()
         self.used = 0.0
         self.read_bytes = 0  # bytes read by SMs through L2 (hits and misses)
         self.write_bytes = 0  # bytes stored into L2
@@ -64,7 +66,7 @@ class L2Cache:
         for key, mask, slice_bytes in self._lines(g):
             entry = self.lines.get(key)
             if entry is None:
-                entry = [0.0, False, None, 0]
+                entry = [0.0, False, None, 0, copies]
                 self.lines[key] = entry
             else:
                 self.lines.move_to_end(key)
@@ -78,16 +80,15 @@ class L2Cache:
                 self._grow(entry, nbytes * copies)
                 missed.append(entry)
         self.read_bytes += g.nbytes
-        fetched = miss * copies * self.share
-        self.miss_bytes += fetched
-        return pending_ready, fetched, missed
+        self.miss_bytes += miss
+        return pending_ready, miss, missed
 
     def write(self, g: GTile, copies: float = 1.0) -> None:
         """Store a tile: its slices become present and dirty (allocated without reading HBM)."""
         for key, mask, slice_bytes in self._lines(g):
             entry = self.lines.get(key)
             if entry is None:
-                entry = [0.0, True, None, 0]
+                entry = [0.0, True, None, 0, copies]
                 self.lines[key] = entry
             else:
                 entry[1] = True
@@ -105,7 +106,7 @@ class L2Cache:
             _, old = self.lines.popitem(last=False)
             self.used -= old[0]
             if old[1]:
-                self.evicted_dirty_bytes += old[0] * self.share
+                self.evicted_dirty_bytes += old[0] / old[4]
             if old is entry:  # a line larger than the whole cache: it streams through
                 break
 
@@ -118,4 +119,4 @@ class L2Cache:
     @property
     def dirty_bytes(self) -> float:
         """Dirty bytes still in L2, in sample units."""
-        return sum(e[0] for e in self.lines.values() if e[1]) * self.share
+        return sum(e[0] / e[4] for e in self.lines.values() if e[1])
