@@ -91,6 +91,7 @@ class Profile:
     l2_line_bytes: int = _p(int)
     l2_bandwidth_bytes_per_clk: float = _p(float)  # aggregate over the chip
     l2_hit_latency_cycles: int = _p(int)
+    l2_dirty_max_bytes: int = _p(int)  # dirty data L2 keeps before writing the oldest back to HBM
     hbm_bytes: int = _p(int)
     hbm_bandwidth_bytes_per_s: float = _p(float)  # achievable, not the datasheet's pin rate
     hbm_latency_cycles: int = _p(int)

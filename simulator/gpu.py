@@ -86,7 +86,7 @@ class Gpu:
         self.hbm = Server("hbm", profile.hbm_bytes_per_clk * self.share)
         self.clock_hz = profile.sm_clock_hz
         self.l2_port = Server("l2", profile.l2_bandwidth_bytes_per_clk * self.share)
-        self.l2 = L2Cache(profile.l2_bytes, self.share)
+        self.l2 = L2Cache(profile.l2_bytes, self.share, profile.l2_dirty_max_bytes)
         self.sms = [Sm(i, profile) for i in range(self.n_sms)]
         self.trace = trace
         self.hbm_write_bytes = 0
@@ -266,4 +266,4 @@ class Gpu:
                             alive.append(gen)
                             break
                 streams = alive
-            self.l2.take_evicted()
+            self.hbm_write_bytes += self.l2.take_evicted()

@@ -23,9 +23,14 @@ class L2Cache:
     chip (the cache is the chip's; the sample's lines stand for what the rest of the chip keeps there at the
     same time). Byte counters are the sample's own traffic, which the caller scales to the chip."""
 
-    def __init__(self, capacity_bytes: float, share: float = 1.0):
+    def __init__(self, capacity_bytes: float, share: float = 1.0, dirty_max_bytes: float | None = None):
         self.capacity = capacity_bytes
         self.share = share
+        # at most this much dirty data stays in L2: beyond it the oldest dirty lines are written back (and
+        # stay, clean)
+        self.dirty_max = dirty_max_bytes if dirty_max_bytes is not None else capacity_bytes
+        self.dirty: OrderedDict[tuple, list] = OrderedDict()  # dirty lines, oldest first
+        self.dirty_room = 0.0
         # key -> [room taken (bytes x copies), dirty, ready cycle, 4-row slices present, copies]
         self.lines: OrderedDict[tuple, list] = OrderedDict()
         self.used = 0.0
@@ -90,23 +95,36 @@ class L2Cache:
             if entry is None:
                 entry = [0.0, True, None, 0, copies]
                 self.lines[key] = entry
+                self.dirty[key] = entry
             else:
-                entry[1] = True
+                if not entry[1]:
+                    entry[1] = True
+                    self.dirty[key] = entry
+                    self.dirty_room += entry[0]
                 self.lines.move_to_end(key)
             absent = mask & ~entry[3]
             if absent:
                 entry[3] |= absent
-                self._grow(entry, bin(absent).count("1") * slice_bytes * copies)
+                grow = bin(absent).count("1") * slice_bytes * copies
+                self.dirty_room += grow
+                self._grow(entry, grow)
         self.write_bytes += g.nbytes
+        while self.dirty_room > self.dirty_max and self.dirty:
+            _, old = self.dirty.popitem(last=False)
+            old[1] = False
+            self.dirty_room -= old[0]
+            self.evicted_dirty_bytes += old[0] / old[4]
 
     def _grow(self, entry: list, chip_bytes: float) -> None:
         entry[0] += chip_bytes
         self.used += chip_bytes
         while self.used > self.capacity and self.lines:
-            _, old = self.lines.popitem(last=False)
+            key, old = self.lines.popitem(last=False)
             self.used -= old[0]
             if old[1]:
                 self.evicted_dirty_bytes += old[0] / old[4]
+                self.dirty.pop(key, None)
+                self.dirty_room -= old[0]
             if old is entry:  # a line larger than the whole cache: it streams through
                 break
 
@@ -119,4 +137,4 @@ class L2Cache:
     @property
     def dirty_bytes(self) -> float:
         """Dirty bytes still in L2, in sample units."""
-        return sum(e[0] / e[4] for e in self.lines.values() if e[1])
+        return sum(e[0] / e[4] for e in self.dirty.values())
