@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device session on an H200: GPU tests of every kernel, the per-warp mma.sync microbenchmark, and the
+# One run on an H200: GPU tests of every kernel, the per-warp mma.sync microbenchmark, and the
 # validation sweep (timings + ncu bytes). Run from the repository root with simpy's wheel in .whl/ and the
 # cubins in build/ (flashsim kernels build --out build/kernels --arch sm_90a). Writes under $OUT.
 set -uo pipefail
