@@ -9,6 +9,7 @@ reported separately: their write-back happens after the kernel (ncu's dram__byte
 from __future__ import annotations
 
 from collections import OrderedDict
+from functools import lru_cache
 
 from algorithms.ir import GTile
 
@@ -41,8 +42,13 @@ class L2Cache:
         self._charged = 0.0
 
     @staticmethod
-    def _lines(g: GTile):
-        """(key, slice mask, bytes per slice) of every line a tile touches."""
+    @lru_cache(maxsize=1 << 16)
+    def _lines(g: GTile) -> tuple:
+        """(key, slice mask, bytes per slice) of every line a tile touches (many blocks read the same tiles)."""
+        return tuple(L2Cache._split(g))
+
+    @staticmethod
+    def _split(g: GTile):
         r_end, c_end = g.row + g.rows, g.col + g.cols
         r = g.row
         while r < r_end:
