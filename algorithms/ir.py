@@ -253,7 +253,8 @@ class Normalize:
 
 @dataclass(frozen=True, slots=True)
 class RowSoftmax:
-    """Standard attention's softmax kernel: a row block of S (rows x cols) -> P, with max and sum passes."""
+    """Standard attention's softmax kernel: a row block of S (rows x cols) -> P. passes = 2: a first pass keeps
+    a running (max, sum), the second recomputes the exponentials to write P."""
 
     s: str
     p: str
@@ -262,10 +263,11 @@ class RowSoftmax:
     scale: float
     mask: Mask | None
     warps: int
+    passes: int = 1
 
     @property
     def exps(self) -> int:
-        return self.rows * self.cols
+        return self.passes * self.rows * self.cols
 
     @property
     def alu_flops(self) -> int:
