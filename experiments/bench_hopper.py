@@ -11,14 +11,13 @@ pre-quantised inputs (the kernel alone); its torch quantisation pass is timed se
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
-import platform
 import statistics
-import subprocess
 import sys
 from pathlib import Path
+
+from experiments.torch_provenance import torch_gpu_provenance
 
 SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 HEADS = {64: 32, 128: 16}
@@ -105,26 +104,8 @@ def measure(d: int, n: int, causal: bool, methods) -> dict:
 
 
 def provenance(argv) -> dict:
-    import torch
-
-    try:
-        driver = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True
-        ).stdout.strip()
-    except OSError:
-        driver = "unknown"
-    return {
-        "gpu": torch.cuda.get_device_name(),
-        "sm_count": torch.cuda.get_device_properties(0).multi_processor_count,
-        "driver": driver,
-        "cuda": torch.version.cuda,
-        "torch": torch.__version__,
-        "cudnn": torch.backends.cudnn.version(),
-        "python": platform.python_version(),
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": "python -m experiments.bench_hopper " + " ".join(argv),
-        "timing": "CUDA events, median of 10 launches after 3 warm-ups; clocks as found",
-    }
+    return torch_gpu_provenance("python -m experiments.bench_hopper " + " ".join(argv),
+                                timing="CUDA events, median of 10 launches after 3 warm-ups; clocks as found")
 
 
 def to_markdown(meta: dict, rows: list[dict], methods) -> str:

@@ -15,16 +15,15 @@ runs one config a few times and exits (a target for ncu).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
-import platform
 import statistics
 import sys
 import time
 from pathlib import Path
 
 from algorithms.problem import Problem
+from experiments.torch_provenance import torch_gpu_provenance
 
 SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 HEADDIMS = {64: 32, 128: 16}  # head dim -> heads at hidden 2048
@@ -118,31 +117,12 @@ def bench(seqlens, impls, max_s_gb: float) -> list[dict]:
 
 
 def provenance(argv) -> dict:
-    import torch
-
-    props = torch.cuda.get_device_properties(0)
-    try:
-        import subprocess
-
-        driver = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True
-        ).stdout.strip()
-    except OSError:
-        driver = "unknown"
-    return {
-        "gpu": props.name,
-        "sms": props.multi_processor_count,
-        "driver": driver,
-        "cuda": torch.version.cuda,
-        "torch": torch.__version__,
-        "cudnn": torch.backends.cudnn.version(),
-        "python": platform.python_version(),
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": " ".join(["python3 -m experiments.bench_kernels", *_public(argv)]),
-        "dtype": "bf16",
-        "timing": "median of CUDA-event times per call after 2 warm-up calls, 5-50 calls (~150 ms), "
+    return torch_gpu_provenance(
+        " ".join(["python3 -m experiments.bench_kernels", *_public(argv)]),
+        dtype="bf16",
+        timing="median of CUDA-event times per call after 2 warm-up calls, 5-50 calls (~150 ms), "
         "behind a GPU sleep that keeps launches queued ahead of the device",
-    }
+    )
 
 
 def _public(argv) -> list[str]:
