@@ -61,5 +61,6 @@ def problem_from_args(args: argparse.Namespace, algo: str | None = None) -> Prob
 
 def tiling_from_args(args: argparse.Namespace, algo: str, problem: Problem, profile) -> Tiling:
     return resolve_tiling(
-        algo, problem, profile, block_m=args.block_m, block_n=args.block_n, warps=args.warps, stages=args.stages
+        algo, problem, profile, block_m=args.block_m, block_n=args.block_n, warps=args.warps, stages=args.stages,
+        splits=getattr(args, "splits", None),
     )

@@ -229,3 +229,11 @@ def test_sweep_writes_csv_and_plot(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert len(out["rows"]) == 2 and csv_path.read_text().count("\n") == 3
     assert (tmp_path / "sweep.png").exists()
+
+
+def test_v1_splits_from_the_command_line(capsys):
+    """--splits gives V1 that many thread blocks per (batch, head), as our V1 kernel launches."""
+    assert cli.main(["simulate", "--algo", "v1", "--splits", "4", "--seqlen", "1024", "--batch", "2",
+                     "--heads", "4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["tiling"]["splits"] == 4 and out["kernels"][0]["ctas"] == 2 * 4 * 4
