@@ -27,6 +27,8 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
         help="SMs to simulate (default: a sample of 8; the chip's count = whole-chip run)",
     )
     p.add_argument("--full", action="store_true", help="simulate every SM (slower, no sampling)")
+    p.add_argument("--no-extrapolate", dest="extrapolate", action="store_false",
+                   help="run every wave and every V1 step instead of extrapolating the steady state")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
 
 
@@ -128,7 +130,7 @@ def _cmd_simulate(args) -> int:
     problem = problem_from_args(args)
     check_features(args.algo, problem, profile)
     tiling = tiling_from_args(args, args.algo, problem, profile)
-    result = simulate(args.algo, problem, profile, tiling, sms=_sms(args, profile))
+    result = simulate(args.algo, problem, profile, tiling, sms=_sms(args, profile), extrapolate=args.extrapolate)
     if args.json:
         _print_json(result.as_dict())
     else:
@@ -142,7 +144,7 @@ def _profiles(args) -> list:
     return [profile_from_args(args)]
 
 
-def _run_many(jobs: list[tuple[str, Problem, Any]], sms_of, quiet: bool, label: str) -> list:
+def _run_many(jobs: list[tuple[str, Problem, Any]], sms_of, quiet: bool, label: str, extrapolate: bool = True) -> list:
     """Simulate each (algo, problem, profile) with a progress bar on stderr; skips what a profile can't run."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -165,7 +167,7 @@ def _run_many(jobs: list[tuple[str, Problem, Any]], sms_of, quiet: bool, label: 
         for algo, problem, profile in jobs:
             progress.update(task, description=f"{algo} {problem.describe()}")
             try:
-                results.append(simulate(algo, problem, profile, sms=sms_of(profile)))
+                results.append(simulate(algo, problem, profile, sms=sms_of(profile), extrapolate=extrapolate))
             except FlashsimError as exc:
                 skipped.append({"algo": algo, "hw": profile.name, "problem": problem.as_dict(), "reason": str(exc)})
             progress.advance(task)
@@ -180,7 +182,7 @@ def _cmd_compare(args) -> int:
     for profile in profiles:
         for algo in args.algos:
             jobs.append((algo, problem_from_args(args, algo), profile))
-    results, skipped = _run_many(jobs, lambda prof: _sms(args, prof), args.json, "compare")
+    results, skipped = _run_many(jobs, lambda prof: _sms(args, prof), args.json, "compare", args.extrapolate)
     if not results:
         raise FlashsimError("nothing could be simulated: " + "; ".join(s["reason"] for s in skipped))
     plot = bar_chart(results, out_path(args.out, "compare.png"), "simulated forward throughput")
@@ -217,7 +219,7 @@ def _cmd_sweep(args) -> int:
 
     profile = profile_from_args(args)
     jobs = [(algo, prob, profile) for algo, prob in fa2_grid(args.seqlens, args.headdims, args.causal, args.algos)]
-    results, skipped = _run_many(jobs, lambda prof: _sms(args, prof), args.json, "sweep")
+    results, skipped = _run_many(jobs, lambda prof: _sms(args, prof), args.json, "sweep", args.extrapolate)
     rows = [
         {
             "algo": r.algo,
