@@ -44,38 +44,29 @@ def build(p: Problem, t: Tiling) -> Schedule:
     tq, tk = cdiv(nq, bm), cdiv(nk, bn)
     dn = min(d, bn)  # O = P V: output tiles bm x min(d, bn)
 
-    def clip(start, block, total):
-        return start, min(block, total - start)
+    def block(tensor, b, head, ri, rblock, rtotal, ci, cblock, ctotal):
+        """Block (ri, ci) of rblock x cblock elements of a (rtotal x ctotal) matrix, clipped at its edges."""
+        r, c = ri * rblock, ci * cblock
+        return GTile(tensor, b, head, r, min(rblock, rtotal - r), c, min(cblock, ctotal - c), e)
 
+    # Each GEMM operand as block (row block, k-slice); outputs as (row block, column block).
     def q_chunk(b, h, i, kc):
-        r, rows = clip(i * bm, bm, nq)
-        c, cols = clip(kc * K_CHUNK, K_CHUNK, d)
-        return GTile("Q", b, h, r, rows, c, cols, e)
+        return block("Q", b, h, i, bm, nq, kc, K_CHUNK, d)
 
     def k_chunk(b, h, j, kc):
-        r, rows = clip(j * bn, bn, nk)
-        c, cols = clip(kc * K_CHUNK, K_CHUNK, d)
-        return GTile("K", b, h // g, r, rows, c, cols, e)
+        return block("K", b, h // g, j, bn, nk, kc, K_CHUNK, d)
 
     def s_tile(b, h, i, j):
-        r, rows = clip(i * bm, bm, nq)
-        c, cols = clip(j * bn, bn, nk)
-        return GTile("S", b, h, r, rows, c, cols, e)
+        return block("S", b, h, i, bm, nq, j, bn, nk)
 
     def p_chunk(b, h, i, kc):
-        r, rows = clip(i * bm, bm, nq)
-        c, cols = clip(kc * K_CHUNK, K_CHUNK, nk)
-        return GTile("P", b, h, r, rows, c, cols, e)
+        return block("P", b, h, i, bm, nq, kc, K_CHUNK, nk)
 
     def v_chunk(b, h, j, kc):
-        r, rows = clip(kc * K_CHUNK, K_CHUNK, nk)
-        c, cols = clip(j * dn, dn, d)
-        return GTile("V", b, h // g, r, rows, c, cols, e)
+        return block("V", b, h // g, kc, K_CHUNK, nk, j, dn, d)
 
     def o_tile(b, h, i, j):
-        r, rows = clip(i * bm, bm, nq)
-        c, cols = clip(j * dn, dn, d)
-        return GTile("O", b, h, r, rows, c, cols, e)
+        return block("O", b, h, i, bm, nq, j, dn, d)
 
     heads = [(b, h) for b in range(p.batch) for h in range(p.heads)]
     qk = _gemm_kernel("gemm_qk", p, t, q_chunk, k_chunk, s_tile, bn, d, True,
@@ -85,9 +76,10 @@ def build(p: Problem, t: Tiling) -> Schedule:
 
     def softmax(cta):
         b, h, r = cta
-        row0, rows = clip(r * SOFTMAX_ROWS, SOFTMAX_ROWS, nq)
-        yield Load(GTile("S", b, h, row0, rows, 0, nk, e), "s", RMEM)  # pass 1: running max and sum
-        yield Load(GTile("S", b, h, row0, rows, 0, nk, e), "s", RMEM)  # pass 2: S again, for P
+        rows_s = block("S", b, h, r, SOFTMAX_ROWS, nq, 0, nk, nk)
+        row0, rows = rows_s.row, rows_s.rows
+        yield Load(rows_s, "s", RMEM)  # pass 1: running max and sum
+        yield Load(rows_s, "s", RMEM)  # pass 2: S again, for P
         yield RowSoftmax("s", "p", rows, nk, p.scale, tile_mask(p, row0, 0, rows, nk), SOFTMAX_ROWS, passes=2)
         yield Store("p", GTile("P", b, h, row0, rows, 0, nk, e), RMEM)
 
