@@ -30,7 +30,10 @@ def add_tiling_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--block-n", type=int, default=None, help="key rows per tile (Bc)")
     g.add_argument("--warps", type=int, default=None, help="warps per thread block")
     g.add_argument("--stages", type=int, default=None, help="K/V shared-memory pipeline stages")
-    g.add_argument("--splits", type=int, default=None, help="v1: thread blocks per (batch, head) (default 1)")
+    g.add_argument("--splits", type=int, default=None,
+                   help="v1: thread blocks per (batch, head) (default: as the released FA1 kernel picks them)")
+    g.add_argument("--paper-tiles", action="store_true",
+                   help="v1: Algorithm 1's blocks Bc = M/4d, Br = min(Bc, d) instead of the released kernel's")
 
 
 def add_algo_arg(parser: argparse.ArgumentParser, *, default: str | None = "v2") -> None:
@@ -62,5 +65,5 @@ def problem_from_args(args: argparse.Namespace, algo: str | None = None) -> Prob
 def tiling_from_args(args: argparse.Namespace, algo: str, problem: Problem, profile) -> Tiling:
     return resolve_tiling(
         algo, problem, profile, block_m=args.block_m, block_n=args.block_n, warps=args.warps, stages=args.stages,
-        splits=getattr(args, "splits", None),
+        splits=getattr(args, "splits", None), paper=getattr(args, "paper_tiles", False),
     )

@@ -71,6 +71,48 @@ def v1_blocks(m_elements: int, d: int) -> tuple[int, int]:
     return min(bc, d), bc
 
 
+def fa1_tiling(d: int, seqlen_k: int) -> Tiling:
+    """The released FA1 forward kernels' tiles: 16 query rows per inner step, a K/V block of 256 keys at
+    d <= 64 (128 when the whole key sequence fits in 128) and 128 keys above, 4 warps splitting the keys.
+    (Algorithm 1's own Bc = M / 4d, Br = min(Bc, d) is `paper_v1_tiling`.)"""
+    return Tiling(16, 256 if d <= 64 and seqlen_k > 128 else 128, 4, 1)
+
+
+def paper_v1_tiling(problem: Problem, profile) -> Tiling:
+    """Algorithm 1's blocks from the SRAM size; a real SM also holds S and the O slice in registers, so
+    halve Bc (then Br) until the register budget takes them."""
+    br, bc = v1_blocks(sram_elements(profile, problem), problem.headdim)
+    while registers_per_thread("v1", problem, Tiling(br, bc, 4, 1)) > profile.registers_per_thread_max:
+        if bc > br or br <= 16:
+            bc = max(16, bc // 2)
+        else:
+            br //= 2
+    return Tiling(br, bc, 4, 1)
+
+
+# FA1 splits a (batch, head)'s query blocks over at most this many thread blocks.
+FA1_MAX_SPLITS = 30
+# ... and takes the fewest splits whose wave efficiency is within this fraction of the best.
+FA1_SPLIT_EFFICIENCY = 0.95
+
+
+def fa1_splits(problem: Problem, t: Tiling, profile) -> int:
+    """Thread blocks per (batch, head) as the released FA1 forward picks them: the wave efficiency of s
+    splits is (B H s / slots) / ceil(B H s / slots) over the chip's block slots; take the fewest splits
+    that come within 95% of the best. More blocks fill the SMs, but each re-reads all of K and V."""
+    slots = profile.sm_count * max(1, min(profile.occupancy_limits(
+        t.threads, registers_per_thread("v1", problem, t), smem_bytes("v1", problem, t)).values()))
+    heads = problem.batch * problem.heads
+    most = max(1, min(FA1_MAX_SPLITS, -(-problem.seqlen_q // t.block_m)))
+
+    def efficiency(s: int) -> float:
+        waves = heads * s / slots
+        return waves / -(-heads * s // slots)
+
+    best = max(efficiency(s) for s in range(1, most + 1))
+    return next(s for s in range(1, most + 1) if efficiency(s) >= FA1_SPLIT_EFFICIENCY * best)
+
+
 def _fa2_tile(d: int, profile) -> tuple[int, int, int]:
     """The public FA2 kernels' (kBlockM, kBlockN, warps) per head dim (sm80 code path, also on Hopper)."""
     if d <= 64:
@@ -97,15 +139,8 @@ def default_tiling(algo: str, problem: Problem, profile) -> Tiling:
     if algo == "standard":
         return Tiling(128, 128, 4, 2)  # the GEMM kernels' output tile; S and P live in global memory
     if algo == "v1":
-        # Algorithm 1's blocks from the SRAM size; a real SM also holds S and the O slice in registers,
-        # so halve Bc (then Br) until the register budget takes them.
-        br, bc = v1_blocks(sram_elements(profile, problem), d)
-        while registers_per_thread("v1", problem, Tiling(br, bc, 4, 1)) > profile.registers_per_thread_max:
-            if bc > br or br <= 16:
-                bc = max(16, bc // 2)
-            else:
-                br //= 2
-        return Tiling(br, bc, 4, 1)
+        t = fa1_tiling(d, problem.seqlen_k)
+        return replace(t, splits=fa1_splits(problem, t, profile)) if profile is not None else t
     if algo == "v2":
         return Tiling(*_fa2_tile(d, profile), 2)
     if algo == "v3-fp8":
@@ -193,9 +228,12 @@ def check_fits(algo: str, problem: Problem, t: Tiling, profile) -> None:
         raise FlashsimError(f"{t.threads} threads per block exceed the limit of {profile.max_threads_per_block}")
 
 
-def resolve_tiling(algo: str, problem: Problem, profile, **overrides) -> Tiling:
-    """The default tiling with any of block_m/block_n/warps/stages overridden, checked against the SM."""
-    t = default_tiling(algo, problem, profile)
+def resolve_tiling(algo: str, problem: Problem, profile, paper: bool = False, **overrides) -> Tiling:
+    """The default tiling (v1 with `paper`: Algorithm 1's) with any of block_m/block_n/warps/stages/splits
+    overridden, checked against the SM."""
+    if paper and algo != "v1":
+        raise FlashsimError(f"--paper-tiles applies to v1 only (Algorithm 1's block sizes), not {algo}")
+    t = paper_v1_tiling(problem, profile) if paper else default_tiling(algo, problem, profile)
     given = {k: v for k, v in overrides.items() if v is not None}
     if given:
         t = replace(t, **given)

@@ -101,6 +101,13 @@ def to_params(report: dict) -> dict[str, tuple[int | float, str]]:
                 )
             ),
         )
+        # a copy's time is its reads' plus its writes': what is left after the reads is the writes' drain rate
+        p["hbm_write_bandwidth_bytes_per_s"] = (
+            1 / (2 / h["copy_bytes_per_s"] - 1 / h["read_bytes_per_s"]),
+            src(f"a copy stream moves {h['copy_bytes_per_s'] / 1e12:.2f} TB/s (read + written) against "
+                f"{h['read_bytes_per_s'] / 1e12:.2f} TB/s streaming reads: writes drain at 1 / (2 / copy - 1 / read); "
+                f"a pure write stream reaches {h['write_bytes_per_s'] / 1e12:.2f} TB/s"),
+        )
     if "latency" in r:
         lat = r["latency"]
         p["l2_hit_latency_cycles"] = (round(lat["l2_hit_cycles"]), src(f"pointer chase, {lat['how']}"))

@@ -94,6 +94,8 @@ class Profile:
     l2_dirty_max_bytes: int = _p(int)  # dirty data L2 keeps before writing the oldest back to HBM
     hbm_bytes: int = _p(int)
     hbm_bandwidth_bytes_per_s: float = _p(float)  # achievable, not the datasheet's pin rate
+    # the rate writes drain at amid reads (bus turnarounds): from a copy stream's time minus its reads' time
+    hbm_write_bandwidth_bytes_per_s: float = _p(float)
     hbm_latency_cycles: int = _p(int)
     # math
     fp32_flops_per_clk_per_sm: float = _p(float)
@@ -254,6 +256,17 @@ class Profile:
             )
 
     # -- access -----------------------------------------------------------------------------------------
+
+    def occupancy_limits(self, threads: int, regs_per_thread: int, smem_bytes: int) -> dict[str, int]:
+        """Thread blocks of this shape one SM holds at once, per limiting resource."""
+        limits = {
+            "blocks": self.max_blocks_per_sm,
+            "threads": self.max_threads_per_sm // threads,
+            "registers": self.registers_per_sm // max(1, regs_per_thread * threads),
+        }
+        if smem_bytes:
+            limits["shared memory"] = self.smem_per_sm_bytes // (smem_bytes + self.smem_reserved_per_block_bytes)
+        return limits
 
     def has(self, feature: str) -> bool:
         if feature not in FEATURES:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field, replace
 
@@ -11,13 +12,16 @@ from algorithms.schedules import build
 from algorithms.tiling import Tiling, check_algo, check_fits, resolve_tiling
 from hw_profiles.errors import FlashsimError
 
-from .gpu import Gpu
+from .gpu import Gpu, blocks_per_sm
 
 # SMs simulated in the default (sampled) mode; `sms=None` or the chip's count gives the whole-chip run.
 DEFAULT_SAMPLE_SMS = 8
 # Grids of at most this many waves of one block per SM run whole-chip: cheap, and sampling few blocks of
 # unequal length (causal) would miss the tail.
 SAMPLE_ABOVE_WAVES = 4
+# ... unless their blocks are so long (V1's inner loop) that the whole chip would interpret more tile ops
+# than this: then a sample runs, as for large grids (with as many waves as the chip, see head_sample).
+WHOLE_CHIP_OPS = 400_000
 # Largest accepted mismatch between the sample's share of the heads and its share of the SMs.
 SAMPLE_TOLERANCE = 0.04
 # Below this utilisation of its busiest unit a run is called latency-bound.
@@ -196,6 +200,10 @@ V1_STEPS = (2, 3)
 def _v1_outer_steps(problem: Problem, profile, t: Tiling, sms: int | None, steps: int) -> SimResult:
     """V1 with Tc = `steps` outer steps from runs of 2 and 3 steps: every per-step quantity is affine in Tc."""
     wall = time.perf_counter()
+    # the short runs take the machine (whole chip or sample) that the full loop would get
+    if sms and _whole_chip(build("v1", replace(problem, seqlen_k=V1_STEPS[-1] * t.block_n), t), profile,
+                           steps / V1_STEPS[-1]):
+        sms = None
     short = [simulate("v1", replace(problem, seqlen_k=n * t.block_n), profile, t, sms=sms, extrapolate=False)
              for n in V1_STEPS]
     a, b = short
@@ -219,28 +227,37 @@ def _v1_outer_steps(problem: Problem, profile, t: Tiling, sms: int | None, steps
     )
 
 
-def head_sample(groups: int, sm_count: int, sms: int) -> tuple[int, int]:
+def head_sample(groups: int, sm_count: int, sms: int, blocks_per_group: int = 0, slots: int = 1) -> tuple[int, int]:
     """(K/V head groups to simulate, SMs to run them on): at least `sms` SMs, with the group count chosen so
-    groups / total groups is as close as possible to SMs / sm_count (the error is the sample's bias)."""
+    groups / total groups is as close as possible to SMs / sm_count (the error is the sample's bias).
+    Given the blocks per group and per SM, the sample must also run as many waves as the chip (rounded
+    up): a last wave that the chip fills but the sample does not would add a tail the chip does not have."""
+    chip_waves = -(-groups * blocks_per_group // (sm_count * slots)) if blocks_per_group else 0
+
+    def same_waves(g: int, n: int) -> bool:
+        return not chip_waves or -(-g * blocks_per_group // (n * slots)) == chip_waves
+
     best = None
     g0 = max(1, -(-sms * groups // sm_count))
     for g in range(g0, min(groups, 4 * g0) + 1):
         exact = g * sm_count / groups
-        n = max(1, round(exact))
-        err = abs(n - exact) / exact
-        if err <= SAMPLE_TOLERANCE:
-            return g, n  # the smallest sample within tolerance: fastest
-        if best is None or err < best[0] - 1e-9:
-            best = (err, g, n)
+        for n in sorted({max(1, math.floor(exact)), max(1, math.ceil(exact))}, key=lambda n: abs(n - exact)):
+            err = abs(n - exact) / exact
+            if err <= SAMPLE_TOLERANCE and same_waves(g, n):
+                return g, n  # the smallest sample within tolerance: fastest
+            if best is None or (not same_waves(*best[1:]) and same_waves(g, n)) or (
+                    same_waves(g, n) == same_waves(*best[1:]) and err < best[0] - 1e-9):
+                best = (err, g, n)
     return best[1], best[2]
 
 
 def _machine(profile, problem: Problem, schedule, sms: int | None, trace) -> Gpu:
     """The whole chip, or a sample of whole K/V heads on the matching share of it."""
     groups = problem.batch * problem.kv_heads
-    if not sms or max(len(k.ctas) for k in schedule.kernels) <= SAMPLE_ABOVE_WAVES * profile.sm_count:
+    if not sms or _whole_chip(schedule, profile):
         return Gpu(profile, None, trace)
-    g, n = head_sample(groups, profile.sm_count, sms)
+    kernel = max(schedule.kernels, key=lambda k: len(k.ctas))
+    g, n = head_sample(groups, profile.sm_count, sms, len(kernel.ctas) // groups, blocks_per_sm(kernel, profile))
     if g >= groups:
         return Gpu(profile, None, trace)
     pairs = [(b, h) for b in range(problem.batch) for h in range(problem.kv_heads)]
@@ -248,6 +265,16 @@ def _machine(profile, problem: Problem, schedule, sms: int | None, trace) -> Gpu
     gpu = Gpu(profile, n, trace, heads=chosen, group=problem.group, share=g / groups)
     gpu.groups_total = groups
     return gpu
+
+
+def _whole_chip(schedule, profile, scale: float = 1.0) -> bool:
+    """Whether a grid is small enough to run on the whole chip: few waves, and fewer tile ops than
+    WHOLE_CHIP_OPS (each kernel's grid times its first block's program, times `scale`)."""
+    if max(len(k.ctas) for k in schedule.kernels) > SAMPLE_ABOVE_WAVES * profile.sm_count:
+        return False
+    ops = sum(len(k.ctas) * sum(sum(1 for _ in role.program(k.ctas[0])) for role in k.roles)
+              for k in schedule.kernels)
+    return ops * scale <= WHOLE_CHIP_OPS
 
 
 def _counters(gpu: Gpu) -> dict:

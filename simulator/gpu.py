@@ -7,6 +7,7 @@ sms = sm_count it is the plain, whole-chip run.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict, deque
 
 import simpy
@@ -39,15 +40,7 @@ class Sm:
 
 def blocks_per_sm(kernel, profile) -> int:
     """Occupancy: thread blocks an SM holds at once, limited by SMEM, registers, threads and blocks."""
-    limits = {
-        "blocks": profile.max_blocks_per_sm,
-        "threads": profile.max_threads_per_sm // kernel.threads,
-        "registers": profile.registers_per_sm // max(1, kernel.regs_per_thread * kernel.threads),
-    }
-    if kernel.smem_bytes:
-        limits["shared memory"] = profile.smem_per_sm_bytes // (
-            kernel.smem_bytes + profile.smem_reserved_per_block_bytes
-        )
+    limits = profile.occupancy_limits(kernel.threads, kernel.regs_per_thread, kernel.smem_bytes)
     slots = min(limits.values())
     if slots < 1:
         worst = min(limits, key=limits.get)
@@ -84,6 +77,7 @@ class Gpu:
         self.copies: dict[str, float] = {}
         self.env = simpy.Environment()
         self.hbm = Server("hbm", profile.hbm_bytes_per_clk * self.share)
+        self.write_cost = profile.hbm_bandwidth_bytes_per_s / profile.hbm_write_bandwidth_bytes_per_s
         self.clock_hz = profile.sm_clock_hz
         self.l2_port = Server("l2", profile.l2_bandwidth_bytes_per_clk * self.share)
         self.l2 = L2Cache(profile.l2_bytes, self.share, profile.l2_dirty_max_bytes)
@@ -125,7 +119,8 @@ class Gpu:
     def _charge_evictions(self, now: int) -> None:
         evicted = self.l2.take_evicted()
         if evicted:
-            self.hbm.reserve(now, evicted)
+            # the HBM server counts read bytes; a written byte holds it longer (read/write turnarounds)
+            self.hbm.reserve(now, evicted * self.write_cost)
             self.hbm_write_bytes += evicted
 
     # -- launches ------------------------------------------------------------------------------------
@@ -227,8 +222,9 @@ class Gpu:
         cycles = env.now - start
         if ran < total:
             (t0, c0), (t1, c1) = marks[ran - wave], marks[ran]
-            rest = (total - ran) / wave  # waves still to come, at the last wave's pace
-            cycles += round((t1 - t0) * rest)
+            rest = (total - ran) / wave  # waves' worth of blocks still to come, at the last wave's pace
+            # a last partial wave still takes a whole block's time: the tail
+            cycles += round((t1 - t0) * math.ceil(rest - 1e-9))
             for k in delta:
                 if k.startswith("busy_") or k == "smem":  # unit work: the same for every block
                     delta[k] += (c1[k] - c0[k]) * rest

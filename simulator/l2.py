@@ -15,11 +15,13 @@ from algorithms.ir import GTile
 
 LINE_ROWS = 16  # a line key covers 16 rows x 64 columns (128 B rows at 16 bits, the hardware line width);
 LINE_COLS = 64
-SUB_ROWS = 4  # presence is tracked per 4-row slice, so row-block reads and writes (softmax) count exactly
+SUB_ROWS = 4  # presence is tracked per 4-row slice, so row-block reads and writes (softmax) count exactly,
+SEG_COLS = 16  # and per 16-column segment, so GEMM k-slices narrower than a line miss what they miss
+SEGS = LINE_COLS // SEG_COLS
 
 
 class L2Cache:
-    """LRU over lines. Each line records which 4-row slices it holds, whether it is dirty, and the cycle its
+    """LRU over lines. Each line records which 4-row x 16-column pieces it holds, whether it is dirty, and the cycle its
     fetch lands. copies: in a sampled run each simulated line occupies the room of `copies` lines of the
     chip (the cache is the chip's; the sample's lines stand for what the rest of the chip keeps there at the
     same time). Byte counters are the sample's own traffic, which the caller scales to the chip."""
@@ -32,7 +34,7 @@ class L2Cache:
         self.dirty_max = dirty_max_bytes if dirty_max_bytes is not None else capacity_bytes
         self.dirty: OrderedDict[tuple, list] = OrderedDict()  # dirty lines, oldest first
         self.dirty_room = 0.0
-        # key -> [room taken (bytes x copies), dirty, ready cycle, 4-row slices present, copies]
+        # key -> [room taken (bytes x copies), dirty, ready cycle, pieces present (bits), copies]
         self.lines: OrderedDict[tuple, list] = OrderedDict()
         self.used = 0.0
         self.read_bytes = 0  # bytes read by SMs through L2 (hits and misses)
@@ -44,7 +46,7 @@ class L2Cache:
     @staticmethod
     @lru_cache(maxsize=1 << 16)
     def _lines(g: GTile) -> tuple:
-        """(key, slice mask, bytes per slice) of every line a tile touches (many blocks read the same tiles)."""
+        """(key, presence bits, bytes per bit) of every line a tile touches (many blocks read the same tiles)."""
         return tuple(L2Cache._split(g))
 
     @staticmethod
@@ -55,15 +57,19 @@ class L2Cache:
             line = r // LINE_ROWS
             r_next = min(r_end, (line + 1) * LINE_ROWS)
             first, last = (r % LINE_ROWS) // SUB_ROWS, ((r_next - 1) % LINE_ROWS) // SUB_ROWS
-            mask = ((1 << (last - first + 1)) - 1) << first
             rows_per_slice = (r_next - r) / (last - first + 1)
             c = g.col
             while c < c_end:
                 c_next = min(c_end, (c // LINE_COLS + 1) * LINE_COLS)
+                q0, q1 = (c % LINE_COLS) // SEG_COLS, ((c_next - 1) % LINE_COLS) // SEG_COLS
+                segs = ((1 << (q1 - q0 + 1)) - 1) << q0
+                bits = 0
+                for s in range(first, last + 1):
+                    bits |= segs << (s * SEGS)
                 yield (
                     (g.tensor, g.batch, g.head, line, c // LINE_COLS),
-                    mask,
-                    rows_per_slice * (c_next - c) * g.elem_bytes,
+                    bits,
+                    rows_per_slice * (c_next - c) / (q1 - q0 + 1) * g.elem_bytes,
                 )
                 c = c_next
             r = r_next

@@ -1,7 +1,7 @@
 """Hardware units as small resources with one way to ask for service.
 
 Every unit is a FIFO server with a rate: a request of `work` units at cycle t starts when the unit is free,
-occupies it for ceil(work / rate) cycles, and the caller is told the cycle it completes. Contention is the
+occupies it for work / rate cycles, and the caller is told the (whole) cycle it completes. Contention is the
 queueing that results; nothing else decides time. Barriers count arrivals and wake waiters.
 """
 
@@ -27,15 +27,16 @@ class Server:
         self.work = 0.0  # units served (bytes, FLOPs, ops)
 
     def reserve(self, t: int, work: float) -> int:
-        """Queue `work` at cycle t; returns the cycle it is done."""
+        """Queue `work` at cycle t; returns the (whole) cycle it is done. The unit's own clock keeps the
+        fraction: a 64-byte request on a port that moves 4 KB a cycle holds it for 1/64 of a cycle, not one."""
         if work <= 0:
             return t
-        duration = math.ceil(work / self.rate)
+        duration = work / self.rate
         start = t if t > self.next_free else self.next_free
         self.next_free = start + duration
         self.busy += duration
         self.work += work
-        return self.next_free
+        return math.ceil(self.next_free - 1e-9)
 
 
 class SharedUnit:

@@ -78,18 +78,24 @@ class RoleTimer:
     def run(self, program):
         env, gpu, sm, p = self.env, self.gpu, self.sm, self.p
         tracing = self.trace is not None
+        inflight: dict[str, int] = {}  # register or SMEM buffer -> cycle a plain load into it lands
         for op in program:
             gpu.ops += 1
-            now = env.now
             kind = type(op)
+            if inflight:
+                ready = _ready_cycle(op, kind, inflight)
+                if ready > env.now:
+                    yield env.timeout(ready - env.now)
+            now = env.now
             if kind is Load:
                 done = gpu.load(op.src, now, to_smem=op.level == SMEM, sm=sm)
                 if op.via == "tma":
                     done += p.tma_latency_cycles
                 if op.via == "ld":
+                    # plain loads are in flight together; the warp stalls at the first op that reads one
                     if tracing:
                         self._mark(f"load {op.src.tensor}", now, done)
-                    yield env.timeout(done - now)
+                    inflight[op.dst] = done
                 else:
                     issue = p.tma_issue_cycles if op.via == "tma" else p.cp_async_issue_cycles
                     self.barriers[op.barrier].arrive_at(done)
@@ -164,6 +170,46 @@ class RoleTimer:
                 yield from self._until([(sm.alu, sm.alu.submit(now, op.rows * op.cols))], 1)
             else:
                 raise TypeError(f"timing interpreter has no rule for {kind.__name__}")
+        if inflight:
+            last = max(inflight.values())
+            if last > env.now:
+                yield env.timeout(last - env.now)
+
+
+def _ready_cycle(op, kind, inflight: dict[str, int]) -> int:
+    """The cycle `op` may start, given plain loads still in flight (a scoreboard on buffer names): it waits
+    for those into buffers it names; a load into a buffer still being filled, and a barrier, wait too
+    (SyncThreads publishes shared memory, so every load into it must have landed)."""
+    if kind is SyncThreads:
+        ready = max(inflight.values())
+        inflight.clear()
+        return ready
+    names = [op.dst] if kind is Load else [getattr(op, f) for f in _str_fields(kind)]
+    ready = 0
+    for name in names:
+        t = inflight.pop(name, None)
+        if t is not None and t > ready:
+            ready = t
+    return ready
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+# string fields that name a kind, a type or a barrier, not a buffer
+_NOT_BUFFERS = {
+    "level", "a_level", "b_level", "via", "instr", "dtype", "p_dtype", "split", "mode",
+    "barrier", "async_token", "name",
+}
+
+
+def _str_fields(kind: type) -> tuple[str, ...]:
+    """The fields of an op type that name buffers (its string-valued fields)."""
+    if kind not in _FIELDS:
+        import dataclasses
+
+        _FIELDS[kind] = tuple(
+            f.name for f in dataclasses.fields(kind) if "str" in str(f.type) and f.name not in _NOT_BUFFERS
+        )
+    return _FIELDS[kind]
 
 
 __all__ = ["RMEM", "RoleTimer", "gemm_smem_bytes"]

@@ -124,7 +124,7 @@ def test_what_ifs_change_only_their_keys() -> None:
     h100 = load_profile("h100")
     for alias, keys in {
         "half-smem": {"smem_per_sm_bytes", "smem_per_block_max_bytes"},
-        "2x-hbm": {"hbm_bandwidth_bytes_per_s"},
+        "2x-hbm": {"hbm_bandwidth_bytes_per_s", "hbm_write_bandwidth_bytes_per_s"},
         "2x-mufu": {"mufu_ops_per_clk_per_sm"},
     }.items():
         p = load_profile(alias)
@@ -133,6 +133,8 @@ def test_what_ifs_change_only_their_keys() -> None:
         assert p.source("sm_count") == h100.source("sm_count")  # inherited with its source
     assert load_profile("half-smem").smem_per_sm_bytes * 2 == h100.smem_per_sm_bytes
     assert load_profile("2x-hbm").hbm_bandwidth_bytes_per_s == 2 * h100.hbm_bandwidth_bytes_per_s
+    assert load_profile("2x-hbm").hbm_write_bandwidth_bytes_per_s == pytest.approx(
+        2 * h100.hbm_write_bandwidth_bytes_per_s, rel=1e-3)
 
 
 def test_profile_is_frozen_and_typed() -> None:

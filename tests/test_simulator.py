@@ -101,8 +101,6 @@ def test_standard_slower_than_v2_at_4k():
     assert simulate("standard", p, H100).time_s >= 1.5 * simulate("v2", p, H100).time_s
 
 
-@pytest.mark.xfail(strict=True, reason="the standard schedule is predicted ~2x faster than our measured standard "
-                   "kernels (docs/MODEL.md, known gaps), so the papers' >= 3x gap at 4k comes out ~2.5x")
 def test_standard_at_least_3x_slower_than_v2_at_4k():
     p = Problem(4, 16, 4096, 128)
     assert simulate("standard", p, H100).time_s >= 3 * simulate("v2", p, H100).time_s
@@ -123,17 +121,13 @@ def test_fp8_beats_bf16_v3():
     )
 
 
-def test_v2_faster_than_v1_on_a100():
-    p = Problem(8, 16, 2048, 64)
+@pytest.mark.parametrize("seqlen", [2048, 8192])
+def test_v2_1_5_to_3x_faster_than_v1_on_a100(seqlen):
+    """The FA2 paper's grid at head dim 64: v1 with the released FA1 kernel's tiles and splits. (At head dim
+    128 the model puts v1 at ~3.4x: its fp32 O round trips make it HBM-bound; docs/MODEL.md.)"""
+    p = Problem(16384 // seqlen, 32, seqlen, 64)
     ratio = simulate("v1", p, A100).time_s / simulate("v2", p, A100).time_s
-    assert ratio >= 1.5
-
-
-@pytest.mark.xfail(strict=True, reason="Algorithm 1 as written (O, l, m through global memory every step, one "
-                   "block per head) comes out 4-10x slower than v2, not the papers' 1.5-3x (docs/MODEL.md)")
-def test_v2_at_most_3x_faster_than_v1_on_a100():
-    p = Problem(8, 16, 2048, 64)
-    assert simulate("v1", p, A100).time_s / simulate("v2", p, A100).time_s <= 3.0
+    assert 1.5 <= ratio <= 3.0
 
 
 def test_v3_over_v2_on_h100_matches_fa3_paper():
