@@ -237,18 +237,17 @@ def head_sample(groups: int, sm_count: int, sms: int, blocks_per_group: int = 0,
     def same_waves(g: int, n: int) -> bool:
         return not chip_waves or -(-g * blocks_per_group // (n * slots)) == chip_waves
 
-    best = None
     g0 = max(1, -(-sms * groups // sm_count))
+    candidates = []  # (g, n, relative error), smallest samples first
     for g in range(g0, min(groups, 4 * g0) + 1):
         exact = g * sm_count / groups
         for n in sorted({max(1, math.floor(exact)), max(1, math.ceil(exact))}, key=lambda n: abs(n - exact)):
-            err = abs(n - exact) / exact
-            if err <= SAMPLE_TOLERANCE and same_waves(g, n):
-                return g, n  # the smallest sample within tolerance: fastest
-            if best is None or (not same_waves(*best[1:]) and same_waves(g, n)) or (
-                    same_waves(g, n) == same_waves(*best[1:]) and err < best[0] - 1e-9):
-                best = (err, g, n)
-    return best[1], best[2]
+            candidates.append((g, n, abs(n - exact) / exact))
+    for g, n, err in candidates:
+        if err <= SAMPLE_TOLERANCE and same_waves(g, n):
+            return g, n  # the smallest sample within tolerance: fastest
+    g, n, _ = min(candidates, key=lambda c: (not same_waves(c[0], c[1]), c[2]))
+    return g, n
 
 
 def _machine(profile, problem: Problem, schedule, sms: int | None, trace) -> Gpu:

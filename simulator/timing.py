@@ -6,6 +6,7 @@ work / rate of the unit serving it; waiting, overlap and contention come out of 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from algorithms.ir import (
@@ -204,8 +205,6 @@ _NOT_BUFFERS = {
 def _str_fields(kind: type) -> tuple[str, ...]:
     """The fields of an op type that name buffers (its string-valued fields)."""
     if kind not in _FIELDS:
-        import dataclasses
-
         _FIELDS[kind] = tuple(
             f.name for f in dataclasses.fields(kind) if "str" in str(f.type) and f.name not in _NOT_BUFFERS
         )
