@@ -71,11 +71,16 @@ def v1_blocks(m_elements: int, d: int) -> tuple[int, int]:
     return min(bc, d), bc
 
 
+def fa1_block_n(d: int) -> int:
+    """Keys per K/V block of the released FA1 forward kernels for long key sequences: 256 at d <= 64, else 128."""
+    return 256 if d <= 64 else 128
+
+
 def fa1_tiling(d: int, seqlen_k: int) -> Tiling:
-    """The released FA1 forward kernels' tiles: 16 query rows per inner step, a K/V block of 256 keys at
-    d <= 64 (128 when the whole key sequence fits in 128) and 128 keys above, 4 warps splitting the keys.
-    (Algorithm 1's own Bc = M / 4d, Br = min(Bc, d) is `paper_v1_tiling`.)"""
-    return Tiling(16, 256 if d <= 64 and seqlen_k > 128 else 128, 4, 1)
+    """The released FA1 forward kernels' tiles: 16 query rows per inner step, a K/V block of fa1_block_n keys
+    (128 when the whole key sequence fits in 128), 4 warps splitting the keys. (Algorithm 1's own
+    Bc = M / 4d, Br = min(Bc, d) is `paper_v1_tiling`.)"""
+    return Tiling(16, fa1_block_n(d) if seqlen_k > 128 else 128, 4, 1)
 
 
 def paper_v1_tiling(problem: Problem, profile) -> Tiling:
@@ -97,13 +102,18 @@ FA1_SPLIT_EFFICIENCY = 0.95
 
 
 def fa1_splits(problem: Problem, t: Tiling, profile) -> int:
-    """Thread blocks per (batch, head) as the released FA1 forward picks them: the wave efficiency of s
-    splits is (B H s / slots) / ceil(B H s / slots) over the chip's block slots; take the fewest splits
-    that come within 95% of the best. More blocks fill the SMs, but each re-reads all of K and V."""
+    """Thread blocks per (batch, head) as the released FA1 forward picks them (fa1_split_count), with the
+    chip's block slots from the profile's occupancy limits."""
     slots = profile.sm_count * max(1, min(profile.occupancy_limits(
         t.threads, registers_per_thread("v1", problem, t), smem_bytes("v1", problem, t)).values()))
-    heads = problem.batch * problem.heads
-    most = max(1, min(FA1_MAX_SPLITS, -(-problem.seqlen_q // t.block_m)))
+    return fa1_split_count(problem.batch * problem.heads, -(-problem.seqlen_q // t.block_m), slots)
+
+
+def fa1_split_count(heads: int, q_blocks: int, slots: int) -> int:
+    """FA1's rule: the wave efficiency of s splits is (heads s / slots) / ceil(heads s / slots) over the
+    chip's block slots; take the fewest splits (at most FA1_MAX_SPLITS and the Q blocks) within 95% of the
+    best. More blocks fill the SMs, but each re-reads all of K and V."""
+    most = max(1, min(FA1_MAX_SPLITS, q_blocks))
 
     def efficiency(s: int) -> float:
         waves = heads * s / slots
@@ -163,8 +173,10 @@ def smem_bytes(algo: str, problem: Problem, t: Tiling) -> int:
     if algo == "standard":
         return t.stages * (t.block_m + t.block_n) * 32 * e  # A and B k-slices of 32 per stage
     if algo == "v1":
-        # Q_i, K_j, V_j and O_i in SRAM (Algorithm 1); the split-K partial sums reuse the K_j/V_j space.
-        return (2 * t.block_m + 2 * t.block_n) * d * e
+        # Q_i, K_j, V_j, and where the split-K warps meet: their partial P V products in fp32, 32 columns of
+        # O_i at a time (rows padded by 8 floats against bank conflicts), and their row max and sum.
+        chunk = min(32, d) + 8
+        return (t.block_m + 2 * t.block_n) * d * e + t.warps * t.block_m * (chunk + 2) * 4 + t.block_m * 8
     if algo == "v2":
         return (t.block_m + 2 * t.block_n) * d * e  # Q, K and V tiles (the FA2 kernels' formula)
     # v3 / v3-fp8: Q once, a ring of `stages` K and V tiles.

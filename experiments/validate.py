@@ -168,7 +168,7 @@ def make_call(impl: Impl, q, k, v, cfg: Config) -> Callable[[], object]:
     return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=cfg.causal, enable_gqa=gqa)
 
 
-def our_tiling(impl: Impl, cfg: Config, q) -> dict | None:
+def our_tiling(impl: Impl, cfg: Config, q, k, v) -> dict | None:
     """The tiling our kernel picks for this head dim (kernels' registry), to simulate the same one."""
     if impl.kind != "ours":
         return None
@@ -176,7 +176,12 @@ def our_tiling(impl: Impl, cfg: Config, q) -> dict | None:
         from kernels import registry
         from kernels.launch import device_limits
 
-        return registry.family(impl.name).default_tiling(cfg.headdim, device_limits(q.device)).as_dict()
+        tiling = registry.family(impl.name).default_tiling(cfg.headdim, device_limits(q.device)).as_dict()
+        if impl.name == "v1":
+            from kernels.api import v1_splits
+
+            tiling["splits"] = v1_splits(q, k, v)
+        return tiling
     except Exception:  # an older kernels package: the simulator's default tiling is used
         return None
 
@@ -372,7 +377,7 @@ def _measure_one(impl: Impl, cfg: Config, q, k, v, ref, flush, opts: SweepOption
         "algo": impl.algo,
         "config": cfg.problem_dict(impl.sim_dtype),
         "config_id": cfg.id,
-        "tiling": our_tiling(impl, cfg, q),
+        "tiling": our_tiling(impl, cfg, q, k, v),
         "status": "ok",
     }
     try:

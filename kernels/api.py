@@ -152,6 +152,20 @@ def attention(
     return (out, lse) if return_lse else out
 
 
+def v1_splits(q, k, v, tiling: Tiling | None = None) -> int:
+    """The thread blocks per (batch, head) attention(algo="v1") launches for these tensors by default
+    (FA1's wave-efficiency rule over the blocks the built kernel fits on q's GPU)."""
+    from . import v1
+
+    family = registry.family("v1")
+    dtype = _check_tensors(torch_mod := _torch(), q, k, v)
+    index = q.device.index if q.device.index is not None else torch_mod.cuda.current_device()
+    variant = family.variant(q.shape[-1], dtype, tiling or family.default_tiling(q.shape[-1], _limits(index)))
+    module = _module(family, family.arch_for(_capability(index)), index)
+    call = Call(q, k, v, None, None, False, 1.0, {"splits": None})
+    return v1.splits_for(call, variant, BoundKernels(module, variant.symbol("v1"), q.device).registers("fwd"))
+
+
 _HOPPER = ("v3", "v3-fp8")
 
 

@@ -8,6 +8,7 @@ driver's name for it. Modules are cached per (device, cubin), functions per modu
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 from pathlib import Path
 
@@ -100,7 +101,7 @@ class Function:
         self.module, self.name, self.handle = module, name, handle
         self._smem_opt_in = _DEFAULT_SMEM_LIMIT
 
-    @property
+    @functools.cached_property
     def registers(self) -> int:
         lib, value = _cuda(), ctypes.c_int()
         _check(lib, lib.cuFuncGetAttribute(ctypes.byref(value), _NUM_REGS, self.handle), f"registers of {self.name}")

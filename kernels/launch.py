@@ -100,6 +100,10 @@ class BoundKernels:
         stream = torch.cuda.current_stream(self.device).cuda_stream
         self.module.function(f"{self.symbol}_{entry}").launch(grid, threads, smem, stream, params)
 
+    def registers(self, entry: str) -> int:
+        """Registers per thread of NAME_<entry>, as the driver loaded it."""
+        return self.module.function(f"{self.symbol}_{entry}").registers
+
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-from algorithms.tiling import Tiling
+import functools
 
-from .launch import cdiv, smem_tile_bytes
+from algorithms.tiling import Tiling, fa1_block_n, fa1_split_count
+
+from .launch import cdiv, device_limits, smem_tile_bytes
 from .registry import DTYPES, KernelFamily, Variant, register
 
 HEADDIMS = (32, 64, 96, 128)
-BLOCK_N = 128  # Bc. Algorithm 1's M / 4d (453 keys at d64 on an H200) would give each warp a slice of S
-# far past its registers under split-K; 128 keys is 32 per warp.
+# Per SM on sm_80 and sm_90: threads, 32-bit registers, and the shared memory the driver reserves per block.
+THREADS_PER_SM, REGISTERS_PER_SM, SMEM_RESERVED_PER_BLOCK = 2048, 65536, 1024
 
 
 def tiling_for(headdim: int) -> Tiling:
-    """Br = min(64, d) (the paper's min(Bc, d), capped so each warp's slice of S and of O fits), Bc = 128."""
-    return Tiling(min(64, headdim), BLOCK_N, 4, 1)
+    """The released FA1 forward kernels' tiles (algorithms.tiling.fa1_tiling for long key sequences): 16
+    query rows per inner step, 4 warps splitting K/V blocks of 256 keys at d <= 64 and 128 keys above."""
+    return Tiling(16, fa1_block_n(headdim), 4, 1)
 
 
 def smem_bytes(variant: Variant, entry: str) -> int:
@@ -26,14 +29,31 @@ def smem_bytes(variant: Variant, entry: str) -> int:
     return smem_tile_bytes(t.block_m, d) + 2 * smem_tile_bytes(t.block_n, d) + reduction + stats
 
 
-def splits_for(call, tiling: Tiling) -> int:
-    """Thread blocks per (batch, head): the `splits` option, else enough for about two per SM."""
+def splits_for(call, variant: Variant, registers: int) -> int:
+    """Thread blocks per (batch, head): the `splits` option, else FA1's wave-efficiency rule
+    (algorithms.tiling.fa1_split_count) over the blocks this kernel fits on the device at once."""
     b, h, _, nq, _, _ = call.shape
-    q_blocks = cdiv(nq, tiling.block_m)
+    t = variant.tiling
+    q_blocks = cdiv(nq, t.block_m)
     wanted = call.options.get("splits")
     if wanted is None:
-        wanted = cdiv(2 * call.sm_count, b * h)
+        smem_per_sm = device_limits(call.q.device).smem_per_sm_bytes
+        wanted = fa1_split_count(b * h, q_blocks, call.sm_count * blocks_per_sm(variant, registers, smem_per_sm))
     return max(1, min(int(wanted), q_blocks))
+
+
+@functools.cache
+def blocks_per_sm(variant: Variant, registers: int, smem_per_sm: int) -> int:
+    """Occupancy from shared memory, threads and registers (allocated per warp in units of 256)."""
+    t = variant.tiling
+    smem = smem_bytes(variant, "fwd") + SMEM_RESERVED_PER_BLOCK
+    per_warp = cdiv(registers * 32, 256) * 256
+    limits = (
+        smem_per_sm // smem,
+        THREADS_PER_SM // t.threads,
+        REGISTERS_PER_SM // (per_warp * t.warps),
+    )
+    return max(1, min(limits))
 
 
 def run(kernels, variant: Variant, call) -> None:
@@ -45,7 +65,7 @@ def run(kernels, variant: Variant, call) -> None:
     ws_o = torch.empty((b, h, nq, d), dtype=torch.float32, device=call.q.device)
     ws_ml = torch.empty((b, h, nq, 2), dtype=torch.float32, device=call.q.device)
     p.ws_o, p.ws_ml = ws_o.data_ptr(), ws_ml.data_ptr()
-    p.num_splits = splits_for(call, t)
+    p.num_splits = splits_for(call, variant, kernels.registers("fwd"))
     kernels.launch("fwd", (p.num_splits, h, b), t.threads, smem_bytes(variant, "fwd"), p)
 
 

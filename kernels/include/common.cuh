@@ -156,15 +156,14 @@ struct SmemTile {
 // Copies rows [row0, row0 + ROWS) of a global matrix (32-bit row stride in elements) into a SmemTile
 // with cp.async; rows >= row_end are zero-filled and read nothing (their source is the base pointer).
 // Offsets are 32-bit, one wide add per copy: the launcher refuses heads whose rows span 2^31 elements.
-// Where the chunks of a row divide the threads, each thread keeps one chunk column and steps down the
-// rows, so its shared-memory address advances by compile-time constants; otherwise (d96) each copy
-// computes its own row and chunk. All THREADS threads call it.
+// Where the chunks of a row divide the threads and the rows divide among them, each thread keeps one
+// chunk column and steps down the rows, so its shared-memory address advances by compile-time constants;
+// otherwise (d96, or a 16-row tile) each copy computes its own row and chunk. All THREADS threads call it.
 template <int THREADS, typename Tile, int ROWS>
 __device__ __forceinline__ void load_tile_async(uint32_t smem_base, const uint16_t* gmem, int row0, int row_stride,
                                                 int row_end) {
-  if constexpr (THREADS % Tile::kChunks == 0) {
+  if constexpr (THREADS % Tile::kChunks == 0 && ROWS % (THREADS / Tile::kChunks) == 0) {
     constexpr int kRowStep = THREADS / Tile::kChunks;
-    static_assert(ROWS % kRowStep == 0, "tile rows must divide among threads");
     const int r = static_cast<int>(threadIdx.x) / Tile::kChunks;
     const int chunk = static_cast<int>(threadIdx.x) % Tile::kChunks;
 #pragma unroll
