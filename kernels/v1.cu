@@ -41,6 +41,7 @@ struct Config {
   using QTile = SmemTile<BR, D>;
   using KVTile = SmemTile<BC, D>;
   static constexpr int kRedBytes = WARPS * BR * kRedStride * 4;
+  static constexpr int kRedIters = (BR * kDC / 4 + kThreads - 1) / kThreads;  // float4s of O_i per thread per chunk
   static constexpr int kSmemBytes = QTile::kBytes + 2 * KVTile::kBytes + kRedBytes + 2 * WARPS * BR * 4 + BR * 8;
   static_assert(kKW % 16 == 0 && BR % 16 == 0 && D % kDC == 0, "tiles must be whole mma steps");
   static_assert(BR <= kThreads, "one thread per row combines the statistics");
@@ -52,6 +53,7 @@ __device__ __forceinline__ void forward(const AttnParams& p) {
   using QTile = typename Cfg::QTile;
   using KVTile = typename Cfg::KVTile;
   constexpr int kMT = Cfg::kMT, kNT = Cfg::kNT, kKW = Cfg::kKW, kDC = Cfg::kDC, kThreads = Cfg::kThreads;
+  constexpr int kRedIters = Cfg::kRedIters;
 
   extern __shared__ __align__(128) unsigned char smem[];
   require_dynamic_smem(Cfg::kSmemBytes);
@@ -99,6 +101,21 @@ __device__ __forceinline__ void forward(const AttnParams& p) {
       const bool last = j == j_last;
       load_tile_async<kThreads, QTile, BR>(sQ, q, m0, static_cast<int>(p.q_row_stride), p.seqlen_q);
       cp_async_commit();
+      // O_i and (m_i, l_i) are read now, with Q_i, so their latency overlaps Q_i's and the GEMM's: each
+      // thread loads the values it folds in below (the same thread wrote them at step j - 1).
+      float4 o_old[D / kDC][kRedIters];
+      float2 ml = make_float2(-INFINITY, 0.f);
+#pragma unroll
+      for (int c = 0; c < D / kDC; ++c)
+#pragma unroll
+        for (int it = 0; it < kRedIters; ++it) {
+          const int idx = tid + it * kThreads;
+          const int row = m0 + idx / (kDC / 4), col = (idx % (kDC / 4)) * 4;
+          o_old[c][it] = make_float4(0.f, 0.f, 0.f, 0.f);  // the workspace holds nothing before block 0
+          if (j > 0 && idx < BR * kDC / 4 && row < p.seqlen_q)
+            o_old[c][it] = *reinterpret_cast<const float4*>(ws_o + static_cast<int64_t>(row) * D + c * kDC + col);
+        }
+      if (j > 0 && tid < BR && m0 + tid < p.seqlen_q) ml = ws_ml[m0 + tid];
       cp_async_wait<0>();
       __syncthreads();
 
@@ -192,8 +209,6 @@ __device__ __forceinline__ void forward(const AttnParams& p) {
           lt += warp_sum[w * BR + tid];
         }
         const int row = m0 + tid;
-        float2 ml = make_float2(-INFINITY, 0.f);
-        if (j > 0 && row < p.seqlen_q) ml = ws_ml[row];
         const float m_new = fmaxf(ml.x, mt_);
         // A row sees key 0 in block 0, so m_new is finite; a block that masks the whole row adds e = 0.
         const float e_old = fast_exp2((ml.x - m_new) * p.scale_log2);
@@ -210,7 +225,7 @@ __device__ __forceinline__ void forward(const AttnParams& p) {
       }
 
       // O_i update, kDC columns at a time: partial P~_w V_w[:, chunk] -> shared memory -> sum over warps.
-#pragma unroll 1
+#pragma unroll
       for (int c = 0; c < D / kDC; ++c) {
         float acc[kMT][kDC / 8][4];
 #pragma unroll
@@ -241,10 +256,12 @@ __device__ __forceinline__ void forward(const AttnParams& p) {
               *reinterpret_cast<float2*>(my_red + (mt * 16 + g + 8 * r) * Cfg::kRedStride + dt * 8 + t * 2) =
                   make_float2(acc[mt][dt][2 * r], acc[mt][dt][2 * r + 1]);
         __syncthreads();  // partials and coefficients visible
-        for (int idx = tid; idx < BR * kDC / 4; idx += kThreads) {
+#pragma unroll
+        for (int it = 0; it < kRedIters; ++it) {
+          const int idx = tid + it * kThreads;
           const int row_local = idx / (kDC / 4), col = (idx % (kDC / 4)) * 4;
           const int row = m0 + row_local;
-          if (row >= p.seqlen_q) continue;
+          if (idx >= BR * kDC / 4 || row >= p.seqlen_q) continue;
           float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
           for (int w = 0; w < WARPS; ++w) {
@@ -255,9 +272,8 @@ __device__ __forceinline__ void forward(const AttnParams& p) {
             sum.w += x.w;
           }
           const float2 ab = coef[row_local];
-          float4 old = make_float4(0.f, 0.f, 0.f, 0.f);  // the workspace holds nothing before block 0
+          const float4 old = o_old[c][it];
           float4* ws = reinterpret_cast<float4*>(ws_o + static_cast<int64_t>(row) * D + c * kDC + col);
-          if (j > 0) old = *ws;
           const float4 nw = make_float4(ab.x * old.x + ab.y * sum.x, ab.x * old.y + ab.y * sum.y,
                                         ab.x * old.z + ab.y * sum.z, ab.x * old.w + ab.y * sum.w);
           if (!last) {
