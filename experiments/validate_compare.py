@@ -196,7 +196,7 @@ def compare(out_dir: Path, measured: Path, hw: str = "h200", overrides: list[str
     report = {
         "provenance": {
             "measured": sessions[-1] if sessions else {},
-            "sessions": len(sessions),
+            "sessions": [{k: r.get(k) for k in ("date", "command", "driver", "torch")} for r in sessions],
             "compared": {"date": today(), "command": command},
         },
         "profile": {"name": profile.name, "hw": _display(hw), "fingerprint": fingerprint},
@@ -247,13 +247,22 @@ def _fmt(x: float | None, digits: int = 1) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
+def _sessions(prov: dict) -> str:
+    """The measuring runs, oldest first (a later run's records replace an earlier one's for the same key)."""
+    runs = prov.get("sessions")
+    if not isinstance(runs, list) or not runs:
+        m = prov["measured"]
+        return f"`{m.get('command', '?')}` on {m.get('date', '?')}"
+    return "; then ".join(f"`{r.get('command', '?')}` on {r.get('date', '?')}" for r in runs)
+
+
 def markdown(report: dict) -> str:
     prov = report["provenance"]["measured"]
     out = [
         "# Simulator validation",
         "",
         f"Measured on {prov.get('gpu', '?')} (driver {prov.get('driver', '?')}, CUDA {prov.get('cuda_runtime', '?')}, "
-        f"torch {prov.get('torch', '?')}) on {prov.get('date', '?')} by `{prov.get('command', '?')}`; predicted with "
+        f"torch {prov.get('torch', '?')}) by {_sessions(report['provenance'])}; predicted with "
         f"profile {report['profile']['name']} on {report['provenance']['compared']['date']}.",
         "",
         "Errors are (predicted - measured) / measured: MAPE and max are of its absolute value, bias its mean "
