@@ -103,9 +103,10 @@ def _simulate(job: tuple) -> dict:
             profile = profile.with_overrides({k: getattr(profile, v) for k, v in swaps.items()})
         prob = Problem(**problem)
         if algo == "v1" and tiling and "splits" not in tiling:
-            # our v1 kernel launches about two blocks per SM: ceil(2 * SMs / (B H)) per (b, h), capped by Q blocks
-            q_blocks = -(-prob.seqlen_q // tiling["block_m"])
-            tiling = {**tiling, "splits": max(1, min(-(-2 * profile.sm_count // (prob.batch * prob.heads)), q_blocks))}
+            # a record without the launched splits: the kernel's rule is the model's default (FA1's)
+            from algorithms.tiling import fa1_splits
+
+            tiling = {**tiling, "splits": fa1_splits(prob, Tiling(**tiling), profile)}
         res = simulate(algo, prob, profile, Tiling(**tiling) if tiling else None)
         d = res.as_dict()
         b = d["bytes"]

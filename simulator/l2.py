@@ -20,6 +20,33 @@ SEG_COLS = 16  # and per 16-column segment, so GEMM k-slices narrower than a lin
 SEGS = LINE_COLS // SEG_COLS
 
 
+@lru_cache(maxsize=1 << 14)
+def _pattern(row: int, rows: int, col: int, cols: int, elem_bytes: float) -> tuple:
+    """The lines a tile covers, relative to its first line: (line row offset, line column offset, presence
+    bits, bytes per bit) for a tile starting at (row, col) within its first line. Tiles of one shape at one
+    alignment share it, so the split is computed once per shape."""
+    out = []
+    r_end, c_end = row + rows, col + cols
+    r = row
+    while r < r_end:
+        line = r // LINE_ROWS
+        r_next = min(r_end, (line + 1) * LINE_ROWS)
+        first, last = (r % LINE_ROWS) // SUB_ROWS, ((r_next - 1) % LINE_ROWS) // SUB_ROWS
+        rows_per_slice = (r_next - r) / (last - first + 1)
+        c = col
+        while c < c_end:
+            c_next = min(c_end, (c // LINE_COLS + 1) * LINE_COLS)
+            q0, q1 = (c % LINE_COLS) // SEG_COLS, ((c_next - 1) % LINE_COLS) // SEG_COLS
+            segs = ((1 << (q1 - q0 + 1)) - 1) << q0
+            bits = 0
+            for s in range(first, last + 1):
+                bits |= segs << (s * SEGS)
+            out.append((line, c // LINE_COLS, bits, rows_per_slice * (c_next - c) / (q1 - q0 + 1) * elem_bytes))
+            c = c_next
+        r = r_next
+    return tuple(out)
+
+
 class L2Cache:
     """LRU over lines. Each line records which 4-row x 16-column pieces it holds, whether it is dirty, and the cycle its
     fetch lands. copies: in a sampled run each simulated line occupies the room of `copies` lines of the
@@ -44,35 +71,12 @@ class L2Cache:
         self._charged = 0.0
 
     @staticmethod
-    @lru_cache(maxsize=1 << 16)
-    def _lines(g: GTile) -> tuple:
-        """(key, presence bits, bytes per bit) of every line a tile touches (many blocks read the same tiles)."""
-        return tuple(L2Cache._split(g))
-
-    @staticmethod
-    def _split(g: GTile):
-        r_end, c_end = g.row + g.rows, g.col + g.cols
-        r = g.row
-        while r < r_end:
-            line = r // LINE_ROWS
-            r_next = min(r_end, (line + 1) * LINE_ROWS)
-            first, last = (r % LINE_ROWS) // SUB_ROWS, ((r_next - 1) % LINE_ROWS) // SUB_ROWS
-            rows_per_slice = (r_next - r) / (last - first + 1)
-            c = g.col
-            while c < c_end:
-                c_next = min(c_end, (c // LINE_COLS + 1) * LINE_COLS)
-                q0, q1 = (c % LINE_COLS) // SEG_COLS, ((c_next - 1) % LINE_COLS) // SEG_COLS
-                segs = ((1 << (q1 - q0 + 1)) - 1) << q0
-                bits = 0
-                for s in range(first, last + 1):
-                    bits |= segs << (s * SEGS)
-                yield (
-                    (g.tensor, g.batch, g.head, line, c // LINE_COLS),
-                    bits,
-                    rows_per_slice * (c_next - c) / (q1 - q0 + 1) * g.elem_bytes,
-                )
-                c = c_next
-            r = r_next
+    def _lines(g: GTile) -> list:
+        """(key, presence bits, bytes per bit) of every line a tile touches."""
+        r0, c0 = g.row // LINE_ROWS, g.col // LINE_COLS
+        head = (g.tensor, g.batch, g.head)
+        pattern = _pattern(g.row % LINE_ROWS, g.rows, g.col % LINE_COLS, g.cols, g.elem_bytes)
+        return [((*head, r0 + dr, c0 + dc), bits, nbytes) for dr, dc, bits, nbytes in pattern]
 
     def read(self, g: GTile, now: int, copies: float = 1.0) -> tuple[int, float, list]:
         """Look a tile up. Returns (cycle that lines still in flight land, bytes to fetch from HBM in sample
@@ -80,18 +84,20 @@ class L2Cache:
         miss = 0.0
         pending_ready = 0
         missed = []
+        lines = self.lines
         for key, mask, slice_bytes in self._lines(g):
-            entry = self.lines.get(key)
+            entry = lines.get(key)
             if entry is None:
                 entry = [0.0, False, None, 0, copies]
-                self.lines[key] = entry
+                lines[key] = entry
             else:
-                self.lines.move_to_end(key)
-                if entry[2] is not None and entry[2] > now and entry[2] > pending_ready and entry[3] & mask:
-                    pending_ready = entry[2]
+                lines.move_to_end(key)
+                ready = entry[2]
+                if ready is not None and ready > now and ready > pending_ready and entry[3] & mask:
+                    pending_ready = ready
             absent = mask & ~entry[3]
             if absent:
-                nbytes = bin(absent).count("1") * slice_bytes
+                nbytes = absent.bit_count() * slice_bytes
                 miss += nbytes
                 entry[3] |= absent
                 self._grow(entry, nbytes * copies)
@@ -117,7 +123,7 @@ class L2Cache:
             absent = mask & ~entry[3]
             if absent:
                 entry[3] |= absent
-                grow = bin(absent).count("1") * slice_bytes * copies
+                grow = absent.bit_count() * slice_bytes * copies
                 self.dirty_room += grow
                 self._grow(entry, grow)
         self.write_bytes += g.nbytes
@@ -130,6 +136,8 @@ class L2Cache:
     def _grow(self, entry: list, chip_bytes: float) -> None:
         entry[0] += chip_bytes
         self.used += chip_bytes
+        if self.used <= self.capacity:
+            return
         while self.used > self.capacity and self.lines:
             key, old = self.lines.popitem(last=False)
             self.used -= old[0]

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import ctypes
 import json
+from dataclasses import replace
 
 import pytest
 
 from algorithms.problem import Problem
-from algorithms.tiling import Tiling, default_tiling, smem_bytes
+from algorithms.tiling import Tiling, default_tiling, fa1_split_count, fa1_splits, smem_bytes
+from hw_profiles import load_profile
 from hw_profiles.errors import FlashsimError
 from kernels import build, registry
 from kernels.launch import PARAMS_BYTES, AttnParams
@@ -53,6 +55,34 @@ def test_v2_shared_memory_matches_the_schedule():
         if variant.headdim % 64 == 0:
             problem = Problem(batch=1, heads=1, seqlen_q=128, headdim=variant.headdim, dtype=variant.dtype)
             assert v2.smem_bytes(variant, "fwd") == smem_bytes("v2", problem, variant.tiling)
+
+
+def test_v1_runs_the_schedules_tiles_and_shared_memory():
+    """The v1 kernel takes FA1's tiles (the model's default for long key sequences) and exactly the shared
+    memory algorithms.tiling counts for v1, so the model's occupancy is the kernel's."""
+    v1 = registry.family("v1")
+    h200 = load_profile("h200")
+    for variant in v1.variants:
+        problem = Problem(batch=4, heads=16, seqlen_q=4096, headdim=variant.headdim, dtype=variant.dtype)
+        tiling = default_tiling("v1", problem, h200)
+        assert replace(tiling, splits=1) == variant.tiling
+        if variant.headdim % 64 == 0:
+            assert v1.smem_bytes(variant, "fwd") == smem_bytes("v1", problem, variant.tiling)
+
+
+def test_v1_kernel_splits_follow_fa1s_rule():
+    """Blocks per SM from the kernel's registers and SMEM; splits from FA1's wave-efficiency rule, the
+    same count the model picks when its occupancy agrees."""
+    from kernels.v1 import blocks_per_sm
+
+    variant = registry.family("v1").variant(64, "bf16", Tiling(16, 256, 4, 1))
+    assert blocks_per_sm(variant, 108, H200_SMEM.smem_per_sm_bytes) == 2  # SMEM-limited, as ncu reports
+    assert blocks_per_sm(variant, 255, 10**6) == 2  # then registers: 255 x 128 threads, twice per SM
+    h200 = load_profile("h200")
+    for b, h, n in ((8, 32, 2048), (1, 32, 16384), (2, 16, 8192), (32, 16, 512)):
+        problem = Problem(batch=b, heads=h, seqlen_q=n, headdim=64)
+        slots = h200.sm_count * blocks_per_sm(variant, 108, H200_SMEM.smem_per_sm_bytes)
+        assert fa1_split_count(b * h, n // 16, slots) == fa1_splits(problem, variant.tiling, h200)
 
 
 def test_arch_selection():
