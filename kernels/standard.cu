@@ -108,20 +108,38 @@ __device__ __forceinline__ void gemm_tile(const uint16_t* A, int lda, const uint
     }
   }
   cp_async_wait<0>();
+  __syncthreads();  // every warp is done with the stage buffers: the output tile is staged there
 
-  // Pairs of columns per store; N is even wherever a pair could straddle it (ldS and D are).
+  // Epilogue through shared memory, so global stores are whole 128-byte rows: stored straight from the mma
+  // fragments, each store instruction would write 16 bytes into each of 8 rows, half of a 32-byte sector
+  // each, and the L2 would take every half-sector as a request of its own.
+  constexpr int kCStride = BN + 8;  // elements; rows shift by 16 bytes, so fragment writes miss no bank
+  static_assert(BM * kCStride * 2 <= STAGES * (ATile::kBytes + BTile::kBytes), "the C tile must fit the stages");
+  uint16_t* sC = reinterpret_cast<uint16_t*>(smem);
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = m0 + wm * kWM + mt * 16 + g + 8 * r;
-        const int col = n0 + wn * kWN + nt * 8 + t * 2;
-        if (row < M && col < N)
-          *reinterpret_cast<uint32_t*>(C + row * ldc + col) =
-              Elem<T>::pack(alpha * acc[mt][nt][2 * r], alpha * acc[mt][nt][2 * r + 1]);
-      }
+      for (int r = 0; r < 2; ++r)
+        *reinterpret_cast<uint32_t*>(sC + (wm * kWM + mt * 16 + g + 8 * r) * kCStride + wn * kWN + nt * 8 + t * 2) =
+            Elem<T>::pack(alpha * acc[mt][nt][2 * r], alpha * acc[mt][nt][2 * r + 1]);
+  __syncthreads();
+  // 16 bytes per thread; a chunk that crosses N is written by pairs of columns (N is even wherever a pair
+  // could straddle it: ldS and D are). Rows are 16-byte aligned (the launcher checks it), and so is col.
+  constexpr int kChunks = BN / 8;
+  for (int idx = threadIdx.x; idx < BM * kChunks; idx += kThreads) {
+    const int row_local = idx / kChunks, col_local = (idx % kChunks) * 8;
+    const int row = m0 + row_local, col = n0 + col_local;
+    if (row >= M || col >= N) continue;
+    const uint16_t* src = sC + row_local * kCStride + col_local;
+    if (col + 8 <= N) {
+      *reinterpret_cast<uint4*>(C + row * ldc + col) = *reinterpret_cast<const uint4*>(src);
+    } else {
+      for (int e = 0; e < 8 && col + e < N; e += 2)
+        *reinterpret_cast<uint32_t*>(C + row * ldc + col + e) = *reinterpret_cast<const uint32_t*>(src + e);
+    }
+  }
 }
 
 template <typename T, int D, int BM, int BN, int WARPS, int STAGES>
