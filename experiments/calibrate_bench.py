@@ -11,6 +11,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -225,6 +226,60 @@ def latency(b: Bench) -> dict:
         "hbm_footprint_bytes": cold[-1]["footprint_bytes"],
         "how": f"chase: one thread, random cycle of 128 B lines, .cg loads, {steps} steps, median of 5; "
         "L2 = warmed footprints of 4..16 MiB, HBM = cold steps over the largest footprint",
+    }
+
+
+def loaded_latency(b: Bench) -> dict:
+    """HBM load-to-use latency while the rest of the chip streams reads: one thread's pointer chase over a
+    cold 1 GiB cycle runs beside read_cg (blocks of 512 threads, at most two per SM so the chase finds room)
+    launched just before it on another stream and sized to outlast it. The read's own rate over its run is
+    the HBM traffic the chase waited behind."""
+    cp = b.cp
+    chase, read = b.fn("membw", "chase"), b.fn("membw", "read_cg")
+    mib = 256 if b.quick else 1024
+    lines = mib * MiB // 128
+    perm = cp.random.permutation(lines).astype(cp.uint32) * 32
+    nxt = cp.zeros(mib * MiB // 4, dtype=cp.uint32)
+    nxt[perm] = cp.roll(perm, -1)
+    del perm
+    size = (512 * MiB) if b.quick else (2 * GiB)
+    src = cp.random.randint(0, 2**30, size // 4, dtype=cp.int32)
+    n16 = size // 16
+    sink, end = cp.zeros(1, dtype=cp.uint32), cp.zeros(1, dtype=cp.uint32)
+    cyc = cp.zeros(1, dtype=cp.int64)
+    steps, threads = 1024, 512
+    sms = b.gpu.sm_count
+    counts = [0, sms // 16, sms // 8, sms // 4, sms // 2, sms, 3 * sms // 2, 2 * sms]
+    s_read, s_chase = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
+    rows, start = [], 0
+    for blocks in counts:
+        tb = b.times(max(1, blocks))
+        reps = 1
+        if blocks:  # the solo rate sizes the read to last ~4 ms, several times the chase
+            t1 = b.elapsed(partial(read, (blocks,), (threads,), (src, _u64(n16), _i32(1), sink, tb)), reps=3)
+            reps = max(1, round(4e-3 / t1))
+        samples, rates = [], []
+        for _ in range(3 if b.quick else 5):
+            ev0, ev1 = cp.cuda.Event(), cp.cuda.Event()
+            if blocks:
+                with s_read:
+                    ev0.record(s_read)
+                    read((blocks,), (threads,), (src, _u64(n16), _i32(reps), sink, tb))
+                    ev1.record(s_read)
+            with s_chase:
+                chase((1,), (1,), (nxt, np.uint32(start), _i32(steps), end, cyc))
+            s_chase.synchronize()
+            s_read.synchronize()
+            samples.append(int(cyc.get()[0]) / steps)
+            start = int(end.get()[0])  # fresh lines next time
+            if blocks:
+                rates.append(size * reps / (cp.cuda.get_elapsed_time(ev0, ev1) * 1e-3))
+        rows.append({"read_blocks": blocks, "read_bytes_per_s": statistics.median(rates) if rates else 0.0,
+                     "chase_cycles": statistics.median(samples)})
+    return {
+        "points": rows,
+        "how": f"chase (one thread, {steps} steps over a cold {mib} MiB cycle of 128 B lines, .cg) beside read_cg "
+        f"over {size // MiB} MiB ({threads}-thread blocks, 4 loads in flight per thread) on another stream; medians",
     }
 
 
@@ -589,6 +644,7 @@ BENCHMARKS: dict[str, Callable[[Bench], dict]] = {
     "hbm": hbm,
     "l2_sweep": l2_sweep,
     "latency": latency,
+    "loaded_latency": loaded_latency,
     "smem": smem,
     "fp32_mufu": fp32_and_mufu,
     "mma_sync": mma_sync,

@@ -10,7 +10,7 @@ Causal attention computes the full S and masks in the softmax, as an unfused imp
 
 from __future__ import annotations
 
-from ..ir import RMEM, SMEM, Fill, Gemm, GTile, Kernel, Load, Role, RowSoftmax, Schedule, Store, Wait
+from ..ir import RMEM, SMEM, Fill, Gemm, GTile, Kernel, Load, Role, RowSoftmax, Schedule, Store, SyncThreads, Wait
 from ..parts import cdiv, gemm_dtype, tile_mask
 from ..problem import Problem
 from ..tiling import Tiling, registers_per_thread, smem_bytes
@@ -20,18 +20,30 @@ SOFTMAX_ROWS = 4  # rows per softmax thread block: one warp per row
 
 
 def _gemm_kernel(name, p: Problem, t: Tiling, a_of, b_of, out_of, n_tile, k_total, trans_b, ctas):
-    """A tiled GEMM out = A @ B(^T): for each (bm x bn) output tile, stream k-slices of A and B."""
+    """A tiled GEMM out = A @ B(^T): for each (bm x bn) output tile, stream k-slices of A and B through a
+    ring of `stages` shared-memory buffers (stages - 1 slices in flight), as the kernels do."""
     dt = gemm_dtype(p)
 
     def program(cta):
         b, h, i, j = cta
-        yield Fill("acc", t.block_m, n_tile, 0.0)
-        for kc in range(cdiv(k_total, K_CHUNK)):
+        slices = cdiv(k_total, K_CHUNK)
+        ahead = max(1, t.stages - 1)  # a ring of `stages` k-slice buffers: this many loads in flight
+
+        def load(kc):
             yield Load(a_of(b, h, i, kc), "sA", SMEM, "cp.async", "ab")
             yield Load(b_of(b, h, j, kc), "sB", SMEM, "cp.async", "ab")
+
+        yield Fill("acc", t.block_m, n_tile, 0.0)
+        for kc in range(min(ahead, slices)):
+            yield from load(kc)
+        for kc in range(slices):
             yield Wait("ab", 2 * (kc + 1))
+            yield SyncThreads()  # slice kc landed; every warp is done with the buffer refilled next
+            if kc + ahead < slices:
+                yield from load(kc + ahead)
             yield Gemm("acc", "sA", "sB", t.block_m, n_tile, K_CHUNK, SMEM, SMEM, "mma_sync", dt, t.warps,
                        trans_b=trans_b, accumulate=kc > 0)
+        yield SyncThreads()  # the output tile is staged through the k-slice buffers
         yield Store("acc", out_of(b, h, i, j), RMEM)
 
     return Kernel(name, ctas, (Role("warps", t.warps, program),), smem_bytes("standard", p, t),
