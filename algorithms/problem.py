@@ -58,11 +58,12 @@ class Problem:
         f = 4.0 * self.batch * self.heads * self.seqlen_q * self.seqlen_k * self.headdim
         return f / 2 if self.causal else f
 
-    def describe(self) -> str:
+    def describe(self, dtype: bool = True) -> str:
         kv = f" kv_heads={self.kv_heads}" if self.kv_heads != self.heads else ""
         nk = f" Nk={self.seqlen_k}" if self.seqlen_k != self.seqlen_q else ""
         causal = " causal" if self.causal else ""
-        return f"B={self.batch} H={self.heads}{kv} N={self.seqlen_q}{nk} d={self.headdim} {self.dtype}{causal}"
+        dt = f" {self.dtype}" if dtype else ""
+        return f"B={self.batch} H={self.heads}{kv} N={self.seqlen_q}{nk} d={self.headdim}{dt}{causal}"
 
     def as_dict(self) -> dict:
         return {

@@ -26,19 +26,35 @@ def human_time(s: float) -> str:
 
 def results_table(results, title: str):
     """One row per result; the profile and problem columns appear only when they vary."""
+    from rich import box
     from rich.table import Table
 
     many_hw = len({r.hw for r in results}) > 1
-    many_problems = len({r.problem.describe() for r in results}) > 1
-    if not many_problems:
-        title += f" - {results[0].problem.describe()}"
-    table = Table(title=title, title_justify="left")
-    cols = ["algo"] + (["hw"] if many_hw else []) + (["problem"] if many_problems else [])
+    # the problem's fields that all rows share go in the title; a column shows the rest (v3-fp8's dtype is
+    # in its name, so a tour that differs only there needs no column)
+    words = [r.problem.describe().split() for r in results]
+    shared = [w for w in words[0] if all(w in ws for ws in words)]
+    varying = [" ".join(w for w in ws if w not in shared) for ws in words]
+    common = max(set(varying), key=varying.count)
+    pairs = list(zip(results, varying, strict=True))
+    named = all(v == common or (v == r.problem.dtype and r.algo.endswith(v)) for r, v in pairs)
+    if named:
+        shared += ([common] if common else []) + sorted({f"({r.algo}: {v})" for r, v in pairs if v != common})
+        varying = [""] * len(results)
+    if shared:
+        title += " - " + " ".join(shared)
+    label = "dtype" if all(v in ("fp16", "bf16", "fp32", "fp8") for v in varying) else "problem"
+    many_problems = any(varying)
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1, 0, 0),
+                  pad_edge=False)
+    cols = ["algo"] + (["hw"] if many_hw else []) + ([label] if many_problems else [])
     cols += ["tiles", "time", "TFLOP/s", "HBM rd", "HBM wr", "L2 rd", "bound", "/roof"]
     for col in cols:
-        table.add_column(col, justify="left" if col in ("algo", "hw", "problem", "tiles", "bound") else "right")
-    for r in results:
-        row = [r.algo] + ([r.hw] if many_hw else []) + ([r.problem.describe()] if many_problems else [])
+        left = col in ("algo", "hw", "problem", "dtype", "tiles", "bound")
+        table.add_column(col, justify="left" if left else "right", no_wrap=col != "problem")
+    for r, v in zip(results, varying, strict=True):
+        row = [r.algo] + ([r.hw] if many_hw else [])
+        row += [v] if many_problems else []
         row += [
             f"{r.tiling.block_m}x{r.tiling.block_n}",
             human_time(r.time_s),
