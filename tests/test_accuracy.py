@@ -80,3 +80,29 @@ def test_committed_results_render_if_present(capsys: pytest.CaptureFixture[str])
         pytest.skip("no committed validation results yet")
     assert cli.main(["accuracy", "--file", str(path), "--json"]) == 0
     assert "summary" in json.loads(capsys.readouterr().out)
+
+
+MEASURED = Path(__file__).resolve().parents[1] / "experiments" / "results" / "h200" / "validation-measured.jsonl"
+
+
+@pytest.mark.parametrize("impl", ["v2", "v3"])
+@pytest.mark.parametrize("config_id", ["b8-h32-n2048-d64", "b2-h32-n8192-d64", "b8-h16-n2048-d128",
+                                       "b2-h16-n8192-d128"])
+def test_predictions_stay_near_committed_h200_measurements(impl, config_id):
+    """A model change that moves our flash kernels' predictions more than 20% off their committed H200
+    GPU busy times (profiler-measured, experiments/results/h200) fails here, not first in a validation run."""
+    from algorithms.problem import Problem
+    from algorithms.tiling import Tiling
+    from experiments import validate_store as store
+    from hw_profiles import load_profile
+    from simulator import simulate
+
+    if not MEASURED.is_file():
+        pytest.skip("no committed measurements")
+    rec = store.latest(store.load(MEASURED), "time").get(f"time|{impl}|{config_id}")
+    assert rec is not None and rec["status"] == "ok", f"no measurement of {impl} {config_id}"
+    keys = ("batch", "heads", "kv_heads", "seqlen_q", "seqlen_k", "headdim", "causal", "dtype")
+    problem = Problem(**{k: rec["config"][k] for k in keys if k in rec["config"]})
+    tiling = Tiling(**rec["tiling"]) if rec.get("tiling") else None
+    predicted = simulate(impl, problem, load_profile("h200"), tiling).kernel_time_s
+    assert predicted == pytest.approx(rec["kernel_time_s"], rel=0.20)
