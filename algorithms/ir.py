@@ -133,6 +133,9 @@ class Mask:
         return self.col0 + cols - 1 > self.row0 + shift
 
 
+MASK_OPS_PER_ELEMENT = 3
+
+
 @dataclass(frozen=True, slots=True)
 class OnlineSoftmax:
     """FlashAttention's online softmax on one S tile (rows x cols, fp32, in registers).
@@ -165,8 +168,9 @@ class OnlineSoftmax:
 
     @property
     def alu_flops(self) -> int:
-        # scale, mask, max, subtract, sum per element; rescale of l and acc per row.
-        per_elem = 4 + (1 if self.mask is not None else 0)
+        # scale, max, subtract, sum per element; a masked tile adds a bound compare, a causal compare and a
+        # select per element (2 ISETP + 1 FSEL in the SASS of our v2 kernel); rescale of l and acc per row.
+        per_elem = 4 + (MASK_OPS_PER_ELEMENT if self.mask is not None else 0)
         return per_elem * self.rows * self.cols + self.rows * (2 + self.acc_cols)
 
 
