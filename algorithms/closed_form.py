@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from .counting import OPERAND_BYTES, SOFTMAX_STAT_COUNT, SOFTMAX_STATS, WARP_REDUCE, IOCounts, KernelIO
 from .ir import FP32_BYTES as F32
+from .ir import MASK_OPS_PER_ELEMENT
 from .parts import gemm_dtype, out_bytes
 from .problem import Problem
 from .schedules.standard import K_CHUNK, SOFTMAX_ROWS
@@ -256,7 +257,7 @@ def _v1(x: _Dims) -> list[KernelNest]:
         _gemm("S = Q_i K_j^T  mma_sync, split keys", "mma_sync", x.dt, br, bc, d, P,
               ("Q", w * br * d * eg), ("K", bc * d * eg)),
         _work("local softmax (stats across warps)", P, br * bc,
-              4 * br * bc + 2 * br, (4 * br * bc + 2 * br) * P + BH * masked * br * bc,
+              4 * br * bc + 2 * br, (4 * br * bc + 2 * br) * P + MASK_OPS_PER_ELEMENT * BH * masked * br * bc,
               (SOFTMAX_STATS, *stats)),
         _gemm("PV = P V_j  split keys", "mma_sync", x.dt, br, d, bc, P, None, ("V", bc * d * eg)),
         _work(f"sum the {w} warps' partial PV", P, 0, 0, smem=(WARP_REDUCE, w * br * d * F32, w * br * d * F32)),
@@ -307,7 +308,7 @@ def _v2(x: _Dims) -> list[KernelNest]:
             _gemm("S = Q_i K_j^T  mma_sync, split rows", "mma_sync", x.dt, bm, bn, d, P,
                   ("Q", bm * d * eg), ("K", w * bn * d * eg)),
             _work("online softmax, O *= e^(m_old - m)", P, bm * bn + bm, soft,
-                  soft * P + masked * bm * bn),
+                  soft * P + MASK_OPS_PER_ELEMENT * masked * bm * bn),
             _gemm("O += P V_j", "mma_sync", x.dt, bm, d, bn, P, None, ("V", w * bn * d * eg)),
         ], note="causal: to the diagonal" if x.p.causal else ""),
         _work("O /= l, LSE = m + log l", BH * tr, 2 * bm, bm * d + bm),
@@ -346,7 +347,8 @@ def _v3(x: _Dims, fp8: bool, hadamard: bool) -> list[KernelNest]:
     kv_loop = [
         _gemm("S = Q_c K_j^T  wgmma", "wgmma", x.dt, wg, bn, d, CP, (q, wg * d * eg), (k, bn * d * eg),
               ("Kscale", F32) if fp8 else None),
-        _work("softmax (overlaps the previous PV)", CP, wg * bn + wg, soft, soft * CP + masked * wg * bn),
+        _work("softmax (overlaps the previous PV)", CP, wg * bn + wg, soft,
+              soft * CP + MASK_OPS_PER_ELEMENT * masked * wg * bn),
         _gemm("O += P V_j  wgmma", "wgmma", x.dt, wg, d, bn, CP, None, (v, bn * d * eg),
               ("Vscale", F32) if fp8 else None),
     ]
