@@ -44,11 +44,12 @@ class SharedUnit:
 
     This is how an SM's pipes behave under warp schedulers that issue from all ready warps in turn: two
     thread blocks' GEMMs issued together both progress at half speed and finish together, so their softmax
-    phases coincide too, unless the schedule staggers them (FA3's ping-pong). estimate() is the finish cycle
-    if nothing else arrives: later arrivals can only delay it, so a waiter sleeps until the estimate and
-    asks again."""
+    phases coincide too, unless the schedule staggers them (FA3's ping-pong). A request may carry a cap, the
+    largest fraction of the rate it can use (warps bound to fewer than all of an SM's sub-partitions); the
+    rate its cap leaves unused goes to the others (water-filling). estimate() is the finish cycle if nothing
+    else arrives: later arrivals can only delay it, so a waiter sleeps until the estimate and asks again."""
 
-    __slots__ = ("name", "rate", "active", "t0", "done", "busy", "work", "_next_id", "_busy_since", "_detached")
+    __slots__ = ("name", "rate", "active", "caps", "t0", "done", "work", "_next_id", "_detached")
 
     def __init__(self, name: str, rate: float):
         if rate <= 0:
@@ -56,17 +57,50 @@ class SharedUnit:
         self.name = name
         self.rate = rate
         self.active: dict[int, float] = {}  # request -> work left
+        self.caps: dict[int, float] = {}  # request -> largest rate it may use (capped requests only)
         self.t0 = 0.0  # time the `active` amounts refer to
         self.done: dict[int, float] = {}  # finished request -> finish time (until its waiter reads it)
-        self.busy = 0.0
         self.work = 0.0
         self._next_id = 0
-        self._busy_since = 0.0
         self._detached: set[int] = set()  # requests nobody waits for (copy-engine traffic)
+
+    def _shares(self, work: dict[int, float]) -> dict[int, float]:
+        """Each request's rate: equal shares, except that a capped request takes at most its cap and the
+        rest is shared among the others."""
+        caps = self.caps
+        left, n = self.rate, len(work)
+        out = {}
+        for k in sorted(work, key=lambda k: caps.get(k, left)):
+            out[k] = min(caps.get(k, left), left / n)
+            left -= out[k]
+            n -= 1
+        return out
+
+    def _finish(self, k: int, t: float) -> None:
+        del self.active[k]
+        self.caps.pop(k, None)
+        if k in self._detached:
+            self._detached.discard(k)
+        else:
+            self.done[k] = t
 
     def _advance(self, now: float) -> None:
         active = self.active
         while active and self.t0 < now:
+            if self.caps:
+                rates = self._shares(active)
+                dt = min(w / rates[k] for k, w in active.items())
+                if self.t0 + dt > now:
+                    for k in active:
+                        active[k] -= (now - self.t0) * rates[k]
+                    self.t0 = now
+                    return
+                self.t0 += dt
+                for k in list(active):
+                    active[k] -= dt * rates[k]
+                    if active[k] <= 1e-9:
+                        self._finish(k, self.t0)
+                continue
             n = len(active)
             least = min(active.values())
             t_free = self.t0 + least * n / self.rate
@@ -79,19 +113,13 @@ class SharedUnit:
             for k in list(active):
                 active[k] -= least
                 if active[k] <= 1e-9:
-                    del active[k]
-                    if k in self._detached:
-                        self._detached.discard(k)
-                    else:
-                        self.done[k] = t_free
+                    self._finish(k, t_free)
             self.t0 = t_free
-            if not active:
-                self.busy += t_free - self._busy_since
         if not active:
             self.t0 = now
 
-    def submit(self, now: float, work: float) -> int:
-        """Start serving `work`; returns a request id for estimate()."""
+    def submit(self, now: float, work: float, cap: float = 1.0) -> int:
+        """Start serving `work`, at most `cap` x the unit's rate; returns a request id for estimate()."""
         self._advance(now)
         rid = self._next_id
         self._next_id += 1
@@ -99,9 +127,10 @@ class SharedUnit:
             self.done[rid] = now
             return rid
         if not self.active:
-            self._busy_since = now
             self.t0 = now
         self.active[rid] = work
+        if cap < 1.0:
+            self.caps[rid] = cap * self.rate
         self.work += work
         return rid
 
@@ -110,6 +139,15 @@ class SharedUnit:
         self._advance(now)
         if rid in self.done:
             return self.done[rid]
+        if self.caps:  # play the requests forward, sharing again as each leaves
+            t, work = self.t0, dict(self.active)
+            while True:
+                rates = self._shares(work)
+                if work[rid] / rates[rid] <= min(w / rates[k] for k, w in work.items()) + 1e-12:
+                    return t + work[rid] / rates[rid]
+                dt = min(w / rates[k] for k, w in work.items())
+                t += dt
+                work = {k: w - dt * rates[k] for k, w in work.items() if w - dt * rates[k] > 1e-9}
         # play the current requests forward: the smaller ones leave first, the rest speed up
         t, served = self.t0, 0.0
         left = sorted(self.active.values())
@@ -128,8 +166,9 @@ class SharedUnit:
             self._detached.add(rid)
 
     def busy_cycles(self, now: float) -> float:
+        """Cycles of the whole rate spent serving: the work served so far over the rate."""
         self._advance(now)
-        return self.busy + (now - self._busy_since if self.active else 0.0)
+        return (self.work - sum(self.active.values())) / self.rate
 
 
 class QueueUnit:

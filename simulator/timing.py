@@ -47,6 +47,13 @@ def gemm_smem_bytes(op: Gemm) -> int:
     return a + b
 
 
+def pipe_share(warps: int, sub_partitions: int) -> float:
+    """The largest fraction of an SM's tensor, SFU and ALU rate that `warps` warps can use: each warp is
+    bound to one sub-partition, an op's work is split evenly over its warps, so it finishes with the
+    sub-partition holding the most of them (1 warp: a quarter of a 4-way SM; 6 warps: 6 / 8)."""
+    return warps / (sub_partitions * -(-warps // sub_partitions))
+
+
 class RoleTimer:
     """Runs one role of one thread block on one SM as a simpy process."""
 
@@ -113,14 +120,15 @@ class RoleTimer:
                     yield env.timeout(done - now)
             elif kind is Gemm:
                 rate = p.tensor_flops_per_clk_per_sm(op.instr, op.dtype)
+                share = pipe_share(op.warps, p.sub_partitions_per_sm)
                 if op.instr == "wgmma":
                     # wgmma is asynchronous: the tensor cores take warpgroups' instructions in issue order
                     reqs = [(sm.wgmma_queue, sm.wgmma_queue.submit(now, op.flops / rate))]
                 else:
-                    reqs = [(sm.tensor, sm.tensor.submit(now, op.flops / rate))]
+                    reqs = [(sm.tensor, sm.tensor.submit(now, op.flops / rate, share))]
                 reqs.append((sm.smem, sm.smem.submit(now, gemm_smem_bytes(op))))
                 if op.a_scale or op.b_scale:  # scaled products accumulate outside the tensor core
-                    reqs.append((sm.alu, sm.alu.submit(now, 2 * op.m * op.n)))
+                    reqs.append((sm.alu, sm.alu.submit(now, 2 * op.m * op.n, share)))
                 latency = p.wgmma_latency_cycles if op.instr == "wgmma" else p.mma_sync_latency_cycles
                 if op.async_token:
                     self.tokens[op.async_token] = (reqs, latency, now)
@@ -130,7 +138,8 @@ class RoleTimer:
                     if tracing:
                         self._mark(f"gemm {op.dst}", now, env.now)
             elif kind in _ELEMENTWISE:
-                reqs = [(sm.sfu, sm.sfu.submit(now, op.exps)), (sm.alu, sm.alu.submit(now, op.alu_flops))]
+                share = pipe_share(op.warps, p.sub_partitions_per_sm)
+                reqs = [(sm.sfu, sm.sfu.submit(now, op.exps, share)), (sm.alu, sm.alu.submit(now, op.alu_flops, share))]
                 extra = 1
                 if kind is OnlineSoftmax and op.cross_warp > 1:
                     # row max and sum exchanged through shared memory, with a barrier each
@@ -162,8 +171,9 @@ class RoleTimer:
             elif kind is SyncThreads:
                 yield env.timeout(p.smem_latency_cycles)
             elif kind is WarpReduce:
+                share = pipe_share(op.warps, p.sub_partitions_per_sm)
                 reqs = [(sm.smem, sm.smem.submit(now, op.smem_bytes)),
-                        (sm.alu, sm.alu.submit(now, op.parts * op.rows * op.cols))]
+                        (sm.alu, sm.alu.submit(now, op.parts * op.rows * op.cols, share))]
                 yield from self._until(reqs, 2 * p.smem_latency_cycles)
                 if tracing:
                     self._mark("reduce", now, env.now)

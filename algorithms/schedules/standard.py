@@ -27,22 +27,24 @@ def _gemm_kernel(name, p: Problem, t: Tiling, a_of, b_of, out_of, n_tile, k_tota
     def program(cta):
         b, h, i, j = cta
         slices = cdiv(k_total, K_CHUNK)
-        ahead = max(1, t.stages - 1)  # a ring of `stages` k-slice buffers: this many loads in flight
+        ring = max(1, t.stages)  # k-slice buffers; stages - 1 slices are in flight while one is used
 
         def load(kc):
-            yield Load(a_of(b, h, i, kc), "sA", SMEM, "cp.async", "ab")
-            yield Load(b_of(b, h, j, kc), "sB", SMEM, "cp.async", "ab")
+            yield Load(a_of(b, h, i, kc), f"sA{kc % ring}", SMEM, "cp.async", "ab")
+            yield Load(b_of(b, h, j, kc), f"sB{kc % ring}", SMEM, "cp.async", "ab")
 
         yield Fill("acc", t.block_m, n_tile, 0.0)
-        for kc in range(min(ahead, slices)):
+        for kc in range(min(ring - 1, slices)):
             yield from load(kc)
         for kc in range(slices):
+            if ring == 1:
+                yield from load(kc)
             yield Wait("ab", 2 * (kc + 1))
             yield SyncThreads()  # slice kc landed; every warp is done with the buffer refilled next
-            if kc + ahead < slices:
-                yield from load(kc + ahead)
-            yield Gemm("acc", "sA", "sB", t.block_m, n_tile, K_CHUNK, SMEM, SMEM, "mma_sync", dt, t.warps,
-                       trans_b=trans_b, accumulate=kc > 0)
+            if ring > 1 and kc + ring - 1 < slices:
+                yield from load(kc + ring - 1)
+            yield Gemm("acc", f"sA{kc % ring}", f"sB{kc % ring}", t.block_m, n_tile, K_CHUNK, SMEM, SMEM,
+                       "mma_sync", dt, t.warps, trans_b=trans_b, accumulate=kc > 0)
         yield SyncThreads()  # the output tile is staged through the k-slice buffers
         yield Store("acc", out_of(b, h, i, j), RMEM)
 

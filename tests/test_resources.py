@@ -1,0 +1,60 @@
+"""The units time is made of: processor sharing with per-request caps, and warps bound to sub-partitions."""
+
+from __future__ import annotations
+
+import pytest
+
+from algorithms.ir import RMEM, Gemm, Kernel, Role
+from hw_profiles import load_profile
+from simulator.gpu import Gpu
+from simulator.resources import SharedUnit
+from simulator.timing import pipe_share
+
+
+def test_processor_sharing_splits_the_rate_evenly():
+    unit = SharedUnit("u", 4.0)
+    a, b = unit.submit(0, 100), unit.submit(0, 100)
+    assert unit.estimate(0, a) == pytest.approx(50) and unit.estimate(0, b) == pytest.approx(50)
+    assert unit.busy_cycles(60) == pytest.approx(50)
+
+
+def test_a_capped_request_leaves_the_rest_to_the_others():
+    """A request that may use a quarter of the rate gets it; the uncapped one takes the other three quarters,
+    then the capped one stays at its cap on the idle unit."""
+    unit = SharedUnit("u", 4.0)
+    capped, free = unit.submit(0, 100, cap=0.25), unit.submit(0, 30)
+    assert unit.estimate(0, free) == pytest.approx(10)
+    assert unit.estimate(0, capped) == pytest.approx(100)
+    assert unit.estimate(50, capped) == pytest.approx(100)
+    assert unit.busy_cycles(200) == pytest.approx(130 / 4)  # busy counts the rate used, not the time
+
+
+def test_two_capped_requests_share_what_their_caps_allow():
+    unit = SharedUnit("u", 4.0)
+    a, b = unit.submit(0, 100, cap=0.75), unit.submit(0, 100, cap=0.75)
+    assert unit.estimate(0, a) == pytest.approx(50) and unit.estimate(0, b) == pytest.approx(50)
+
+
+@pytest.mark.parametrize("warps,share", [(1, 0.25), (2, 0.5), (4, 1.0), (6, 0.75), (8, 1.0), (12, 1.0)])
+def test_pipe_share_of_warps_on_four_sub_partitions(warps, share):
+    assert pipe_share(warps, 4) == share
+
+
+def _gemm_cycles(warps: int) -> int:
+    """One 128 x 128 x 64 mma.sync GEMM (operands in registers) by one thread block of `warps` warps on an
+    otherwise idle SM."""
+    profile = load_profile("h100")
+
+    def program(cta):
+        yield Gemm("acc", "a", "b", 128, 128, 64, RMEM, RMEM, "mma_sync", "bf16", warps, trans_b=True)
+
+    kernel = Kernel("gemm", [(0, 0, 0)], (Role("warps", warps, program),), 0, 32)
+    gpu = Gpu(profile, 1)
+    cycles, _, _ = gpu.run_kernel(kernel, lambda: {}, extrapolate=False)
+    return cycles
+
+
+def test_one_warp_uses_one_sub_partition_of_the_tensor_cores():
+    one, four = _gemm_cycles(1), _gemm_cycles(4)
+    assert one > 3 * four  # a quarter of the rate; latency and launch are paid once either way
+    assert _gemm_cycles(8) == pytest.approx(four, rel=0.01)
