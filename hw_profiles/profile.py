@@ -124,6 +124,13 @@ class Profile:
     based_on: str | None = None
     sources: Mapping[str, str] = field(default_factory=dict, hash=False)
 
+    def __reduce__(self):
+        """Pickle by fields (the read-only sources view is not picklable), so profiles cross to worker
+        processes; unpickling runs the same checks as any construction."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        fields["sources"] = dict(self.sources)
+        return (_profile_from_fields, (fields,))
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
         self._check_metadata()
@@ -477,3 +484,7 @@ def _type_name(value: Any) -> str:
 def _did_you_mean(word: str, choices: Iterable[str]) -> str:
     close = difflib.get_close_matches(word, list(choices), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _profile_from_fields(fields: dict) -> Profile:
+    return Profile(**fields)

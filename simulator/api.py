@@ -24,6 +24,9 @@ SAMPLE_ABOVE_WAVES = 4
 WHOLE_CHIP_OPS = 400_000
 # Largest accepted mismatch between the sample's share of the heads and its share of the SMs.
 SAMPLE_TOLERANCE = 0.04
+# A sample runs as many waves as the chip when the chip runs at most this many: past it, a last partial
+# wave is at most 1/32 of the time, less than what a larger sample would cost to get exactly.
+SAME_WAVES_UP_TO = 32
 # Below this utilisation of its busiest unit a run is called latency-bound.
 LATENCY_BOUND_BELOW = 0.5
 
@@ -231,8 +234,11 @@ def head_sample(groups: int, sm_count: int, sms: int, blocks_per_group: int = 0,
     """(K/V head groups to simulate, SMs to run them on): at least `sms` SMs, with the group count chosen so
     groups / total groups is as close as possible to SMs / sm_count (the error is the sample's bias).
     Given the blocks per group and per SM, the sample must also run as many waves as the chip (rounded
-    up): a last wave that the chip fills but the sample does not would add a tail the chip does not have."""
+    up), up to SAME_WAVES_UP_TO: a last wave that the chip fills but the sample does not would add a tail
+    the chip does not have."""
     chip_waves = -(-groups * blocks_per_group // (sm_count * slots)) if blocks_per_group else 0
+    if chip_waves > SAME_WAVES_UP_TO:
+        chip_waves = 0
 
     def same_waves(g: int, n: int) -> bool:
         return not chip_waves or -(-g * blocks_per_group // (n * slots)) == chip_waves

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import sys
 from typing import Any
 
@@ -30,6 +31,18 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-extrapolate", dest="extrapolate", action="store_false",
                    help="run every wave and every V1 step instead of extrapolating the steady state")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+
+
+def _add_jobs_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--jobs", type=int, default=None,
+                   help="simulator processes (default: the CPUs, at most 8; 1 runs in this process)")
+
+
+def _jobs(args) -> int | None:
+    jobs = getattr(args, "jobs", None)
+    if jobs is not None and jobs < 1:
+        raise FlashsimError(f"--jobs must be at least 1, got {jobs}")
+    return jobs
 
 
 def _sms(args, profile) -> int | None:
@@ -71,6 +84,7 @@ def register(subparsers: Any) -> None:
     add_profile_args(p)
     _add_run_args(p)
     p.add_argument("--out", default=None, help="directory for the bar chart (default ./flashsim-out)")
+    _add_jobs_arg(p)
     p.set_defaults(func=_cmd_compare)
 
     p = subparsers.add_parser("sweep", help="a grid of problems with a progress bar, CSV/JSON and plots")
@@ -88,6 +102,7 @@ def register(subparsers: Any) -> None:
     _add_run_args(p)
     p.add_argument("--csv", default=None, help="write the rows as CSV here")
     p.add_argument("--out", default=None, help="directory for the plot (default ./flashsim-out)")
+    _add_jobs_arg(p)
     p.set_defaults(func=_cmd_sweep)
 
     p = subparsers.add_parser("trace", help="timeline of one run as Chrome trace / Perfetto JSON")
@@ -109,6 +124,7 @@ def register(subparsers: Any) -> None:
     add_profile_args(p)
     p.add_argument("--out", default=None, help="directory for the plot (default ./flashsim-out)")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    _add_jobs_arg(p)
     p.set_defaults(func=_cmd_tour)
 
 
@@ -144,14 +160,19 @@ def _profiles(args) -> list:
     return [profile_from_args(args)]
 
 
-def _run_many(jobs: list[tuple[str, Problem, Any]], sms_of, quiet: bool, label: str, extrapolate: bool = True) -> list:
-    """Simulate each (algo, problem, profile) with a progress bar on stderr; skips what a profile can't run."""
+def _run_many(jobs: list[tuple[str, Problem, Any]], sms_of, quiet: bool, label: str, extrapolate: bool = True,
+              workers: int | None = None) -> list:
+    """Simulate each (algo, problem, profile) with a progress bar on stderr; skips what a profile can't run.
+    Runs are independent and deterministic, so they go to `workers` processes (default: the CPUs, at most 8)
+    and come back in job order."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .api import simulate
-
-    results, skipped = [], []
+    tasks = [(algo, problem, profile, sms_of(profile), extrapolate) for algo, problem, profile in jobs]
+    workers = min(len(tasks), workers or min(8, os.cpu_count() or 1))
+    outcomes: list = [None] * len(tasks)
     progress = Progress(
         TextColumn(label),
         BarColumn(),
@@ -163,15 +184,33 @@ def _run_many(jobs: list[tuple[str, Problem, Any]], sms_of, quiet: bool, label: 
         disable=quiet and not sys.stderr.isatty(),
     )
     with progress:
-        task = progress.add_task("", total=len(jobs))
-        for algo, problem, profile in jobs:
-            progress.update(task, description=f"{algo} {problem.describe()}")
-            try:
-                results.append(simulate(algo, problem, profile, sms=sms_of(profile), extrapolate=extrapolate))
-            except FlashsimError as exc:
-                skipped.append({"algo": algo, "hw": profile.name, "problem": problem.as_dict(), "reason": str(exc)})
-            progress.advance(task)
+        bar = progress.add_task("", total=len(tasks))
+        if workers <= 1:
+            for i, task in enumerate(tasks):
+                progress.update(bar, description=f"{task[0]} {task[1].describe()}")
+                outcomes[i] = _simulate_task(task)
+                progress.advance(bar)
+        else:
+            progress.update(bar, description=f"{workers} processes")
+            with ProcessPoolExecutor(max_workers=workers) as pool:
+                futures = {pool.submit(_simulate_task, task): i for i, task in enumerate(tasks)}
+                for future in as_completed(futures):
+                    outcomes[futures[future]] = future.result()
+                    progress.advance(bar)
+    results = [out for out in outcomes if not isinstance(out, dict)]
+    skipped = [out for out in outcomes if isinstance(out, dict)]
     return results, skipped
+
+
+def _simulate_task(task: tuple):
+    """One run (in a worker process or here): its SimResult, or a dict saying why it was skipped."""
+    from .api import simulate
+
+    algo, problem, profile, sms, extrapolate = task
+    try:
+        return simulate(algo, problem, profile, sms=sms, extrapolate=extrapolate)
+    except FlashsimError as exc:
+        return {"algo": algo, "hw": profile.name, "problem": problem.as_dict(), "reason": str(exc)}
 
 
 def _cmd_compare(args) -> int:
@@ -182,7 +221,8 @@ def _cmd_compare(args) -> int:
     for profile in profiles:
         for algo in args.algos:
             jobs.append((algo, problem_from_args(args, algo), profile))
-    results, skipped = _run_many(jobs, lambda prof: _sms(args, prof), args.json, "compare", args.extrapolate)
+    results, skipped = _run_many(jobs, lambda prof: _sms(args, prof), args.json, "compare", args.extrapolate,
+                                 _jobs(args))
     if not results:
         raise FlashsimError("nothing could be simulated: " + "; ".join(s["reason"] for s in skipped))
     plot = bar_chart(results, out_path(args.out, "compare.png"), "simulated forward throughput")
@@ -219,7 +259,8 @@ def _cmd_sweep(args) -> int:
 
     profile = profile_from_args(args)
     jobs = [(algo, prob, profile) for algo, prob in fa2_grid(args.seqlens, args.headdims, args.causal, args.algos)]
-    results, skipped = _run_many(jobs, lambda prof: _sms(args, prof), args.json, "sweep", args.extrapolate)
+    results, skipped = _run_many(jobs, lambda prof: _sms(args, prof), args.json, "sweep", args.extrapolate,
+                                 _jobs(args))
     rows = [
         {
             "algo": r.algo,
@@ -343,7 +384,7 @@ def _cmd_tour(args) -> int:
     for algo in ALGORITHMS:
         dtype = "fp8" if algo == "v3-fp8" else "bf16"
         jobs.append((algo, Problem(**TOUR_PROBLEM, dtype=dtype), profile))
-    results, skipped = _run_many(jobs, lambda prof: DEFAULT_SAMPLE_SMS, args.json, "tour")
+    results, skipped = _run_many(jobs, lambda prof: DEFAULT_SAMPLE_SMS, args.json, "tour", workers=_jobs(args))
     if not results:
         raise FlashsimError("nothing could be simulated: " + "; ".join(s["reason"] for s in skipped))
     plot = bar_chart(results, out_path(args.out, "tour.png"), f"{results[0].problem.describe()} on {profile.name}")
