@@ -173,6 +173,7 @@ def test_simulate_json_contract(capsys):
         (["simulate", "--hw", "nope"], "nope"),
         (["simulate", "--set", "bogus_key=1"], "bogus_key"),
         (["trace", "--seqlen", "65536", "--batch", "8"], "the trace would hold"),
+        (["compare", "--algos", "v2", "--jobs", "0"], "--jobs must be at least 1"),
     ],
 )
 def test_bad_input_one_line_exit_2(argv, needle, capsys):
@@ -201,6 +202,17 @@ def test_compare_and_tour_json(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert [r["algo"] for r in out["results"]] == ["v2", "v3"]
     assert (tmp_path / "compare.png").exists()
+
+
+def test_worker_processes_give_the_same_results(tmp_path, capsys):
+    """compare/sweep/tour run their simulations in worker processes: same cycles, same order as in one."""
+    runs = []
+    for jobs in ("1", "2"):
+        argv = ["compare", "--algos", "v3", "v2", "v1", "--seqlen", "512", "--batch", "1", "--out", str(tmp_path),
+                "--json", "--jobs", jobs]
+        assert cli.main(argv) == 0
+        runs.append([(r["algo"], r["cycles"], r["bytes"]) for r in json.loads(capsys.readouterr().out)["results"]])
+    assert runs[0] == runs[1] and [algo for algo, *_ in runs[0]] == ["v3", "v2", "v1"]
 
 
 def test_sweep_writes_csv_and_plot(tmp_path, capsys):
