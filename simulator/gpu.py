@@ -144,13 +144,19 @@ class Gpu:
     def sharing(self, kernel, slots: int, probe_blocks: int = 8, probe_ops: int = 200) -> dict[str, float]:
         """For a sampled run: the L2 room each line of a head-shared tensor takes.
 
-        Tensors whose first tile two of the kernel's first blocks both read are shared by a head's blocks.
-        The chip keeps such lines for the heads its blocks work on at once; the sample, for its own heads at
-        once: each sampled line takes the room of (chip's active heads) / (sample's active heads) lines."""
+        Tensors whose first tile two probed blocks both read are shared by a head's blocks. The probe takes
+        the kernel's first blocks (neighbours share, say, a Q row block) and blocks spread over the first
+        head's range (far apart ones share, say, a K column block of a GEMM's grid). The chip keeps such
+        lines for the heads its blocks work on at once; the sample, for its own heads at once: each sampled
+        line takes the room of (chip's active heads) / (sample's active heads) lines."""
         if self.heads is None:
             return {}
+        per_group = len(kernel.ctas) / self.groups_total  # blocks per (batch, K/V head)
+        step = max(1, int(per_group) // probe_blocks)
+        spread = kernel.ctas[: int(per_group)][::step][:probe_blocks]
+        probe = list(dict.fromkeys(kernel.ctas[:probe_blocks] + spread))
         first: dict[str, dict[tuple, int]] = defaultdict(lambda: defaultdict(int))
-        for cta in kernel.ctas[:probe_blocks]:
+        for cta in probe:
             seen: set[str] = set()
             for role in kernel.roles:
                 for n, op in enumerate(role.program(cta)):
@@ -160,7 +166,6 @@ class Gpu:
                         first[tile.tensor][(tile.batch, tile.head, tile.row, tile.col)] += 1
                     if n >= probe_ops:
                         break
-        per_group = len(kernel.ctas) / self.groups_total  # blocks per (batch, K/V head)
         chip = min(self.groups_total, -(-self.sms_total * slots // max(1, round(per_group))))
         sample = min(len(self.heads), -(-self.n_sms * slots // max(1, round(per_group))))
         ratio = chip / max(1, sample)
