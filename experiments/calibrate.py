@@ -245,8 +245,20 @@ def main(args) -> int:
         )
         return 0 if not report["errors"] else 1
     print(summary_text(params, report["errors"]))
+    for line in checks_text(report):
+        print(line)
     print(f"wrote {toml_path} and {json_path}")
     return 0 if not report["errors"] else 1
+
+
+def checks_text(report: dict) -> list[str]:
+    """Measurements that check a modelling choice rather than set a parameter: HBM latency under load
+    (the model keeps it fixed; see docs/MODEL.md)."""
+    points = report["results"].get("loaded_latency", {}).get("points", [])
+    if not points:
+        return []
+    cells = [f"{p['chase_cycles']:.0f} cycles at {p['read_bytes_per_s'] / 1e12:.1f} TB/s" for p in points]
+    return ["HBM latency beside streaming reads: " + ", ".join(cells)]
 
 
 def summary_text(params: dict[str, tuple[int | float, str]], errors: dict[str, str]) -> str:

@@ -99,6 +99,13 @@ REPORT = {
         "cp_async": {"issue_cycles_per_warp_instr": 4.2, "how": "cp_async_stream"},
         "tma": {"issue_cycles_16B": 6.0, "latency_cycles_256B": 640.0, "how": "bulk"},
         "launch": {"launch_overhead_s": 2.1e-6, "cta_launch_cycles": 410.0, "how": "stamp"},
+        "loaded_latency": {
+            "points": [
+                {"read_blocks": 0, "read_bytes_per_s": 0.0, "chase_cycles": 674.4},
+                {"read_blocks": 66, "read_bytes_per_s": 3.36e12, "chase_cycles": 784.2},
+            ],
+            "how": "chase beside read_cg",
+        },  # fmt: skip
     },
     "errors": {},
 }
@@ -236,5 +243,7 @@ def test_toml_again_from_the_raw_numbers(tmp_path: Path, capsys) -> None:
     json_path, toml_path = calibrate.write(REPORT, tmp_path / "a")
     assert cli.main(["calibrate", "--from-json", str(json_path), "--out-dir", str(tmp_path / "b")]) == 0
     assert (tmp_path / "b" / "calibration.toml").read_text() == toml_path.read_text()
-    assert "wgmma_fp8_flops_per_clk_per_sm" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "wgmma_fp8_flops_per_clk_per_sm" in out
+    assert "HBM latency beside streaming reads: 674 cycles at 0.0 TB/s, 784 cycles at 3.4 TB/s" in out
     _one_line_exit_2(capsys, ["calibrate", "--from-json", str(tmp_path / "none.json")], "cannot read")
