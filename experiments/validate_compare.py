@@ -4,7 +4,8 @@ Reads validation-measured.jsonl, runs simulator.simulate for every measured (imp
 with the algorithm, dtype and tiling the measurement names, and writes validation.json (every row, and MAPE /
 max error / bias per implementation and quantity), validation.md (the same as tables) and validation.png
 (predicted against measured). Needs no GPU. Predictions already in validation.json for the same profile
-are reused, so a rerun after a resumed sweep simulates only the new rows.
+and the same model sources are reused, so a rerun after a resumed sweep simulates only the new rows, and
+any change to the model predicts everything again.
 """
 
 from __future__ import annotations
@@ -83,6 +84,21 @@ def rows_from(records: list[dict]) -> list[dict]:
 def profile_fingerprint(profile) -> str:
     text = json.dumps({"name": profile.name, "params": profile.params, "swaps": SIM_SWAPS}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# The code a prediction depends on: a change to any of it makes earlier predictions stale.
+MODEL_SOURCES = ("algorithms", "simulator", "hw_profiles")
+
+
+def model_fingerprint(root: Path | None = None) -> str:
+    """A hash of the model's Python sources (schedules, interpreters, simulator, profile loader)."""
+    root = root or Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for pkg in MODEL_SOURCES:
+        for path in sorted((root / pkg).rglob("*.py")):
+            h.update(str(path.relative_to(root)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def _simulate(job: tuple) -> dict:
@@ -164,7 +180,7 @@ def _cached(path: Path, fingerprint: str) -> dict:
         old = json.loads(path.read_text())
     except json.JSONDecodeError:
         return {}
-    if old.get("profile", {}).get("fingerprint") != fingerprint:
+    if old.get("profile", {}).get("fingerprint") != fingerprint or old.get("model_fingerprint") != model_fingerprint():
         return {}
     out = {}
     for r in old.get("rows", []):
@@ -201,6 +217,7 @@ def compare(out_dir: Path, measured: Path, hw: str = "h200", overrides: list[str
             "compared": {"date": today(), "command": command},
         },
         "profile": {"name": profile.name, "hw": _display(hw), "fingerprint": fingerprint},
+        "model_fingerprint": model_fingerprint(),
         "quantities": {q: {"label": lab, "unit": unit} for q, (lab, _, unit, _) in QUANTITIES.items()},
         "impl_algo": {r["impl"]: r["algo"] for r in rows},
         "summary": summary,

@@ -241,6 +241,32 @@ def test_compare_reuses_predictions_for_the_same_profile(tmp_path: Path, monkeyp
     validate_compare.compare(tmp_path, measured, "h200", jobs=1, log=lambda _: None)
 
 
+def test_compare_predicts_again_after_a_model_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cached predictions carry a hash of the model's sources: a changed schedule or simulator is not
+    scored with the old model's numbers."""
+    monkeypatch.setattr(validate_compare, "_simulate", _fake_simulate)
+    measured = _measured_file(tmp_path)
+    validate_compare.compare(tmp_path, measured, "h200", jobs=1, log=lambda _: None)
+    calls = []
+    monkeypatch.setattr(validate_compare, "model_fingerprint", lambda: "changed")
+    monkeypatch.setattr(validate_compare, "_simulate", lambda job: calls.append(job) or _fake_simulate(job))
+    validate_compare.compare(tmp_path, measured, "h200", jobs=1, log=lambda _: None)
+    assert len(calls) == 3
+
+
+def test_model_fingerprint_follows_the_sources(tmp_path: Path) -> None:
+    for pkg in validate_compare.MODEL_SOURCES:
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "a.py").write_text("x = 1\n")
+    before = validate_compare.model_fingerprint(tmp_path)
+    assert validate_compare.model_fingerprint(tmp_path) == before
+    (tmp_path / "simulator" / "a.py").write_text("x = 2\n")
+    assert validate_compare.model_fingerprint(tmp_path) != before
+    (tmp_path / "simulator" / "a.py").write_text("x = 1\n")
+    (tmp_path / "README.md").write_text("not the model")
+    assert validate_compare.model_fingerprint(tmp_path) == before
+
+
 def test_compare_with_the_real_simulator_on_a_tiny_problem(tmp_path: Path) -> None:
     pytest.importorskip("simpy")
     cfg = validate.Config(1, 2, 256, 64)
