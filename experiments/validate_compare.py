@@ -146,7 +146,7 @@ def predict(rows: list[dict], hw: str, overrides: list[str], jobs: int, cached: 
     for row in rows:
         if not row["measured"]:
             continue
-        hit = cached.get((row["impl"], row["config_id"]))
+        hit = cached.get(_cache_key(row))
         if hit is not None:
             row.update(hit)
             continue
@@ -173,7 +173,8 @@ def _problem_args(config: dict) -> dict:
 
 
 def _cached(path: Path, fingerprint: str) -> dict:
-    """(impl, config_id) -> prediction fields from an earlier report made with the same profile."""
+    """(impl, config_id, tiling) -> prediction fields from an earlier report made with the same profile and
+    model (a kernel re-measured with other tiles is predicted again)."""
     if not path.is_file():
         return {}
     try:
@@ -186,8 +187,12 @@ def _cached(path: Path, fingerprint: str) -> dict:
     for r in old.get("rows", []):
         fields = {k: r[k] for k in ("predicted", "sim", "predict_error") if k in r}
         if fields:
-            out[(r["impl"], r["config_id"])] = fields
+            out[_cache_key(r)] = fields
     return out
+
+
+def _cache_key(row: dict) -> tuple:
+    return row["impl"], row["config_id"], json.dumps(row.get("tiling"), sort_keys=True)
 
 
 def compare(out_dir: Path, measured: Path, hw: str = "h200", overrides: list[str] | None = None, jobs: int = 0,

@@ -254,6 +254,22 @@ def test_compare_predicts_again_after_a_model_change(tmp_path: Path, monkeypatch
     assert len(calls) == 3
 
 
+def test_compare_predicts_again_a_kernel_measured_with_other_tiles(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(validate_compare, "_simulate", _fake_simulate)
+    measured = _measured_file(tmp_path)
+    validate_compare.compare(tmp_path, measured, "h200", jobs=1, log=lambda _: None)
+    cfg = validate.Config(2, 4, 512, 64)
+    store.append(measured, {"impl": "v2", "algo": "v2", "config": cfg.problem_dict("bf16"), "config_id": cfg.id,
+                            "tiling": {"block_m": 64, "block_n": 64, "warps": 4, "stages": 2}, "type": "time",
+                            "key": validate.key("time", "v2", cfg), "status": "ok", "time_s": 1e-4,
+                            "kernel_time_s": 5e-5, "rel_err": 0.003})  # fmt: skip
+    calls = []
+    monkeypatch.setattr(validate_compare, "_simulate", lambda job: calls.append(job) or _fake_simulate(job))
+    validate_compare.compare(tmp_path, measured, "h200", jobs=1, log=lambda _: None)
+    assert [job[0] for job in calls] == ["v2"] and calls[0][2]["block_m"] == 64
+
+
 def test_model_fingerprint_follows_the_sources(tmp_path: Path) -> None:
     for pkg in validate_compare.MODEL_SOURCES:
         (tmp_path / pkg).mkdir()
