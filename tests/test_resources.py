@@ -58,3 +58,38 @@ def test_one_warp_uses_one_sub_partition_of_the_tensor_cores():
     one, four = _gemm_cycles(1), _gemm_cycles(4)
     assert one > 3 * four  # a quarter of the rate; latency and launch are paid once either way
     assert _gemm_cycles(8) == pytest.approx(four, rel=0.01)
+
+
+def _brute_force(requests, rate: float, dt: float = 1e-3) -> dict[int, float]:
+    """Finish times of (arrival, work, cap) requests under water-filling processor sharing, by small steps."""
+    left = {i: w for i, (_, w, _) in enumerate(requests)}
+    done, t = {}, 0.0
+    while left:
+        active = [i for i in left if requests[i][0] <= t + 1e-12]
+        share_left, n = rate, len(active)
+        for i in sorted(active, key=lambda i: requests[i][2]):
+            give = min(requests[i][2] * rate, share_left / n)
+            share_left -= give
+            n -= 1
+            left[i] -= give * dt
+            if left[i] <= 0:
+                done[i] = t + dt
+                del left[i]
+        t += dt
+    return done
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_capped_sharing_matches_a_step_by_step_integration(seed):
+    import random
+
+    rng = random.Random(seed)
+    requests = [(rng.choice((0, 0, 1, 2, 5)), rng.uniform(1, 20), rng.choice((0.25, 0.5, 0.75, 1.0)))
+                for _ in range(rng.randint(2, 6))]
+    requests.sort(key=lambda r: r[0])
+    unit, ids = SharedUnit("u", 4.0), []
+    for arrival, work, cap in requests:
+        ids.append(unit.submit(arrival, work, cap))
+    expected = _brute_force(requests, 4.0)
+    for i, rid in enumerate(ids):
+        assert unit.estimate(1000, rid) == pytest.approx(expected[i], abs=0.02)
