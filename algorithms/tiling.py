@@ -171,7 +171,9 @@ def smem_bytes(algo: str, problem: Problem, t: Tiling) -> int:
     """Shared memory one thread block holds (what each kernel stages there)."""
     d, e = problem.headdim, problem.elem_bytes
     if algo == "standard":
-        return t.stages * (t.block_m + t.block_n) * 32 * e  # A and B k-slices of 32 per stage
+        # a ring of A and B k-slices of 32 (rows padded by 8 elements), which the epilogue then reuses to
+        # stage the block_m x block_n output tile (rows padded by 8): the kernels' Q K^T layout
+        return max(t.stages * (t.block_m + t.block_n) * (32 + 8) * e, t.block_m * (t.block_n + 8) * e)
     if algo == "v1":
         # Q_i, K_j, V_j, and where the split-K warps meet: their partial P V products in fp32, 32 columns of
         # O_i at a time (rows padded by 8 floats against bank conflicts), and their row max and sum.

@@ -91,13 +91,15 @@ MODEL_SOURCES = ("algorithms", "simulator", "hw_profiles")
 
 
 def model_fingerprint(root: Path | None = None) -> str:
-    """A hash of the model's Python sources (schedules, interpreters, simulator, profile loader)."""
+    """A hash of the model's Python sources (schedules, interpreters, simulator, profile loader) and of
+    this file, whose _simulate turns a measurement into the simulator's inputs."""
     root = root or Path(__file__).resolve().parents[1]
     h = hashlib.sha256()
-    for pkg in MODEL_SOURCES:
-        for path in sorted((root / pkg).rglob("*.py")):
-            h.update(str(path.relative_to(root)).encode())
-            h.update(path.read_bytes())
+    paths = [p for pkg in MODEL_SOURCES for p in sorted((root / pkg).rglob("*.py"))]
+    own = root / "experiments" / Path(__file__).name
+    for path in paths + ([own] if own.is_file() else []):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -119,7 +121,8 @@ def _simulate(job: tuple) -> dict:
             profile = profile.with_overrides({k: getattr(profile, v) for k, v in swaps.items()})
         prob = Problem(**problem)
         if algo == "v1" and tiling and "splits" not in tiling:
-            # a record without the launched splits: the kernel's rule is the model's default (FA1's)
+            # a record without the launched splits: the model's default, FA1's rule, which the kernel also
+            # follows (with its compiled register count where the model estimates one)
             from algorithms.tiling import fa1_splits
 
             tiling = {**tiling, "splits": fa1_splits(prob, Tiling(**tiling), profile)}
@@ -185,8 +188,8 @@ def _cached(path: Path, fingerprint: str) -> dict:
         return {}
     out = {}
     for r in old.get("rows", []):
-        fields = {k: r[k] for k in ("predicted", "sim", "predict_error") if k in r}
-        if fields:
+        fields = {k: r[k] for k in ("predicted", "sim") if k in r}
+        if "predicted" in fields:  # a refused prediction is tried again
             out[_cache_key(r)] = fields
     return out
 

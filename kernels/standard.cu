@@ -125,8 +125,9 @@ __device__ __forceinline__ void gemm_tile(const uint16_t* A, int lda, const uint
         *reinterpret_cast<uint32_t*>(sC + (wm * kWM + mt * 16 + g + 8 * r) * kCStride + wn * kWN + nt * 8 + t * 2) =
             Elem<T>::pack(alpha * acc[mt][nt][2 * r], alpha * acc[mt][nt][2 * r + 1]);
   __syncthreads();
-  // 16 bytes per thread; a chunk that crosses N is written by pairs of columns (N is even wherever a pair
-  // could straddle it: ldS and D are). Rows are 16-byte aligned (the launcher checks it), and so is col.
+  // 16 bytes per thread; a chunk that crosses N is written by pairs of columns. For S, N is seqlen_k, which
+  // may be odd: the pair that holds column N - 1 also writes column N, inside the row's padding (ldS is Nk
+  // rounded up to 32), which the softmax overwrites. Rows are 16-byte aligned (the launcher checks it).
   constexpr int kChunks = BN / 8;
   for (int idx = threadIdx.x; idx < BM * kChunks; idx += kThreads) {
     const int row_local = idx / kChunks, col_local = (idx % kChunks) * 8;

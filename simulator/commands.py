@@ -183,20 +183,25 @@ def _run_many(jobs: list[tuple[str, Problem, Any]], sms_of, quiet: bool, label: 
         transient=True,
         disable=quiet and not sys.stderr.isatty(),
     )
-    with progress:
-        bar = progress.add_task("", total=len(tasks))
-        if workers <= 1:
+    if workers <= 1:
+        with progress:
+            bar = progress.add_task("", total=len(tasks))
             for i, task in enumerate(tasks):
                 progress.update(bar, description=f"{task[0]} {task[1].describe()}")
                 outcomes[i] = _simulate_task(task)
                 progress.advance(bar)
-        else:
-            progress.update(bar, description=f"{workers} processes")
-            with ProcessPoolExecutor(max_workers=workers) as pool:
-                futures = {pool.submit(_simulate_task, task): i for i, task in enumerate(tasks)}
+    else:
+        # every task is submitted (so every worker forked) before the progress bar starts its thread
+        pool = ProcessPoolExecutor(max_workers=workers)
+        try:
+            futures = {pool.submit(_simulate_task, task): i for i, task in enumerate(tasks)}
+            with progress:
+                bar = progress.add_task(f"{workers} processes", total=len(tasks))
                 for future in as_completed(futures):
                     outcomes[futures[future]] = future.result()
                     progress.advance(bar)
+        finally:
+            pool.shutdown(cancel_futures=True)
     results = [out for out in outcomes if not isinstance(out, dict)]
     skipped = [out for out in outcomes if isinstance(out, dict)]
     return results, skipped

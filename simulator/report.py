@@ -35,7 +35,7 @@ def results_table(results, title: str):
     words = [r.problem.describe().split() for r in results]
     shared = [w for w in words[0] if all(w in ws for ws in words)]
     varying = [" ".join(w for w in ws if w not in shared) for ws in words]
-    common = max(set(varying), key=varying.count)
+    common = max(varying, key=varying.count)  # ties go to the first row's value, run after run
     pairs = list(zip(results, varying, strict=True))
     named = all(v == common or (v == r.problem.dtype and r.algo.endswith(v)) for r, v in pairs)
     if named:

@@ -120,6 +120,8 @@ class SharedUnit:
 
     def submit(self, now: float, work: float, cap: float = 1.0) -> int:
         """Start serving `work`, at most `cap` x the unit's rate; returns a request id for estimate()."""
+        if not 0 < cap <= 1:
+            raise ValueError(f"{self.name}: a request's cap must be in (0, 1], got {cap}")
         self._advance(now)
         rid = self._next_id
         self._next_id += 1
@@ -148,6 +150,8 @@ class SharedUnit:
                 dt = min(w / rates[k] for k, w in work.items())
                 t += dt
                 work = {k: w - dt * rates[k] for k, w in work.items() if w - dt * rates[k] > 1e-9}
+                if rid not in work:  # it finished within rounding of the one that left first
+                    return t
         # play the current requests forward: the smaller ones leave first, the rest speed up
         t, served = self.t0, 0.0
         left = sorted(self.active.values())

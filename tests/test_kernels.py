@@ -57,6 +57,15 @@ def test_v2_shared_memory_matches_the_schedule():
             assert v2.smem_bytes(variant, "fwd") == smem_bytes("v2", problem, variant.tiling)
 
 
+def test_standard_shared_memory_matches_the_schedule():
+    """The Q K^T kernel's k-slice ring (which its epilogue reuses for the output tile) is what
+    algorithms.tiling counts for standard."""
+    standard = registry.family("standard")
+    for variant in standard.variants:
+        problem = Problem(batch=1, heads=1, seqlen_q=128, headdim=variant.headdim, dtype=variant.dtype)
+        assert standard.smem_bytes(variant, "scores") == smem_bytes("standard", problem, variant.tiling)
+
+
 def test_v1_runs_the_schedules_tiles_and_shared_memory():
     """The v1 kernel takes FA1's tiles (the model's default for long key sequences) and exactly the shared
     memory algorithms.tiling counts for v1, so the model's occupancy is the kernel's."""

@@ -151,8 +151,6 @@ struct SmemTile {
   }
 };
 
-// Copies rows [0, ROWS) of a global matrix (row stride in elements) into a SmemTile with cp.async;
-// rows >= valid_rows are zero-filled. All THREADS threads call it.
 // Copies rows [row0, row0 + ROWS) of a global matrix (32-bit row stride in elements) into a SmemTile
 // with cp.async; rows >= row_end are zero-filled and read nothing (their source is the base pointer).
 // Offsets are 32-bit, one wide add per copy: the launcher refuses heads whose rows span 2^31 elements.
