@@ -265,15 +265,10 @@ class Profile:
     # -- access -----------------------------------------------------------------------------------------
 
     def occupancy_limits(self, threads: int, regs_per_thread: int, smem_bytes: int) -> dict[str, int]:
-        """Thread blocks of this shape one SM holds at once, per limiting resource."""
-        limits = {
-            "blocks": self.max_blocks_per_sm,
-            "threads": self.max_threads_per_sm // threads,
-            "registers": self.registers_per_sm // max(1, regs_per_thread * threads),
-        }
-        if smem_bytes:
-            limits["shared memory"] = self.smem_per_sm_bytes // (smem_bytes + self.smem_reserved_per_block_bytes)
-        return limits
+        """Thread blocks of this shape one SM of this profile holds at once, per limiting resource."""
+        return occupancy_limits(threads, regs_per_thread, smem_bytes, max_blocks=self.max_blocks_per_sm,
+                                max_threads=self.max_threads_per_sm, registers=self.registers_per_sm,
+                                smem=self.smem_per_sm_bytes, smem_reserved=self.smem_reserved_per_block_bytes)
 
     def has(self, feature: str) -> bool:
         if feature not in FEATURES:
@@ -484,6 +479,19 @@ def _type_name(value: Any) -> str:
 def _did_you_mean(word: str, choices: Iterable[str]) -> str:
     close = difflib.get_close_matches(word, list(choices), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def occupancy_limits(threads: int, regs_per_thread: int, smem_bytes: int, *, max_blocks: int, max_threads: int,
+                     registers: int, smem: int, smem_reserved: int) -> dict[str, int]:
+    """Thread blocks of this shape an SM with these resources holds at once, per limiting resource."""
+    limits = {
+        "blocks": max_blocks,
+        "threads": max_threads // threads,
+        "registers": registers // max(1, regs_per_thread * threads),
+    }
+    if smem_bytes:
+        limits["shared memory"] = smem // (smem_bytes + smem_reserved)
+    return limits
 
 
 def _profile_from_fields(fields: dict) -> Profile:

@@ -5,13 +5,15 @@ from __future__ import annotations
 import functools
 
 from algorithms.tiling import Tiling, fa1_block_n, fa1_split_count
+from hw_profiles.profile import occupancy_limits
 
 from .launch import cdiv, device_limits, smem_tile_bytes
 from .registry import DTYPES, KernelFamily, Variant, register
 
 HEADDIMS = (32, 64, 96, 128)
-# Per SM on sm_80 and sm_90: threads, 32-bit registers, and the shared memory the driver reserves per block.
-THREADS_PER_SM, REGISTERS_PER_SM, SMEM_RESERVED_PER_BLOCK = 2048, 65536, 1024
+# Per SM on sm_80 and sm_90: blocks, threads, 32-bit registers, and the shared memory the driver reserves
+# per block (the shared memory itself is read from the device).
+MAX_BLOCKS_PER_SM, THREADS_PER_SM, REGISTERS_PER_SM, SMEM_RESERVED_PER_BLOCK = 32, 2048, 65536, 1024
 
 
 def tiling_for(headdim: int) -> Tiling:
@@ -44,16 +46,12 @@ def splits_for(call, variant: Variant, registers: int) -> int:
 
 @functools.cache
 def blocks_per_sm(variant: Variant, registers: int, smem_per_sm: int) -> int:
-    """Occupancy from shared memory, threads and registers (allocated per warp in units of 256)."""
+    """Occupancy of the built kernel (registers are allocated per warp in units of 256, 8 per thread)."""
     t = variant.tiling
-    smem = smem_bytes(variant, "fwd") + SMEM_RESERVED_PER_BLOCK
-    per_warp = cdiv(registers * 32, 256) * 256
-    limits = (
-        smem_per_sm // smem,
-        THREADS_PER_SM // t.threads,
-        REGISTERS_PER_SM // (per_warp * t.warps),
-    )
-    return max(1, min(limits))
+    limits = occupancy_limits(t.threads, cdiv(registers, 8) * 8, smem_bytes(variant, "fwd"),
+                              max_blocks=MAX_BLOCKS_PER_SM, max_threads=THREADS_PER_SM,
+                              registers=REGISTERS_PER_SM, smem=smem_per_sm, smem_reserved=SMEM_RESERVED_PER_BLOCK)
+    return max(1, min(limits.values()))
 
 
 def run(kernels, variant: Variant, call) -> None:

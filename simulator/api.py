@@ -217,12 +217,13 @@ def _v1_outer_steps(problem: Problem, profile, t: Tiling, sms: int | None, steps
 
     kernel_s = line(a.kernel_time_s, b.kernel_time_s)
     launch_s = b.sim["launch_overhead_s"]
+    roof = roofline("v1", problem, profile)
     cycles = round(line(a.cycles, b.cycles))
     return SimResult(
         algo="v1", hw=profile.name, problem=problem, tiling=t, cycles=cycles, time_s=kernel_s + launch_s,
         bytes={k: round(line(a.bytes[k], b.bytes[k])) for k in a.bytes},
         utilization=b.utilization, bound_by=b.bound_by,
-        roofline_time_s=max(roofline("v1", problem, profile).values()), roofline=roofline("v1", problem, profile),
+        roofline_time_s=max(roof.values()), roofline=roof,
         kernels=[{**b.kernels[0], "cycles": cycles}], kernel_time_s=kernel_s,
         sim={"wall_s": time.perf_counter() - wall, "ops": a.sim["ops"] + b.sim["ops"],
              "sms_simulated": b.sim["sms_simulated"], "blocks_extrapolated": 0, "launch_overhead_s": launch_s,

@@ -247,7 +247,7 @@ class Gpu:
         """Feed the blocks' global loads and stores to L2 in launch order, a wave at a time with the ops of
         the blocks of a wave interleaved (as they run side by side): hits, misses and write-backs without
         time."""
-        from algorithms.ir import Load, Store
+        from algorithms.ir import SMEM, Load, Store
 
         for w in range(0, len(items), wave):
             streams = [role.program(cta) for cta in items[w:w + wave] for role in kernel.roles]
@@ -258,7 +258,7 @@ class Gpu:
                         kind = type(op)
                         if kind is Load:
                             self.l2.read(op.src, now, self.copies.get(op.src.tensor, self.private_copies))
-                            if op.level == "smem":
+                            if op.level == SMEM:
                                 self.smem_write_bytes += op.src.nbytes
                             alive.append(gen)
                             break

@@ -87,7 +87,7 @@ class SharedUnit:
     def _advance(self, now: float) -> None:
         active = self.active
         while active and self.t0 < now:
-            if self.caps:
+            if self.caps:  # water-filling; without caps every request runs at rate / n (the fast path below)
                 rates = self._shares(active)
                 dt = min(w / rates[k] for k, w in active.items())
                 if self.t0 + dt > now:
