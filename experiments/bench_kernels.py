@@ -155,6 +155,19 @@ def summary(rows) -> dict:
     return out
 
 
+def merged(old: dict, new: dict) -> dict:
+    """`old` with the rows `new` measured replaced by `new`'s, and a note with the new run's provenance."""
+    def key(r):
+        return r["impl"], r["headdim"], r["causal"], r["seqlen"]
+
+    fresh = {key(r): r for r in new["results"]}
+    p = new["provenance"]
+    impls = ", ".join(sorted({r["impl"] for r in new["results"]}))
+    note = (f"{impls} rows re-measured {p['date']} (driver {p['driver']}, torch {p['torch']}): `{p['command']}`; "
+            "the other rows are from the run above.")
+    return {**old, "results": [fresh.get(key(r), r) for r in old["results"]], "notes": [*old.get("notes", []), note]}
+
+
 def markdown(data) -> str:
     p = data["provenance"]
     lines = [
@@ -207,6 +220,8 @@ def main(argv=None) -> int:
     ap.add_argument("--impls", default=",".join(IMPLS))
     ap.add_argument("--max-s-gb", type=float, default=20.0, help="skip standard where S needs more")
     ap.add_argument("--profile-target", help="ALGO,D,N,CAUSAL: run one config 3 times (for ncu) and exit")
+    ap.add_argument("--update", action="store_true",
+                    help="replace only these implementations' rows in the existing results, with a note saying so")
     args = ap.parse_args(argv)
     if args.profile_target:
         profile_target(args.profile_target)
@@ -214,8 +229,10 @@ def main(argv=None) -> int:
     seqlens = (1024, 4096, 16384) if args.quick else SEQLENS
     rows = bench(seqlens, args.impls.split(","), args.max_s_gb)
     data = {"provenance": provenance(argv), "results": rows}
-    data["summary"] = summary(rows)
     out = Path(args.out)
+    if args.update and (out / "kernels-bench.json").is_file():
+        data = merged(json.loads((out / "kernels-bench.json").read_text()), data)
+    data["summary"] = summary(data["results"])
     out.mkdir(parents=True, exist_ok=True)
     (out / "kernels-bench.json").write_text(json.dumps(data, indent=1) + "\n")
     (out / "kernels-bench.md").write_text(markdown(data))

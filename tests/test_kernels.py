@@ -223,3 +223,19 @@ def test_loaded_modules_are_reused(monkeypatch):
     assert api._module(fam, "sm_90a", 0) is first
     assert api._module(fam, "sm_90a", 1) is not first
     assert calls == [("built", "sm_90a"), ("loaded", 0), ("built", "sm_90a"), ("loaded", 1)]
+
+
+def test_bench_update_replaces_only_the_remeasured_rows():
+    from experiments.bench_kernels import merged
+
+    def row(impl, tflops):
+        return {"impl": impl, "headdim": 64, "causal": False, "seqlen": 512, "tflops": tflops}
+
+    old = {"provenance": {"date": "then"}, "results": [row("v1", 1.0), row("v2", 2.0)]}
+    new = {"provenance": {"date": "now", "driver": "580", "torch": "2.11", "command": "bench --impls v1"},
+           "results": [row("v1", 9.0)]}
+    out = merged(old, new)
+    assert out["results"] == [row("v1", 9.0), row("v2", 2.0)] and out["provenance"] == {"date": "then"}
+    assert out["notes"] == ["v1 rows re-measured now (driver 580, torch 2.11): `bench --impls v1`; "
+                            "the other rows are from the run above."]
+
