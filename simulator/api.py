@@ -124,9 +124,11 @@ def simulate(
     if tiling is not None:
         check_fits(algo, problem, tiling, profile)
     t = tiling or resolve_tiling(algo, problem, profile)
-    steps = -(-problem.seqlen_k // t.block_n)
-    if extrapolate and algo == "v1" and not problem.causal and steps > V1_STEPS[-1] + 1:
-        return _v1_outer_steps(problem, profile, t, sms, steps)
+    steps = problem.seqlen_k // t.block_n
+    if extrapolate and algo == "v1" and not problem.causal and steps >= V1_PROBE_FROM:
+        result = _v1_outer_steps(problem, profile, t, sms, steps)
+        if result is not None:
+            return result
     schedule = build(algo, problem, t)
     wall = time.perf_counter()
     gpu = _machine(profile, problem, schedule, sms, trace)
@@ -162,7 +164,7 @@ def simulate(
     bound = busiest if util[busiest] >= LATENCY_BOUND_BELOW else "latency"
     roof = roofline(algo, problem, profile)
     l2 = gpu.l2
-    dirty_end = l2.dirty_bytes * factor_last
+    dirty_end = l2.dirty_bytes * gpu.dirty_scale * factor_last
     return SimResult(
         algo=algo,
         hw=profile.name,
@@ -195,25 +197,40 @@ def simulate(
     )
 
 
-# V1 runs its outer K/V step Tc times per block; long loops are simulated for these step counts and
-# extrapolated linearly (each step does the same work; only the first sees a cold pipeline).
-V1_STEPS = (2, 3)
+# V1 runs its outer K/V step Tc times per block. A loop of at least V1_PROBE_FROM steps is simulated with
+# 1, 2, 3, ... steps (up to V1_PROBE_MAX, and while the probes cost at most half the loop) until adding a
+# step costs the same twice running; from there every step costs that, so the full loop's time is a line
+# through the last two.
+V1_PROBE_FROM = 32
+V1_PROBE_MAX = 8
 
 
-def _v1_outer_steps(problem: Problem, profile, t: Tiling, sms: int | None, steps: int) -> SimResult:
-    """V1 with Tc = `steps` outer steps from runs of 2 and 3 steps: every per-step quantity is affine in Tc."""
+def _v1_outer_steps(problem: Problem, profile, t: Tiling, sms: int | None, steps: int) -> SimResult | None:
+    """V1 with `steps` full outer steps (and the same ragged last step, if any) from shorter loops whose
+    step costs have settled; None if they do not settle within V1_PROBE_MAX steps."""
     wall = time.perf_counter()
+    ragged = problem.seqlen_k - steps * t.block_n
+
+    def loop(n: int) -> Problem:
+        return replace(problem, seqlen_k=n * t.block_n + ragged)
+
     # the short runs take the machine (whole chip or sample) that the full loop would get
-    if sms and _whole_chip(build("v1", replace(problem, seqlen_k=V1_STEPS[-1] * t.block_n), t), profile,
-                           steps / V1_STEPS[-1]):
+    if sms and _whole_chip(build("v1", loop(3), t), profile, steps / 3):
         sms = None
-    short = [simulate("v1", replace(problem, seqlen_k=n * t.block_n), profile, t, sms=sms, extrapolate=False)
-             for n in V1_STEPS]
-    a, b = short
-    exact_steps = problem.seqlen_k / t.block_n  # a ragged last block counts for its share
+    runs = []
+    for n in range(1, V1_PROBE_MAX + 1):
+        if n * (n + 1) / 2 > steps / 2:
+            return None  # probing further would cost more than half the loop it stands for
+        runs.append(simulate("v1", loop(n), profile, t, sms=sms, extrapolate=False))
+        c = [r.cycles for r in runs[-3:]]
+        if n >= 3 and c[2] - c[1] == c[1] - c[0]:
+            break
+    else:
+        return None
+    a, b = runs[-2], runs[-1]
 
     def line(x: float, y: float) -> float:
-        return x + (y - x) * (exact_steps - V1_STEPS[0]) / (V1_STEPS[1] - V1_STEPS[0])
+        return y + (y - x) * (steps - n)
 
     kernel_s = line(a.kernel_time_s, b.kernel_time_s)
     launch_s = b.sim["launch_overhead_s"]
@@ -225,9 +242,9 @@ def _v1_outer_steps(problem: Problem, profile, t: Tiling, sms: int | None, steps
         utilization=b.utilization, bound_by=b.bound_by,
         roofline_time_s=max(roof.values()), roofline=roof,
         kernels=[{**b.kernels[0], "cycles": cycles}], kernel_time_s=kernel_s,
-        sim={"wall_s": time.perf_counter() - wall, "ops": a.sim["ops"] + b.sim["ops"],
+        sim={"wall_s": time.perf_counter() - wall, "ops": sum(r.sim["ops"] for r in runs),
              "sms_simulated": b.sim["sms_simulated"], "blocks_extrapolated": 0, "launch_overhead_s": launch_s,
-             "outer_steps_simulated": list(V1_STEPS), "outer_steps": exact_steps},
+             "outer_steps_simulated": list(range(1, n + 1)), "outer_steps": steps + bool(ragged)},
     )
 
 
@@ -268,7 +285,7 @@ def _machine(profile, problem: Problem, schedule, sms: int | None, trace) -> Gpu
         return Gpu(profile, None, trace)
     pairs = [(b, h) for b in range(problem.batch) for h in range(problem.kv_heads)]
     chosen = {pairs[(i * groups) // g] for i in range(g)}  # spread over batch and heads
-    gpu = Gpu(profile, n, trace, heads=chosen, group=problem.group, share=g / groups)
+    gpu = Gpu(profile, n, trace, heads=chosen, group=problem.group, share=g / groups, copies=groups / g)
     gpu.groups_total = groups
     return gpu
 
@@ -291,8 +308,8 @@ def _counters(gpu: Gpu) -> dict:
     busy["busy_tensor"] += sum(sm.wgmma_queue.busy_cycles(now) for sm in gpu.sms)
     return {
         **busy,
-        "busy_l2": gpu.l2_port.busy,
-        "busy_hbm": gpu.hbm.busy,
+        "busy_l2": gpu.l2_port.busy_cycles(now),
+        "busy_hbm": gpu.hbm.busy_cycles(now),
         "hbm_read": gpu.l2.miss_bytes,
         "hbm_write": gpu.hbm_write_bytes,
         "l2_read": gpu.l2.read_bytes,

@@ -1,7 +1,7 @@
 """The chip: SMs with their units, the shared L2 and HBM, and the thread-block scheduler.
 
 Sampling: a run may simulate `sms` of the chip's SMs, with the thread blocks the hardware would send to
-them and the chip-wide resources (HBM and L2 bandwidth, L2 capacity) scaled to their share. With
+them; at the chip's HBM and L2 ports and in its L2 each sampled SM stands for `copies` identical SMs. With
 sms = sm_count it is the plain, whole-chip run.
 """
 
@@ -15,11 +15,55 @@ import simpy
 from hw_profiles.errors import FlashsimError
 
 from .l2 import L2Cache
-from .resources import Barrier, QueueUnit, Server, SharedUnit
+from .resources import Barrier, Port, QueueUnit, SharedUnit
 from .timing import RoleTimer
 
-# Uniform kernels longer than this many waves (plus one) are simulated for this many and extrapolated.
-EXTRAPOLATE_AFTER = 3
+# Periodic skip (Gpu.run_kernel): periods of up to PERIOD_MAX waves within a head, launch patterns of up to
+# PATTERN_MAX waves across heads are recognised.
+PERIOD_MAX = 4
+PATTERN_MAX = 16
+
+
+class Fetch:
+    """Lines on their way from HBM: the cycle they land is known once HBM is through with them; loads that
+    find them in flight (listeners) land no earlier."""
+
+    __slots__ = ("entries", "listeners")
+
+    def __init__(self, entries: list):
+        self.entries = entries
+        self.listeners: list = []
+
+    def land(self, cycle: int) -> None:
+        for entry in self.entries:
+            if entry[2] is self:
+                entry[2] = cycle
+        for listener in self.listeners:
+            listener(cycle)
+
+
+class Landing:
+    """One load's parts (the L2 port, its own HBM fetch, other loads' fetches): when the last is known,
+    then(cycle) is scheduled for the latest of them (and `floor`, lines already landing), plus `extra`."""
+
+    __slots__ = ("env", "then", "extra", "at", "parts")
+
+    def __init__(self, env: simpy.Environment, then, extra: int, floor: int):
+        self.env, self.then, self.extra, self.at, self.parts = env, then, extra, floor, 0
+
+    def part(self, cycle: int) -> None:
+        if cycle > self.at:
+            self.at = cycle
+        self.parts -= 1
+        if self.parts:
+            return
+        at = self.at + self.extra
+        delay = at - self.env.now
+        if delay <= 0:
+            self.then(self.env.now)
+        else:
+            then = self.then
+            self.env.timeout(delay).callbacks.append(lambda _ev: then(at))
 
 
 class Sm:
@@ -53,7 +97,8 @@ def blocks_per_sm(kernel, profile) -> int:
 
 class Gpu:
     """heads: the sampled (batch, K/V head) pairs, or None for the whole problem; with `group` query heads per
-    K/V head. A sample runs on `sms` SMs with `share` of the chip-wide resources."""
+    K/V head. A sample runs on `sms` SMs, `share` of the heads; each of its SMs and lines stands for `copies`
+    (1 / share unless given exactly, as groups / sampled groups)."""
 
     def __init__(
         self,
@@ -63,6 +108,7 @@ class Gpu:
         heads: set | None = None,
         group: int = 1,
         share: float | None = None,
+        copies: float | None = None,
     ):
         self.profile = profile
         self.sms_total = profile.sm_count
@@ -73,54 +119,65 @@ class Gpu:
         self.groups_total = 1
         # room in L2 a sampled line takes: the chip holds 1/share as many private lines at a time; tensors that
         # a head's blocks share (K, V) get their own ratio per kernel, from `sharing`
-        self.private_copies = 1.0 / self.share
+        self.private_copies = copies if copies is not None else 1.0 / self.share
         self.copies: dict[str, float] = {}
         self.env = simpy.Environment()
-        self.hbm = Server("hbm", profile.hbm_bytes_per_clk * self.share)
+        self.hbm = Port(self.env, "hbm", profile.hbm_bytes_per_clk, self.private_copies)
         self.write_cost = profile.hbm_bandwidth_bytes_per_s / profile.hbm_write_bandwidth_bytes_per_s
         self.clock_hz = profile.sm_clock_hz
-        self.l2_port = Server("l2", profile.l2_bandwidth_bytes_per_clk * self.share)
+        self.l2_port = Port(self.env, "l2", profile.l2_bandwidth_bytes_per_clk, self.private_copies)
         self.l2 = L2Cache(profile.l2_bytes, self.share, profile.l2_dirty_max_bytes)
         self.sms = [Sm(i, profile) for i in range(self.n_sms)]
         self.trace = trace
         self.hbm_write_bytes = 0
         self.smem_write_bytes = 0
         self.ops = 0  # tile ops interpreted
+        self.dirty_scale = 1.0  # dirty lines at the end of the last launch per dirty line simulated
         self.extrapolated_blocks = 0
 
     # -- memory --------------------------------------------------------------------------------------
-    def load(self, tile, now: int, to_smem: bool, sm: Sm) -> int:
-        """Read a tile through L2 (and HBM on a miss); returns the cycle its bytes have landed."""
+    def load(self, tile, now: int, to_smem: bool, sm: Sm, then, extra: int = 0, flow=None) -> None:
+        """Read a tile through L2 (and HBM on a miss); then(cycle) runs at the cycle its bytes have landed,
+        `extra` cycles after the last of them (TMA's own latency). `flow`: whose requests it queues behind
+        at the ports (default: the SM's)."""
+        if flow is None:
+            flow = sm.index
         p = self.profile
-        pending, miss, missed = self.l2.read(tile, now, self.copies.get(tile.tensor, self.private_copies))
-        done = self.l2_port.reserve(now, tile.nbytes) + p.l2_hit_latency_cycles
+        pending, fetching, miss, missed = self.l2.read(tile, now, self.copies.get(tile.tensor, self.private_copies))
+        landing = Landing(self.env, then, extra, pending)
+        landing.parts = 1 + bool(miss) + len(fetching)
+        for fetch in fetching:  # lines that another load is still bringing in from HBM
+            fetch.listeners.append(landing.part)
         if miss:
-            t_hbm = self.hbm.reserve(now, miss) + p.hbm_latency_cycles
+            fetch = Fetch(missed)
             for entry in missed:
-                entry[2] = t_hbm
-            done = max(done, t_hbm)
-        done = max(done, pending)
-        self._charge_evictions(now)
+                entry[2] = fetch
+            fetch.listeners.append(landing.part)
+            self.hbm.submit(now, miss, fetch.land, flow, p.hbm_latency_cycles)
+        self.l2_port.submit(now, tile.nbytes, landing.part, flow, p.l2_hit_latency_cycles)
+        self._charge_evictions(now, sm.index)
         if to_smem:
             # the copy engine's writes take their share of SMEM bandwidth from everyone else
             self.smem_write_bytes += tile.nbytes
             sm.smem.release(sm.smem.submit(now, tile.nbytes))
-        return done
 
-    def store(self, tile, now: int, from_smem: bool, sm: Sm) -> int:
-        """Write a tile into L2 (write-back); evicted dirty lines go to HBM. Returns when L2 took it."""
+    def store(self, tile, now: int, from_smem: bool, sm: Sm, then=None, flow=None) -> None:
+        """Write a tile into L2 (write-back; evicted dirty lines go to HBM); then(cycle) runs when L2 has
+        taken it (None: nobody waits, as for a TMA store). `flow` as for load()."""
+        if flow is None:
+            flow = sm.index
         self.l2.write(tile, self.copies.get(tile.tensor, self.private_copies))
-        self._charge_evictions(now)
-        done = self.l2_port.reserve(now, tile.nbytes)
+        self._charge_evictions(now, sm.index)
+        self.l2_port.submit(now, tile.nbytes, then, flow)
         if from_smem:
             sm.smem.release(sm.smem.submit(now, tile.nbytes))
-        return done
 
-    def _charge_evictions(self, now: int) -> None:
+    def _charge_evictions(self, now: int, flow: int) -> None:
         evicted = self.l2.take_evicted()
         if evicted:
             # the HBM server counts read bytes; a written byte holds it longer (read/write turnarounds)
-            self.hbm.reserve(now, evicted * self.write_cost)
+            # the L2 writes back beside the SMs' reads, not behind them: a flow of its own per evicting SM
+            self.hbm.submit(now, evicted * self.write_cost, None, (flow, "write-back"))
             self.hbm_write_bytes += evicted
 
     # -- launches ------------------------------------------------------------------------------------
@@ -171,19 +228,41 @@ class Gpu:
         ratio = chip / max(1, sample)
         return {t: ratio for t, keys in first.items() if max(keys.values()) > 1}
 
+    def _l2_state(self) -> tuple:
+        l2 = self.l2
+        return l2.used, l2.dirty_room, l2.evictions, l2.evicted_dirty_bytes
+
+    def _l2_regime(self, l2_marks: list, plan: dict, done: int, total: int) -> str | None:
+        """The L2 regime the watched periods were in, if leaving out a plan's blocks keeps it: "evicting"
+        (lines were evicted, or dirty lines written back, in each watched period) or "filling" (it keeps
+        every line until the launch ends: the dirty lines left at the end grow with the blocks). None if
+        the L2 would change regime within the blocks left out (a run must not leave out the moment the L2
+        fills, and with it the state of every block after)."""
+        period = plan["period"]
+        (used0, dirty0, ev0, wb0), (used1, dirty1, ev1, wb1) = l2_marks[-1 - period], l2_marks[-1]
+        first = l2_marks[-1 - 2 * period]
+        periods_left = (total - done) / (period * self.n_sms) + 1
+        l2 = self.l2
+        if ev1 > ev0 > first[2] or wb1 > wb0 > first[3]:
+            return "evicting"
+        fits = used1 + (used1 - used0) * periods_left <= l2.capacity
+        if fits and dirty1 + (dirty1 - dirty0) * periods_left <= l2.dirty_max and ev1 == first[2] and wb1 == first[3]:
+            return "filling"
+        return None
+
     def set_clock(self, clock_hz: float) -> None:
         """Power management sets the SM clock by load; bandwidths given per second become per cycle."""
         self.clock_hz = clock_hz
-        self.hbm.rate = self.profile.hbm_bandwidth_bytes_per_s / clock_hz * self.share
+        self.hbm.rate = self.profile.hbm_bandwidth_bytes_per_s / clock_hz
 
     def run_kernel(self, kernel, counters, extrapolate: bool = True) -> tuple[int, int, dict]:
         """Run one launch; returns (cycles, thread blocks or tiles it covers, counter increments).
 
-        `counters()` snapshots the byte and busy counters. Steady-state extrapolation: a kernel whose blocks
-        all do the same work (kernel.uniform) and that spans more than EXTRAPOLATE_AFTER waves is run for
-        that many waves only; the last wave's time and counter increments per block are taken to hold for
-        the rest (the blocks of later waves meet the same contention and, after the first wave, the same
-        L2 state)."""
+        `counters()` snapshots the byte and busy counters. Periodic skip: a kernel whose blocks all do the
+        same work (kernel.uniform) is watched each time one more block per SM is done. Once the intervals
+        repeat exactly twice over (`_skip_plan`) and the L2 stays in one regime (`_l2_regime`), whole periods
+        of blocks that are copies of those running are left out: their time and every counter are added
+        period by period, and the rest of the launch, its tail included, runs as usual."""
         env, p = self.env, self.profile
         self.set_clock(p.clock_hz(self.tensor_instr(kernel)))
         start = env.now
@@ -192,13 +271,37 @@ class Gpu:
         items = self.sample(kernel)
         wave = slots * self.n_sms
         total = len(items)
-        if extrapolate and kernel.uniform and total > (EXTRAPOLATE_AFTER + 1) * wave:
-            items = items[: EXTRAPOLATE_AFTER * wave]
-        queue = deque(items)
-        ran = len(items)
+        watch = extrapolate and kernel.uniform and total >= 4 * wave
+        if watch:
+            of = kernel.kv_head_of or (lambda c: (c[0], c[1] // self.group))
+            heads = [of(c) for c in items]
+        queue = deque(items[:wave] if watch else items)
         before = counters()
-        marks: dict[int, tuple[int, dict]] = {}  # completed blocks -> (cycle, counters) at wave ends
-        done = [0]
+        run = {"done": 0, "next": len(queue), "skip": None}
+        marks: list[tuple[int, dict]] = [(start, before)]  # (cycle, counters) each time n_sms more blocks are done
+        l2_marks = [self._l2_state()]
+
+        def block_done() -> None:
+            run["done"] += 1
+            if not watch:
+                return
+            if run["skip"] is None and run["done"] % self.n_sms == 0:
+                marks.append((env.now, counters()))
+                l2_marks.append(self._l2_state())
+                plan = _skip_plan(heads, self.n_sms, slots, [m[0] for m in marks], run["next"])
+                regime = plan and self._l2_regime(l2_marks, plan, run["done"], total)
+                if regime:
+                    plan["mark"], plan["regime"] = len(marks) - 1, regime
+                    run["skip"] = plan
+            plan = run["skip"]
+            # the finishing worker takes the next block from the queue (one that finds it empty is done)
+            if not queue and run["next"] < total:
+                if plan and plan["at"] == run["next"] and "left_out" not in plan:
+                    run["next"] += plan["blocks"]
+                    plan["left_out"] = True
+                if run["next"] < total:
+                    queue.append(items[run["next"]])
+                    run["next"] += 1
 
         def worker(sm: Sm, slot: int):
             first = True
@@ -211,60 +314,64 @@ class Gpu:
                 procs = []
                 for role in kernel.roles:
                     track = f"SM{sm.index}.{slot} {role.name}"
-                    timer = RoleTimer(self, sm, barriers, self.trace, track)
+                    timer = RoleTimer(self, sm, barriers, self.trace, track, slot)
                     procs.append(env.process(timer.run(role.program(cta))))
                 yield simpy.AllOf(env, procs)
-                done[0] += 1
-                if ran < total and done[0] in (ran - wave, ran):
-                    marks[done[0]] = (env.now, counters())
+                block_done()
 
-        for slot in range(slots):
-            for sm in self.sms:
-                env.process(worker(sm, slot))
-        env.run()
+        workers = [env.process(worker(sm, slot)) for slot in range(slots) for sm in self.sms]
+        # the kernel ends with its last block; write-backs still in flight carry on into the next launch
+        env.run(until=simpy.AllOf(env, workers))
         after = counters()
         delta = {k: after[k] - before[k] for k in after}
         cycles = env.now - start
-        if ran < total:
-            (t0, c0), (t1, c1) = marks[ran - wave], marks[ran]
-            rest = (total - ran) / wave  # waves' worth of blocks still to come, at the last wave's pace
-            # a last partial wave still takes a whole block's time: the tail
-            cycles += round((t1 - t0) * math.ceil(rest - 1e-9))
-            for k in delta:
-                if k.startswith("busy_") or k == "smem":  # unit work: the same for every block
-                    delta[k] += (c1[k] - c0[k]) * rest
-            # bytes: the remaining blocks' loads and stores still go through the L2 model, without timing
-            c_before = counters()
-            self.replay_memory(kernel, self.sample(kernel)[ran:], wave, env.now)
-            c_after = counters()
-            for k in delta:
-                if not (k.startswith("busy_") or k == "smem"):
-                    delta[k] += c_after[k] - c_before[k]
-            self.extrapolated_blocks += total - ran
+        plan = run["skip"]
+        self.dirty_scale = 1.0
+        if plan and "left_out" in plan:
+            # every counter, bytes included, moves by what it moved in the watched period, once per period
+            k, period, reps = plan["mark"], plan["period"], plan["reps"]
+            (t0, c0), (t1, c1) = marks[k - period], marks[k]
+            cycles += (t1 - t0) * reps
+            for key in delta:
+                delta[key] += (c1[key] - c0[key]) * reps
+            if plan["regime"] == "filling":  # the left-out blocks' dirty lines would still be there too
+                self.dirty_scale = total / (total - plan["blocks"])
+            self.extrapolated_blocks += plan["blocks"]
         return cycles, total, delta
 
-    def replay_memory(self, kernel, items, wave: int, now: int) -> None:
-        """Feed the blocks' global loads and stores to L2 in launch order, a wave at a time with the ops of
-        the blocks of a wave interleaved (as they run side by side): hits, misses and write-backs without
-        time."""
-        from algorithms.ir import SMEM, Load, Store
 
-        for w in range(0, len(items), wave):
-            streams = [role.program(cta) for cta in items[w:w + wave] for role in kernel.roles]
-            while streams:
-                alive = []
-                for gen in streams:
-                    for op in gen:
-                        kind = type(op)
-                        if kind is Load:
-                            self.l2.read(op.src, now, self.copies.get(op.src.tensor, self.private_copies))
-                            if op.level == SMEM:
-                                self.smem_write_bytes += op.src.nbytes
-                            alive.append(gen)
-                            break
-                        if kind is Store:
-                            self.l2.write(op.dst, self.copies.get(op.dst.tensor, self.private_copies))
-                            alive.append(gen)
-                            break
-                streams = alive
-            self.hbm_write_bytes += self.l2.take_evicted()
+def _skip_plan(heads: list, step: int, slots: int, times: list[int], queued: int) -> dict | None:
+    """Which blocks a periodic run may leave out. `heads`: each block's K/V head, in launch order; `times`:
+    the run's start and the cycles at which each further `step` blocks (one per SM) were done; `queued`:
+    blocks queued so far, which run. Whole periods (P x step blocks) are left out, such that every block
+    from the watched periods on has a copy exactly that many blocks later:
+    - whole heads, from a head boundary on, once the times repeat with the period of the launch pattern
+      (steps until one ends at a head boundary again; heads launched one after another);
+    - or, while the blocks watched, queued and left out all belong to one head (its K/V already in L2),
+      once the times repeat with any period up to PERIOD_MAX waves.
+    Nothing needs to run after them: the blocks running when they are left out are copies of the last."""
+    gaps = [b - a for a, b in zip(times[1:], times[2:], strict=False)]  # the first interval fills the pipeline
+    per_head = heads.count(heads[0])
+    room = len(heads)
+    pattern = per_head // math.gcd(step, per_head)
+    in_order = len(heads) % per_head == 0 and all(heads[i] == heads[i - i % per_head] for i in range(len(heads)))
+    if in_order and pattern <= PATTERN_MAX * slots and _repeats(gaps, pattern):
+        unit = pattern * step
+        at = -(-queued // per_head) * per_head
+        reps = (room - at) // unit
+        if reps > 0:
+            return {"at": at, "blocks": reps * unit, "period": pattern, "reps": reps}
+    period = next((n for n in range(1, PERIOD_MAX * slots + 1) if _repeats(gaps, n)), 0)
+    if not period:
+        return None
+    first = (len(times) - 1 - 2 * period) * step  # first block of the watched periods
+    end = heads.index(heads[first]) + heads.count(heads[first])  # one past that head's last block
+    reps = (min(room, end) - queued) // (period * step)
+    if reps > 0 and heads[queued - 1] == heads[first]:
+        return {"at": queued, "blocks": reps * period * step, "period": period, "reps": reps}
+    return None
+
+
+def _repeats(gaps: list[int], period: int) -> bool:
+    """Whether the last 2 x `period` intervals repeat exactly with that period."""
+    return len(gaps) >= 2 * period and gaps[-period:] == gaps[-2 * period:-period]

@@ -68,21 +68,26 @@ class L2Cache:
         self.write_bytes = 0  # bytes stored into L2
         self.miss_bytes = 0.0  # bytes fetched from HBM
         self.evicted_dirty_bytes = 0.0  # written back to HBM during the kernel
+        self.evictions = 0  # lines evicted to make room
         self._charged = 0.0
 
     @staticmethod
-    def _lines(g: GTile) -> list:
-        """(key, presence bits, bytes per bit) of every line a tile touches."""
+    @lru_cache(maxsize=1 << 16)
+    def _lines(g: GTile) -> tuple:
+        """(key, presence bits, bytes per bit) of every line a tile touches (tiles recur: a head's K/V tiles
+        are read by all its blocks, so the split is kept)."""
         r0, c0 = g.row // LINE_ROWS, g.col // LINE_COLS
         head = (g.tensor, g.batch, g.head)
         pattern = _pattern(g.row % LINE_ROWS, g.rows, g.col % LINE_COLS, g.cols, g.elem_bytes)
-        return [((*head, r0 + dr, c0 + dc), bits, nbytes) for dr, dc, bits, nbytes in pattern]
+        return tuple(((*head, r0 + dr, c0 + dc), bits, nbytes) for dr, dc, bits, nbytes in pattern)
 
-    def read(self, g: GTile, now: int, copies: float = 1.0) -> tuple[int, float, list]:
-        """Look a tile up. Returns (cycle that lines still in flight land, bytes to fetch from HBM in sample
-        units, the missed line entries, whose ready cycle the caller sets)."""
+    def read(self, g: GTile, now: int, copies: float = 1.0) -> tuple[int, list, float, list]:
+        """Look a tile up. Returns (cycle that lines already landing land, fetches still on their way from
+        HBM that hold lines it reads, bytes to fetch from HBM in sample units, the missed line entries, whose
+        ready field the caller sets)."""
         miss = 0.0
         pending_ready = 0
+        fetching = []
         missed = []
         lines = self.lines
         for key, mask, slice_bytes in self._lines(g):
@@ -93,8 +98,12 @@ class L2Cache:
             else:
                 lines.move_to_end(key)
                 ready = entry[2]
-                if ready is not None and ready > now and ready > pending_ready and entry[3] & mask:
-                    pending_ready = ready
+                if ready is not None and entry[3] & mask:
+                    if type(ready) is int:
+                        if ready > now and ready > pending_ready:
+                            pending_ready = ready
+                    elif ready not in fetching:
+                        fetching.append(ready)
             absent = mask & ~entry[3]
             if absent:
                 nbytes = absent.bit_count() * slice_bytes
@@ -104,7 +113,7 @@ class L2Cache:
                 missed.append(entry)
         self.read_bytes += g.nbytes
         self.miss_bytes += miss
-        return pending_ready, miss, missed
+        return pending_ready, fetching, miss, missed
 
     def write(self, g: GTile, copies: float = 1.0) -> None:
         """Store a tile: its slices become present and dirty (allocated without reading HBM)."""
@@ -141,6 +150,7 @@ class L2Cache:
         while self.used > self.capacity and self.lines:
             key, old = self.lines.popitem(last=False)
             self.used -= old[0]
+            self.evictions += 1
             if old[1]:
                 self.evicted_dirty_bytes += old[0] / old[4]
                 self.dirty.pop(key, None)

@@ -1,13 +1,16 @@
 """Hardware units as small resources with one way to ask for service.
 
-Every unit is a FIFO server with a rate: a request of `work` units at cycle t starts when the unit is free,
-occupies it for work / rate cycles, and the caller is told the (whole) cycle it completes. Contention is the
+SM pipes share their rate among the requests in service (SharedUnit); the wgmma queue serves in arrival
+order (QueueUnit); the chip-wide HBM and L2 ports share theirs too (Port), since a tile's bytes travel as
+sectors spread over many channels and slices, interleaved with every other SM's. Contention is the
 queueing that results; nothing else decides time. Barriers count arrivals and wake waiters.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
+from collections import deque
 
 import simpy
 
@@ -37,6 +40,125 @@ class Server:
         self.busy += duration
         self.work += work
         return math.ceil(self.next_free - 1e-9)
+
+
+class Port:
+    """A chip-wide port (HBM, L2): its rate is shared equally among the SMs with requests outstanding, and
+    each SM's requests are served in the order it issued them.
+
+    An SM's copy engine and load units walk one tile's sectors before the next tile's, so its own requests
+    queue behind each other; the sectors of different SMs' tiles spread over the same channels and slices
+    and interleave, so SMs share. Virtual time V counts the bytes each SM in service has received; an SM's
+    request of w bytes reaching the head of its queue at V0 leaves when V reaches V0 + w, so departures come
+    in order of those tags (a heap) at O(log n) each. Identical SMs issuing alike leave alike.
+
+    rate is the chip's; a sample of it passes `copies`, the chip's SMs per simulated SM, and each of its SMs
+    gets rate / (n x copies): the very numbers the chip's n x copies SMs would get. A request's callback
+    runs with the cycle it is announced: the whole cycle it leaves in, plus its latency."""
+
+    __slots__ = ("env", "name", "rate", "copies", "V", "t", "heap", "queues", "serving", "work", "owed",
+                 "departed", "_seq", "_timer", "_timer_at")
+
+    def __init__(self, env: simpy.Environment, name: str, rate: float, copies: float = 1.0):
+        if rate <= 0:
+            raise ValueError(f"{name}: rate must be positive")
+        self.env, self.name, self.rate, self.copies = env, name, rate, copies
+        self.V = 0.0  # bytes served to each SM in service so far
+        self.t = 0.0  # time V refers to
+        self.heap: list = []  # (departure tag, seq, SM, callback, latency) of each SM's request in service
+        self.queues: dict = {}  # SM -> deque of (bytes, callback, latency) behind its request in service
+        self.serving: set = set()  # SMs with a request in service
+        self.work = 0.0  # bytes accepted
+        self.owed = 0.0  # bytes accepted, not yet served, apart from the requests in service
+        self.departed: list = []  # (announcement cycle, seq, callback) of requests served, not yet announced
+        self._seq = 0
+        self._timer = None  # the pending wake-up event, and the cycle it fires
+        self._timer_at = -1
+
+    def _advance(self, now: float) -> None:
+        """Move V to `now`; departures on the way are queued for announcement, and their SMs' next requests
+        enter service."""
+        heap = self.heap
+        while heap:
+            n = len(heap) * self.copies
+            tag = heap[0][0]
+            t_out = self.t + (tag - self.V) * n / self.rate
+            if t_out > now + 1e-9:
+                self.V += (now - self.t) * self.rate / n
+                self.t = now
+                return
+            _, seq, flow, callback, latency = heapq.heappop(heap)
+            self.V, self.t = tag, t_out
+            if callback is not None:
+                heapq.heappush(self.departed, (math.ceil(t_out - 1e-9) + latency, seq, callback))
+            queue = self.queues.get(flow)
+            if queue:
+                work, callback, latency = queue.popleft()
+                self.owed -= work
+                heapq.heappush(heap, (tag + work, self._seq, flow, callback, latency))
+                self._seq += 1
+            else:
+                self.serving.discard(flow)
+        self.V, self.t = 0.0, now  # idle: restart the tags (keeps them small)
+
+    def _announce(self, now: int) -> None:
+        departed = self.departed
+        while departed and departed[0][0] <= now:
+            at, _, callback = heapq.heappop(departed)
+            callback(at)
+
+    def submit(self, now: int, work: float, callback=None, flow=None, latency: int = 0) -> None:
+        """Serve `work` bytes for SM `flow` from cycle `now`, after that SM's earlier requests;
+        callback(cycle) runs at the cycle they are through plus `latency` (None: nobody waits, as for
+        write-backs)."""
+        if work <= 0:
+            if callback is not None:
+                callback(now + latency)
+            return
+        self._advance(now)
+        self._announce(now)
+        self.work += work
+        if flow in self.serving:
+            self.queues.setdefault(flow, deque()).append((work, callback, latency))
+            self.owed += work
+            return
+        self.serving.add(flow)
+        heapq.heappush(self.heap, (self.V + work, self._seq, flow, callback, latency))
+        self._seq += 1
+        self._wake()
+
+    def _wake(self) -> None:
+        """Make sure a timer fires at the next announcement (or departure, which may announce sooner than
+        one already queued)."""
+        at = self.departed[0][0] if self.departed else math.inf
+        if self.heap:
+            n = len(self.heap) * self.copies
+            at = min(at, math.ceil(self.t + (self.heap[0][0] - self.V) * n / self.rate - 1e-9))
+        if at == math.inf:
+            return
+        now = self.env.now
+        at = max(at, now)
+        if self._timer is not None and self._timer_at <= at:
+            return  # an earlier (or the same) wake-up is pending: it re-arms when it fires
+        self._timer_at = at
+        timer = self.env.timeout(at - now)
+        self._timer = timer
+        timer.callbacks.append(self._fire)
+
+    def _fire(self, event) -> None:
+        if event is not self._timer:
+            return  # superseded by an earlier wake-up
+        self._timer, self._timer_at = None, -1
+        now = self.env.now
+        self._advance(now)
+        self._announce(now)
+        self._wake()
+
+    def busy_cycles(self, now: float) -> float:
+        """Cycles of the whole rate spent serving: the bytes served so far over the rate."""
+        self._advance(now)
+        owed = self.owed + sum(entry[0] for entry in self.heap) - len(self.heap) * self.V
+        return (self.work - owed) * self.copies / self.rate
 
 
 class SharedUnit:
@@ -122,7 +244,8 @@ class SharedUnit:
         """Start serving `work`, at most `cap` x the unit's rate; returns a request id for estimate()."""
         if not 0 < cap <= 1:
             raise ValueError(f"{self.name}: a request's cap must be in (0, 1], got {cap}")
-        self._advance(now)
+        if self.t0 < now:
+            self._advance(now)
         rid = self._next_id
         self._next_id += 1
         if work <= 0:
@@ -138,7 +261,8 @@ class SharedUnit:
 
     def estimate(self, now: float, rid: int) -> float:
         """Finish cycle of a request if nothing else arrives (its real finish time once it is done)."""
-        self._advance(now)
+        if self.t0 < now:
+            self._advance(now)
         if rid in self.done:
             return self.done[rid]
         if self.caps:  # play the requests forward, sharing again as each leaves
@@ -153,10 +277,13 @@ class SharedUnit:
                 if rid not in work:  # it finished within rounding of the one that left first
                     return t
         # play the current requests forward: the smaller ones leave first, the rest speed up
+        active = self.active
+        target = active[rid]
+        if len(active) == 1:
+            return self.t0 + target / self.rate
         t, served = self.t0, 0.0
-        left = sorted(self.active.values())
+        left = sorted(active.values())
         n = len(left)
-        target = self.active[rid]
         for i, w in enumerate(left):
             t += (w - served) * (n - i) / self.rate
             served = w
@@ -171,7 +298,8 @@ class SharedUnit:
 
     def busy_cycles(self, now: float) -> float:
         """Cycles of the whole rate spent serving: the work served so far over the rate."""
-        self._advance(now)
+        if self.t0 < now:
+            self._advance(now)
         return (self.work - sum(self.active.values())) / self.rate
 
 
@@ -231,11 +359,3 @@ class Barrier:
         event = self.env.event()
         self.waiters.append((target, event))
         return event
-
-    def arrive_at(self, cycle: int, n: int = 1) -> None:
-        """Arrive at a future cycle (an async copy landing)."""
-        delay = cycle - self.env.now
-        if delay <= 0:
-            self.arrive(n)
-        else:
-            self.env.timeout(delay).callbacks.append(lambda _ev: self.arrive(n))

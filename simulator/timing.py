@@ -57,8 +57,11 @@ def pipe_share(warps: int, sub_partitions: int) -> float:
 class RoleTimer:
     """Runs one role of one thread block on one SM as a simpy process."""
 
-    def __init__(self, gpu, sm, barriers, trace=None, track: str = ""):
+    def __init__(self, gpu, sm, barriers, trace=None, track: str = "", slot: int = 0):
         self.gpu, self.sm, self.barriers = gpu, sm, barriers
+        # the SM's TMA engine walks one copy after another; loads and stores the warps issue (cp.async,
+        # ld, st) interleave with other blocks' warps, so each block's queue behind its own at the ports
+        self.flow = (sm.index, slot)
         self.env = gpu.env
         self.p = gpu.profile
         self.tokens: dict[str, int] = {}
@@ -74,50 +77,56 @@ class RoleTimer:
         only push an estimate later, so wake at the estimate and ask again."""
         env = self.env
         while True:
-            t = max(unit.estimate(env.now, rid) for unit, rid in reqs) if reqs else env.now
-            target = math.ceil(t - 1e-9) + extra
-            if target <= env.now:
+            now = t = env.now
+            for unit, rid in reqs:
+                finish = unit.estimate(now, rid)
+                if finish > t:
+                    t = finish
+            served = math.ceil(t - 1e-9)
+            if served + extra <= now:
                 break
-            yield env.timeout(target - env.now)
-            extra = 0 if env.now >= math.ceil(t - 1e-9) + extra else extra
+            yield env.timeout(served + extra - now)
+            if env.now >= served + extra:
+                extra = 0
         for unit, rid in reqs:
             unit.release(rid)
 
     def run(self, program):
         env, gpu, sm, p = self.env, self.gpu, self.sm, self.p
         tracing = self.trace is not None
-        inflight: dict[str, int] = {}  # register or SMEM buffer -> cycle a plain load into it lands
+        inflight: dict[str, object] = {}  # register or SMEM buffer -> event: a plain load into it landed
         for op in program:
             gpu.ops += 1
             kind = type(op)
             if inflight:
-                ready = _ready_cycle(op, kind, inflight)
-                if ready > env.now:
-                    yield env.timeout(ready - env.now)
+                for event in _waits(op, kind, inflight):
+                    if not event.processed:
+                        yield event
             now = env.now
             if kind is Load:
-                done = gpu.load(op.src, now, to_smem=op.level == SMEM, sm=sm)
-                if op.via == "tma":
-                    done += p.tma_latency_cycles
+                to_smem = op.level == SMEM
                 if op.via == "ld":
                     # plain loads are in flight together; the warp stalls at the first op that reads one
-                    if tracing:
-                        self._mark(f"load {op.src.tensor}", now, done)
-                    inflight[op.dst] = done
+                    event = env.event()
+                    inflight[op.dst] = event
+                    gpu.load(op.src, now, to_smem, sm, self._landed(event, f"load {op.src.tensor}", now),
+                             flow=self.flow)
                 else:
-                    issue = p.tma_issue_cycles if op.via == "tma" else p.cp_async_issue_cycles
-                    self.barriers[op.barrier].arrive_at(done)
-                    if tracing:
-                        self.trace.append((f"SM{sm.index} {op.via}", f"load {op.src.tensor}", now, done))
-                    yield env.timeout(issue)
+                    barrier = self.barriers[op.barrier]
+                    tma = op.via == "tma"
+                    track = f"SM{sm.index} {op.via}" if tracing else None
+                    gpu.load(op.src, now, to_smem, sm, self._arrival(barrier, track, f"load {op.src.tensor}", now),
+                             p.tma_latency_cycles if tma else 0, None if tma else self.flow)
+                    yield env.timeout(p.tma_issue_cycles if tma else p.cp_async_issue_cycles)
             elif kind is Store:
-                done = gpu.store(op.dst, now, from_smem=op.level == SMEM, sm=sm)
                 if op.via == "tma":
+                    gpu.store(op.dst, now, op.level == SMEM, sm)
                     yield env.timeout(p.tma_issue_cycles)
                 else:
-                    if tracing:
-                        self._mark(f"store {op.dst.tensor}", now, done)
-                    yield env.timeout(done - now)
+                    event = env.event()
+                    gpu.store(op.dst, now, op.level == SMEM, sm, self._landed(event, f"store {op.dst.tensor}", now),
+                              self.flow)
+                    yield event
             elif kind is Gemm:
                 rate = p.tensor_flops_per_clk_per_sm(op.instr, op.dtype)
                 share = pipe_share(op.warps, p.sub_partitions_per_sm)
@@ -181,27 +190,43 @@ class RoleTimer:
                 yield from self._until([(sm.alu, sm.alu.submit(now, op.rows * op.cols))], 1)
             else:
                 raise TypeError(f"timing interpreter has no rule for {kind.__name__}")
-        if inflight:
-            last = max(inflight.values())
-            if last > env.now:
-                yield env.timeout(last - env.now)
+        for event in inflight.values():
+            if not event.processed:
+                yield event
+
+    def _landed(self, event, name: str, start: int):
+        """Callback for a load or store's landing cycle: succeed the event the warp waits on."""
+        if self.trace is None:
+            return lambda _cycle: event.succeed()
+
+        def landed(cycle: int) -> None:
+            self._mark(name, start, cycle)
+            event.succeed()
+
+        return landed
+
+    def _arrival(self, barrier, track: str | None, name: str, start: int):
+        """Callback for an async copy's landing cycle: arrive on its barrier."""
+        if track is None:
+            return lambda _cycle: barrier.arrive()
+
+        def landed(cycle: int) -> None:
+            self.trace.append((track, name, start, cycle))
+            barrier.arrive()
+
+        return landed
 
 
-def _ready_cycle(op, kind, inflight: dict[str, int]) -> int:
-    """The cycle `op` may start, given plain loads still in flight (a scoreboard on buffer names): it waits
-    for those into buffers it names; a load into a buffer still being filled, and a barrier, wait too
-    (SyncThreads publishes shared memory, so every load into it must have landed)."""
+def _waits(op, kind, inflight: dict) -> list:
+    """The plain loads `op` must wait for (a scoreboard on buffer names): those into buffers it names; a
+    load into a buffer still being filled, and a barrier, wait too (SyncThreads publishes shared memory, so
+    every load into it must have landed)."""
     if kind is SyncThreads:
-        ready = max(inflight.values())
+        events = list(inflight.values())
         inflight.clear()
-        return ready
+        return events
     names = [op.dst] if kind is Load else [getattr(op, f) for f in _str_fields(kind)]
-    ready = 0
-    for name in names:
-        t = inflight.pop(name, None)
-        if t is not None and t > ready:
-            ready = t
-    return ready
+    return [e for e in (inflight.pop(name, None) for name in names) if e is not None]
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}

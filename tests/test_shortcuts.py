@@ -1,0 +1,135 @@
+"""Shortcuts give the plain event-by-event run's cycle count, to the cycle, where their premise holds.
+
+- Head sampling: a sample of whole heads on a share of the SMs is exact when the chip is copies of it
+  (each of its SMs' block sequences repeats on share^-1 of the chip's SMs, heads launched in order) and
+  the L2 keeps every line (the sample evicts a line for all its copies at once).
+- Periodic skip: leaving out whole periods of a run whose wave times repeat is exact while the L2 stays
+  in one regime (the skip waits until it does).
+- V1 outer steps: a line through loops of n-1 and n steps, once two step costs in a row are equal.
+
+Where the premise fails (causal grids whose blocks differ, sampled runs whose L2 evicts), the bounded
+tests in test_simulator.py apply.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import simulator.api as api
+from algorithms.problem import Problem
+from hw_profiles import load_profile
+from simulator import simulate
+from simulator.resources import Port
+
+H100 = load_profile("h100")
+H200 = load_profile("h200")
+BIG_L2 = H100.with_overrides({"l2_bytes": 8 * H100.l2_bytes, "l2_dirty_max_bytes": 8 * H100.l2_bytes})
+FOUR_SMS = H100.with_overrides({"sm_count": 4})
+
+
+def _same(a, b) -> None:
+    assert a.cycles == b.cycles
+    assert a.bytes == b.bytes
+
+
+# -- head sampling -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "algo,problem,profile",
+    [
+        # 4 blocks per head, 12 sampled SMs of 132: the chip is 11 copies of the sample
+        ("v2", Problem(2, 66, 512, 64), H100),
+        ("v2", Problem(4, 66, 512, 128), BIG_L2),
+        ("v3", Problem(4, 66, 512, 128), BIG_L2),
+        ("v2", Problem(1, 66, 512, 64, causal=True), H100),  # one wave: unequal blocks still copies
+    ],
+)
+def test_head_sample_is_exact_when_the_chip_is_copies_of_it(monkeypatch, algo, problem, profile):
+    monkeypatch.setattr(api, "SAMPLE_ABOVE_WAVES", 0)  # sample even grids small enough for the whole chip
+    sampled = simulate(algo, problem, profile, sms=12, extrapolate=False)
+    whole = simulate(algo, problem, profile, sms=None, extrapolate=False)
+    assert sampled.sim["sms_simulated"] == 12 and whole.sim["sms_simulated"] == 132
+    _same(sampled, whole)
+
+
+def test_a_sampled_port_serves_like_the_chip_port_it_stands_for():
+    """One SM's request on a port with 1/11 of the chip (copies = 11) is announced at the cycle each of 11
+    identical SMs' requests is on the chip's port, also while another SM's request shares it."""
+    import simpy
+
+    def announce(copies: int, sms: int) -> list[int]:
+        env = simpy.Environment()
+        port = Port(env, "hbm", 64.0, copies)
+        seen: list[int] = []
+        for sm in range(sms):
+            port.submit(0, 4096, seen.append, sm, 10)
+            port.submit(0, 1024, seen.append, sm, 10)  # queued behind the SM's first request
+        env.run()
+        return seen
+
+    chip, sample = announce(1, 11), announce(11, 1)
+    assert sample == sorted(set(chip)) and len(set(chip)) == 2
+    assert chip[:11] == [sample[0]] * 11
+
+
+def test_port_shares_between_sms_and_keeps_each_sms_order():
+    import simpy
+
+    env = simpy.Environment()
+    port = Port(env, "l2", 10.0)
+    seen: dict[str, int] = {}
+    port.submit(0, 100, lambda c: seen.setdefault("a1", c), 0)
+    port.submit(0, 100, lambda c: seen.setdefault("a2", c), 0)
+    port.submit(0, 100, lambda c: seen.setdefault("b1", c), 1)
+    env.run()
+    # a1 and b1 share (5 B/clk each) and leave at 20; a2 then has the port alone: 10 more cycles
+    assert seen == {"a1": 20, "b1": 20, "a2": 30}
+    assert port.busy_cycles(env.now) == pytest.approx(30)
+
+
+# -- periodic skip ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "algo,problem,profile,sms",
+    [
+        ("v2", Problem(1, 8, 2048, 64), FOUR_SMS, None),  # whole chip, a period of one wave within a head
+        ("v3", Problem(1, 8, 2048, 128), FOUR_SMS, None),  # persistent tiles, whole heads left out
+        ("v3", Problem(8, 16, 2048, 128), H200, 8),  # sampled, the L2 evicting throughout
+    ],
+)
+def test_periodic_skip_is_exact(algo, problem, profile, sms):
+    fast = simulate(algo, problem, profile, sms=sms)
+    plain = simulate(algo, problem, profile, sms=sms, extrapolate=False)
+    assert fast.sim["blocks_extrapolated"] > 0 and plain.sim["blocks_extrapolated"] == 0
+    _same(fast, plain)
+
+
+def test_periodic_skip_waits_while_the_l2_fills():
+    """A run whose L2 fills after the wave times have settled must not leave out the filling: leaving it
+    out would keep the L2 emptier for every block after it."""
+    problem = Problem(32, 16, 512, 128)
+    fast = simulate("v3", problem, H200)
+    plain = simulate("v3", problem, H200, extrapolate=False)
+    assert fast.sim["blocks_extrapolated"] > 0
+    _same(fast, plain)
+
+
+# -- V1 outer steps -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("problem", [Problem(1, 4, 8192, 64), Problem(1, 2, 8192, 128)])
+def test_v1_outer_steps_are_exact(problem):
+    fast = simulate("v1", problem, FOUR_SMS, sms=None)
+    plain = simulate("v1", problem, FOUR_SMS, sms=None, extrapolate=False)
+    assert len(fast.sim["outer_steps_simulated"]) < problem.seqlen_k // fast.tiling.block_n
+    _same(fast, plain)
+
+
+def test_v1_outer_steps_keep_a_ragged_last_step():
+    problem = Problem(1, 4, 8192 + 100, 64)
+    fast = simulate("v1", problem, FOUR_SMS, sms=None)
+    plain = simulate("v1", problem, FOUR_SMS, sms=None, extrapolate=False)
+    assert "outer_steps_simulated" in fast.sim
+    _same(fast, plain)
