@@ -360,7 +360,7 @@ class Kernel:
     persistent: bool = False
     # CTAs whose programs are identical up to (batch, head): used to count one and multiply.
     classes: Callable[[tuple], tuple] | None = None
-    # Every CTA (work tile) does the same work, up to addresses: the simulator may extrapolate across waves.
+    # Every CTA (work tile) does the same work, up to addresses: the simulator may skip periods of waves.
     uniform: bool = False
     # (batch, K/V head) a CTA works for; None: the CTA tuple starts (batch, query head, ...).
     kv_head_of: Callable[[tuple], tuple[int, int]] | None = None

@@ -118,7 +118,7 @@ def simulate(
     """Replay `algo`'s schedule for `problem` on `profile`.
 
     sms: SMs simulated (sampling, see simulator/gpu.py); None simulates the whole chip.
-    extrapolate: let uniform kernels run a few waves and extrapolate the steady state (simulator/gpu.py)."""
+    extrapolate: let uniform kernels skip periods of waves (simulator/gpu.py) and long V1 loops be probed."""
     check_algo(algo)
     check_features(algo, problem, profile)
     if tiling is not None:

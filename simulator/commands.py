@@ -29,7 +29,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--full", action="store_true", help="simulate every SM (slower, no sampling)")
     p.add_argument("--no-extrapolate", dest="extrapolate", action="store_false",
-                   help="run every wave and every V1 step instead of extrapolating the steady state")
+                   help="run every block and every V1 step (no periodic skip, no outer-step probes)")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
 
 
