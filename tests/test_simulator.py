@@ -89,13 +89,17 @@ def test_standard_slower_than_v2_at_4k():
     assert simulate("standard", p, H100).time_s >= 1.5 * simulate("v2", p, H100).time_s
 
 
-@pytest.mark.xfail(
+STANDARD_D128 = pytest.mark.xfail(
     strict=True,
-    reason="the model puts our standard schedule 2.77x behind v2 on the H100; our kernels measured 2.86x on the "
-    "H200 (experiments/results/h200/validation.md, b4-h16-n4096-d128): the 3x is PyTorch's unfused attention",
+    reason="the model puts our standard schedule 2.77x behind v2 at d128 on the H100; our kernels measured "
+    "2.86x on the H200 (experiments/results/h200/validation.md, b4-h16-n4096-d128), so the 3x holds at d64 only",
 )
-def test_standard_at_least_3x_slower_than_v2_at_4k():
-    p = Problem(4, 16, 4096, 128)
+
+
+@pytest.mark.parametrize("heads,headdim", [(32, 64), pytest.param(16, 128, marks=STANDARD_D128)])
+def test_standard_at_least_3x_slower_than_v2_at_4k(heads, headdim):
+    """Measured on the H200, our standard kernels ran 4.57x behind our v2 at d64 and 2.86x at d128."""
+    p = Problem(4, heads, 4096, headdim)
     assert simulate("standard", p, H100).time_s >= 3 * simulate("v2", p, H100).time_s
 
 
