@@ -233,21 +233,23 @@ class Gpu:
         return l2.used, l2.dirty_room, l2.evictions, l2.evicted_dirty_bytes
 
     def _l2_regime(self, l2_marks: list, plan: dict, done: int, total: int) -> str | None:
-        """The L2 regime the watched periods were in, if leaving out a plan's blocks keeps it: "evicting"
-        (lines were evicted, or dirty lines written back, in each watched period) or "filling" (it keeps
-        every line until the launch ends: the dirty lines left at the end grow with the blocks). None if
-        the L2 would change regime within the blocks left out (a run must not leave out the moment the L2
-        fills, and with it the state of every block after)."""
+        """The L2 regime of the two watched periods, if leaving out a plan's blocks keeps it: "evicting"
+        (the same number of lines evicted, and dirty bytes written back, in each period: the times watched
+        already carry the write-backs) or "filling" (nothing evicted, and room and the dirty limit last until
+        the launch ends: the dirty lines left at the end grow with the blocks). None otherwise: a run must not
+        leave out the moment the L2 fills, and with it the state of every block after."""
         period = plan["period"]
-        (used0, dirty0, ev0, wb0), (used1, dirty1, ev1, wb1) = l2_marks[-1 - period], l2_marks[-1]
-        first = l2_marks[-1 - 2 * period]
-        periods_left = (total - done) / (period * self.n_sms) + 1
-        l2 = self.l2
-        if ev1 > ev0 > first[2] or wb1 > wb0 > first[3]:
-            return "evicting"
-        fits = used1 + (used1 - used0) * periods_left <= l2.capacity
-        if fits and dirty1 + (dirty1 - dirty0) * periods_left <= l2.dirty_max and ev1 == first[2] and wb1 == first[3]:
-            return "filling"
+        first, mid, last = l2_marks[-1 - 2 * period], l2_marks[-1 - period], l2_marks[-1]
+        evicted = (mid[2] - first[2], last[2] - mid[2])
+        written = (mid[3] - first[3], last[3] - mid[3])
+        if evicted[0] == evicted[1] and math.isclose(*written, rel_tol=1e-9, abs_tol=1e-6):
+            if evicted[1] or written[1]:
+                return "evicting"
+            periods_left = (total - done) / (period * self.n_sms) + 1
+            l2 = self.l2
+            if (last[0] + (last[0] - mid[0]) * periods_left <= l2.capacity
+                    and last[1] + (last[1] - mid[1]) * periods_left <= l2.dirty_max):
+                return "filling"
         return None
 
     def set_clock(self, clock_hz: float) -> None:

@@ -106,12 +106,13 @@ def test_periodic_skip_is_exact(algo, problem, profile, sms):
     _same(fast, plain)
 
 
-def test_periodic_skip_waits_while_the_l2_fills():
-    """A run whose L2 fills after the wave times have settled must not leave out the filling: leaving it
-    out would keep the L2 emptier for every block after it."""
-    problem = Problem(32, 16, 512, 128)
-    fast = simulate("v3", problem, H200)
-    plain = simulate("v3", problem, H200, extrapolate=False)
+@pytest.mark.parametrize("problem,profile", [(Problem(32, 16, 512, 128), H200), (Problem(16, 16, 1000, 128), H100)])
+def test_periodic_skip_waits_while_the_l2_fills(problem, profile):
+    """A run whose L2 fills after the times have settled must not leave out the filling: leaving it out
+    would keep the L2 emptier for every block after it. Nor may it skip on times from before its
+    write-backs slowed it (the second case evicts from the third round on and slows from the fifth)."""
+    fast = simulate("v3", problem, profile)
+    plain = simulate("v3", problem, profile, extrapolate=False)
     assert fast.sim["blocks_extrapolated"] > 0
     _same(fast, plain)
 
