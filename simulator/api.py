@@ -198,7 +198,7 @@ def simulate(
 
 
 # V1 runs its outer K/V step Tc times per block. A loop of at least V1_PROBE_FROM steps is simulated with
-# 1, 2, 3, ... steps (up to V1_PROBE_MAX, and while the probes cost at most half the loop) until adding a
+# 1, 2, 3, ... steps (up to V1_PROBE_MAX, and while the probes cost at most a quarter of the loop) until adding a
 # step costs the same twice running; from there every step costs that, so the full loop's time is a line
 # through the last two.
 V1_PROBE_FROM = 32
@@ -219,8 +219,8 @@ def _v1_outer_steps(problem: Problem, profile, t: Tiling, sms: int | None, steps
         sms = None
     runs = []
     for n in range(1, V1_PROBE_MAX + 1):
-        if n * (n + 1) / 2 > steps / 2:
-            return None  # probing further would cost more than half the loop it stands for
+        if n * (n + 1) / 2 > steps / 4:
+            return None  # probing further would cost more than a quarter of the loop it stands for
         runs.append(simulate("v1", loop(n), profile, t, sms=sms, extrapolate=False))
         c = [r.cycles for r in runs[-3:]]
         if n >= 3 and c[2] - c[1] == c[1] - c[0]:

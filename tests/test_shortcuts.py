@@ -117,10 +117,22 @@ def test_periodic_skip_waits_while_the_l2_fills(problem, profile):
     _same(fast, plain)
 
 
+def test_periodic_skip_within_a_hair_where_the_l2_state_differs():
+    """The repeat and regime checks compare times and counts, not which lines the L2 holds: on the H200
+    validation grid 3 of 60 runs whose L2 evicts come out within 0.04% of the plain run (this is one)."""
+    problem = Problem(8, 32, 2048, 64)
+    fast = simulate("v2", problem, H200)
+    plain = simulate("v2", problem, H200, extrapolate=False)
+    assert fast.sim["blocks_extrapolated"] > 0
+    assert fast.cycles == pytest.approx(plain.cycles, rel=1e-3)
+    for key in ("hbm_read", "l2_read", "l2_write"):
+        assert fast.bytes[key] == pytest.approx(plain.bytes[key], rel=1e-3)
+
+
 # -- V1 outer steps -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("problem", [Problem(1, 4, 8192, 64), Problem(1, 2, 8192, 128)])
+@pytest.mark.parametrize("problem", [Problem(1, 4, 8192, 64), Problem(2, 4, 8192, 64)])
 def test_v1_outer_steps_are_exact(problem):
     fast = simulate("v1", problem, FOUR_SMS, sms=None)
     plain = simulate("v1", problem, FOUR_SMS, sms=None, extrapolate=False)
