@@ -1,4 +1,5 @@
-"""The units time is made of: processor sharing with per-request caps, and warps bound to sub-partitions."""
+"""The units time is made of: processor sharing with per-request caps, warps bound to sub-partitions,
+and the chip ports' fair sharing among requesters."""
 
 from __future__ import annotations
 
@@ -93,3 +94,55 @@ def test_capped_sharing_matches_a_step_by_step_integration(seed):
     expected = _brute_force(requests, 4.0)
     for i, rid in enumerate(ids):
         assert unit.estimate(1000, rid) == pytest.approx(expected[i], abs=0.02)
+
+
+def _fair_share_by_steps(requests, rate: float, dt: float = 1e-3) -> dict[int, float]:
+    """Finish times of (arrival, work, flow) requests on a port that shares `rate` equally among the flows
+    with a request in service, each flow serving its own requests in arrival order, by small steps."""
+    left = {i: w for i, (_, w, _) in enumerate(requests)}
+    done, t = {}, 0.0
+    while left:
+        heads = {}
+        for i in sorted(left):  # a flow's earliest outstanding request that has arrived
+            arrival, _, flow = requests[i]
+            if arrival <= t + 1e-12 and flow not in heads:
+                heads[flow] = i
+        for i in heads.values():
+            left[i] -= rate / len(heads) * dt
+            if left[i] <= 0:
+                done[i] = t + dt
+                del left[i]
+        t += dt
+    return done
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_port_matches_a_step_by_step_integration(seed):
+    """The port's virtual-time bookkeeping against fair sharing integrated directly: each request is
+    announced at the cycle it is through (within the integration's step), plus its latency."""
+    import math
+    import random
+
+    import simpy
+
+    from simulator.resources import Port
+
+    rng = random.Random(seed)
+    requests = sorted(((rng.choice((0, 0, 3, 7, 20)), rng.uniform(10, 400), rng.randint(0, 3))
+                       for _ in range(rng.randint(3, 9))), key=lambda r: r[0])
+    latency = rng.choice((0, 5))
+    env = simpy.Environment()
+    port = Port(env, "l2", 16.0)
+    seen: dict[int, int] = {}
+
+    def issue(i, arrival, work, flow):
+        yield env.timeout(arrival)
+        port.submit(env.now, work, lambda c, i=i: seen.setdefault(i, c), flow, latency)
+
+    for i, (arrival, work, flow) in enumerate(requests):
+        env.process(issue(i, arrival, work, flow))
+    env.run()
+    expected = _fair_share_by_steps(requests, 16.0)
+    for i, t_out in expected.items():
+        assert abs(seen[i] - (math.ceil(t_out) + latency)) <= 1, (i, seen[i], t_out)
+    assert port.busy_cycles(env.now) == pytest.approx(sum(w for _, w, _ in requests) / 16.0)
