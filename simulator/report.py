@@ -95,6 +95,13 @@ def detail_table(r):
     table.add_row(
         "simulation", f"{r.sim['wall_s']:.2f} s wall, {r.sim['ops']:,} tile ops, {r.sim['sms_simulated']} SMs simulated"
     )
+    shortcuts = []
+    if r.sim.get("blocks_extrapolated"):
+        shortcuts.append(f"{r.sim['blocks_extrapolated']:,} blocks left out (periodic skip)")
+    if "outer_steps_simulated" in r.sim:
+        shortcuts.append(f"{r.sim['outer_steps']} V1 steps from loops of 1-{len(r.sim['outer_steps_simulated'])}")
+    if shortcuts:
+        table.add_row("shortcuts", "; ".join(shortcuts))
     return table
 
 

@@ -43,18 +43,20 @@ class Server:
 
 
 class Port:
-    """A chip-wide port (HBM, L2): its rate is shared equally among the SMs with requests outstanding, and
-    each SM's requests are served in the order it issued them.
+    """A chip-wide port (HBM, L2): its rate is shared equally among the requesters with requests outstanding
+    (an SM's TMA engine, a block's warps, an SM's write-backs: `flow`), and each requester's requests are
+    served in the order it issued them.
 
-    An SM's copy engine and load units walk one tile's sectors before the next tile's, so its own requests
-    queue behind each other; the sectors of different SMs' tiles spread over the same channels and slices
-    and interleave, so SMs share. Virtual time V counts the bytes each SM in service has received; an SM's
-    request of w bytes reaching the head of its queue at V0 leaves when V reaches V0 + w, so departures come
-    in order of those tags (a heap) at O(log n) each. Identical SMs issuing alike leave alike.
+    A requester walks one tile's sectors before the next tile's, so its own requests queue behind each
+    other; the sectors of different requesters' tiles spread over the same channels and slices and
+    interleave, so requesters share. Virtual time V counts the bytes each requester in service has
+    received; a request of w bytes reaching the head of its requester's queue at V0 leaves when V reaches
+    V0 + w, so departures come in order of those tags (a heap) at O(log n) each. Identical requesters
+    issuing alike leave alike.
 
-    rate is the chip's; a sample of it passes `copies`, the chip's SMs per simulated SM, and each of its SMs
-    gets rate / (n x copies): the very numbers the chip's n x copies SMs would get. A request's callback
-    runs with the cycle it is announced: the whole cycle it leaves in, plus its latency."""
+    rate is the chip's; a sample of it passes `copies`, the chip's SMs per simulated SM, and each of its
+    requesters gets rate / (n x copies): the very numbers the chip's n x copies requesters would get. A
+    request's callback runs with the cycle it is announced: the whole cycle it leaves in, plus its latency."""
 
     __slots__ = ("env", "name", "rate", "copies", "V", "t", "heap", "queues", "serving", "work", "owed",
                  "departed", "_seq", "_timer", "_timer_at")
@@ -63,11 +65,11 @@ class Port:
         if rate <= 0:
             raise ValueError(f"{name}: rate must be positive")
         self.env, self.name, self.rate, self.copies = env, name, rate, copies
-        self.V = 0.0  # bytes served to each SM in service so far
+        self.V = 0.0  # bytes served to each requester in service so far
         self.t = 0.0  # time V refers to
-        self.heap: list = []  # (departure tag, seq, SM, callback, latency) of each SM's request in service
-        self.queues: dict = {}  # SM -> deque of (bytes, callback, latency) behind its request in service
-        self.serving: set = set()  # SMs with a request in service
+        self.heap: list = []  # (departure tag, seq, requester, callback, latency) of the requests in service
+        self.queues: dict = {}  # requester -> deque of (bytes, callback, latency) behind its request in service
+        self.serving: set = set()  # requesters with a request in service
         self.work = 0.0  # bytes accepted
         self.owed = 0.0  # bytes accepted, not yet served, apart from the requests in service
         self.departed: list = []  # (announcement cycle, seq, callback) of requests served, not yet announced
@@ -76,8 +78,8 @@ class Port:
         self._timer_at = -1
 
     def _advance(self, now: float) -> None:
-        """Move V to `now`; departures on the way are queued for announcement, and their SMs' next requests
-        enter service."""
+        """Move V to `now`; departures on the way are queued for announcement, and their requesters' next
+        requests enter service."""
         heap = self.heap
         while heap:
             n = len(heap) * self.copies
@@ -102,13 +104,14 @@ class Port:
         self.V, self.t = 0.0, now  # idle: restart the tags (keeps them small)
 
     def _announce(self, now: int) -> None:
+        """Run the callbacks of the departed requests whose announcement cycle has come."""
         departed = self.departed
         while departed and departed[0][0] <= now:
             at, _, callback = heapq.heappop(departed)
             callback(at)
 
     def submit(self, now: int, work: float, callback=None, flow=None, latency: int = 0) -> None:
-        """Serve `work` bytes for SM `flow` from cycle `now`, after that SM's earlier requests;
+        """Serve `work` bytes for requester `flow` from cycle `now`, after its earlier requests;
         callback(cycle) runs at the cycle they are through plus `latency` (None: nobody waits, as for
         write-backs)."""
         if work <= 0:
