@@ -189,6 +189,7 @@ def simulate(
         kernel_time_s=kernel_s,
         sim={
             "wall_s": time.perf_counter() - wall,
+            "events": gpu.env.events,
             "ops": gpu.ops,
             "sms_simulated": gpu.n_sms,
             "blocks_extrapolated": gpu.extrapolated_blocks,
@@ -242,7 +243,8 @@ def _v1_outer_steps(problem: Problem, profile, t: Tiling, sms: int | None, steps
         utilization=b.utilization, bound_by=b.bound_by,
         roofline_time_s=max(roof.values()), roofline=roof,
         kernels=[{**b.kernels[0], "cycles": cycles}], kernel_time_s=kernel_s,
-        sim={"wall_s": time.perf_counter() - wall, "ops": sum(r.sim["ops"] for r in runs),
+        sim={"wall_s": time.perf_counter() - wall, "events": sum(r.sim["events"] for r in runs),
+             "ops": sum(r.sim["ops"] for r in runs),
              "sms_simulated": b.sim["sms_simulated"], "blocks_extrapolated": 0, "launch_overhead_s": launch_s,
              "outer_steps_simulated": list(range(1, n + 1)), "outer_steps": steps + bool(ragged)},
     )

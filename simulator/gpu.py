@@ -24,6 +24,18 @@ PERIOD_MAX = 4
 PATTERN_MAX = 16
 
 
+class Environment(simpy.Environment):
+    """simpy's environment, counting the events it schedules (a run's size, reported as sim.events)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events = 0
+
+    def schedule(self, event, priority=simpy.core.NORMAL, delay=0) -> None:
+        self.events += 1
+        super().schedule(event, priority, delay)
+
+
 class Fetch:
     """Lines on their way from HBM: the cycle they land is known once HBM is through with them; loads that
     find them in flight (listeners) land no earlier."""
@@ -121,7 +133,7 @@ class Gpu:
         # a head's blocks share (K, V) get their own ratio per kernel, from `sharing`
         self.private_copies = copies if copies is not None else 1.0 / self.share
         self.copies: dict[str, float] = {}
-        self.env = simpy.Environment()
+        self.env = Environment()
         self.hbm = Port(self.env, "hbm", profile.hbm_bytes_per_clk, self.private_copies)
         self.write_cost = profile.hbm_bandwidth_bytes_per_s / profile.hbm_write_bandwidth_bytes_per_s
         self.clock_hz = profile.sm_clock_hz

@@ -93,7 +93,9 @@ def detail_table(r):
             f"kernel {k['name']}", f"{k['cycles']:,} cycles, {k['ctas']} blocks ({k['ctas_simulated']} simulated)"
         )
     table.add_row(
-        "simulation", f"{r.sim['wall_s']:.2f} s wall, {r.sim['ops']:,} tile ops, {r.sim['sms_simulated']} SMs simulated"
+        "simulation",
+        f"{r.sim['wall_s']:.2f} s wall, {r.sim['ops']:,} tile ops, {r.sim.get('events', 0):,} events, "
+        f"{r.sim['sms_simulated']} SMs",
     )
     shortcuts = []
     if r.sim.get("blocks_extrapolated"):

@@ -164,7 +164,7 @@ def test_simulate_json_contract(capsys):
     out = json.loads(capsys.readouterr().out)
     assert set(out) >= CONTRACT
     assert {"hbm_read", "hbm_write", "l2_read", "l2_write", "smem_read", "smem_write"} <= set(out["bytes"])
-    assert {"wall_s"} <= set(out["sim"])
+    assert {"wall_s", "events"} <= set(out["sim"]) and out["sim"]["events"] > 0 and out["sim"]["ops"] > 0
     assert out["time_s"] >= out["roofline_time_s"]
 
 
