@@ -114,11 +114,14 @@ def simulate(
     sms: int | None = DEFAULT_SAMPLE_SMS,
     trace: list | None = None,
     extrapolate: bool = True,
+    small_whole_chip: bool = True,
 ) -> SimResult:
     """Replay `algo`'s schedule for `problem` on `profile`.
 
     sms: SMs simulated (sampling, see simulator/gpu.py); None simulates the whole chip.
-    extrapolate: let uniform kernels skip periods of waves (simulator/gpu.py) and long V1 loops be probed."""
+    extrapolate: let uniform kernels skip periods of waves (simulator/gpu.py) and long V1 loops be probed.
+    small_whole_chip: run grids small enough for it on the whole chip even when `sms` asks for a sample (V1's
+    probes turn it off: they take the machine their full loop gets)."""
     check_algo(algo)
     check_features(algo, problem, profile)
     if tiling is not None:
@@ -131,7 +134,7 @@ def simulate(
             return result
     schedule = build(algo, problem, t)
     wall = time.perf_counter()
-    gpu = _machine(profile, problem, schedule, sms, trace)
+    gpu = _machine(profile, problem, schedule, sms, trace, small_whole_chip)
     cycles = 0
     kernels = []
     totals = dict.fromkeys(_counters(gpu), 0.0)
@@ -215,14 +218,14 @@ def _v1_outer_steps(problem: Problem, profile, t: Tiling, sms: int | None, steps
     def loop(n: int) -> Problem:
         return replace(problem, seqlen_k=n * t.block_n + ragged)
 
-    # the short runs take the machine (whole chip or sample) that the full loop would get
-    if sms and _whole_chip(build("v1", loop(3), t), profile, steps / 3):
+    # the short runs take the machine (whole chip or sample) that the full loop gets
+    if sms and _whole_chip(build("v1", problem, t), profile):
         sms = None
     runs = []
     for n in range(1, V1_PROBE_MAX + 1):
         if n * (n + 1) / 2 > steps / 4:
             return None  # probing further would cost more than a quarter of the loop it stands for
-        runs.append(simulate("v1", loop(n), profile, t, sms=sms, extrapolate=False))
+        runs.append(simulate("v1", loop(n), profile, t, sms=sms, extrapolate=False, small_whole_chip=False))
         c = [r.cycles for r in runs[-3:]]
         if n >= 3 and c[2] - c[1] == c[1] - c[0]:
             break
@@ -276,10 +279,10 @@ def head_sample(groups: int, sm_count: int, sms: int, blocks_per_group: int = 0,
     return g, n
 
 
-def _machine(profile, problem: Problem, schedule, sms: int | None, trace) -> Gpu:
+def _machine(profile, problem: Problem, schedule, sms: int | None, trace, small_whole_chip: bool = True) -> Gpu:
     """The whole chip, or a sample of whole K/V heads on the matching share of it."""
     groups = problem.batch * problem.kv_heads
-    if not sms or _whole_chip(schedule, profile):
+    if not sms or small_whole_chip and _whole_chip(schedule, profile):
         return Gpu(profile, None, trace)
     kernel = max(schedule.kernels, key=lambda k: len(k.ctas))
     g, n = head_sample(groups, profile.sm_count, sms, len(kernel.ctas) // groups, blocks_per_sm(kernel, profile))

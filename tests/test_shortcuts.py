@@ -146,3 +146,19 @@ def test_v1_outer_steps_keep_a_ragged_last_step():
     plain = simulate("v1", problem, FOUR_SMS, sms=None, extrapolate=False)
     assert "outer_steps_simulated" in fast.sim
     _same(fast, plain)
+
+
+def test_v1_probes_run_on_the_machine_of_the_full_loop(monkeypatch):
+    """Short loops fit the whole chip where the full loop is sampled: probes on a different machine than the
+    loop they stand for would not be comparable, so they keep the sample."""
+    machines = []
+    real = api.simulate
+
+    def recording(*args, **kwargs):
+        result = real(*args, **kwargs)
+        machines.append(result.sim["sms_simulated"])
+        return result
+
+    monkeypatch.setattr(api, "simulate", recording)
+    result = api.simulate("v1", Problem(4, 16, 4096, 128), H100)
+    assert len(machines) > 2 and len(set(machines)) == 1 and result.sim["sms_simulated"] < H100.sm_count
