@@ -61,23 +61,47 @@ def test_one_warp_uses_one_sub_partition_of_the_tensor_cores():
     assert _gemm_cycles(8) == pytest.approx(four, rel=0.01)
 
 
-def _brute_force(requests, rate: float, dt: float = 1e-3) -> dict[int, float]:
-    """Finish times of (arrival, work, cap) requests under water-filling processor sharing, by small steps."""
-    left = {i: w for i, (_, w, _) in enumerate(requests)}
+def _integrate(requests, rates, dt: float = 1e-3) -> dict[int, float]:
+    """Finish times of requests (arrival, work, ...) by small steps: rates(arrived, left) gives each arrived,
+    unfinished request's rate for the next step."""
+    left = {i: r[1] for i, r in enumerate(requests)}
     done, t = {}, 0.0
     while left:
-        active = [i for i in left if requests[i][0] <= t + 1e-12]
-        share_left, n = rate, len(active)
-        for i in sorted(active, key=lambda i: requests[i][2]):
-            give = min(requests[i][2] * rate, share_left / n)
-            share_left -= give
-            n -= 1
-            left[i] -= give * dt
+        arrived = [i for i in sorted(left) if requests[i][0] <= t + 1e-12]
+        for i, rate in rates(arrived, requests).items():
+            left[i] -= rate * dt
             if left[i] <= 0:
                 done[i] = t + dt
                 del left[i]
         t += dt
     return done
+
+
+def _water_filling(rate: float):
+    """Processor sharing where a request (arrival, work, cap) takes at most cap x rate."""
+
+    def rates(arrived, requests):
+        out, share_left, n = {}, rate, len(arrived)
+        for i in sorted(arrived, key=lambda i: requests[i][2]):
+            out[i] = min(requests[i][2] * rate, share_left / n)
+            share_left -= out[i]
+            n -= 1
+        return out
+
+    return rates
+
+
+def _fair_share(rate: float):
+    """A port's sharing: `rate` split equally among the flows of requests (arrival, work, flow) with one in
+    service, each flow serving its own in arrival order."""
+
+    def rates(arrived, requests):
+        heads = {}
+        for i in arrived:  # a flow's earliest outstanding request
+            heads.setdefault(requests[i][2], i)
+        return {i: rate / len(heads) for i in heads.values()}
+
+    return rates
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -91,29 +115,9 @@ def test_capped_sharing_matches_a_step_by_step_integration(seed):
     unit, ids = SharedUnit("u", 4.0), []
     for arrival, work, cap in requests:
         ids.append(unit.submit(arrival, work, cap))
-    expected = _brute_force(requests, 4.0)
+    expected = _integrate(requests, _water_filling(4.0))
     for i, rid in enumerate(ids):
         assert unit.estimate(1000, rid) == pytest.approx(expected[i], abs=0.02)
-
-
-def _fair_share_by_steps(requests, rate: float, dt: float = 1e-3) -> dict[int, float]:
-    """Finish times of (arrival, work, flow) requests on a port that shares `rate` equally among the flows
-    with a request in service, each flow serving its own requests in arrival order, by small steps."""
-    left = {i: w for i, (_, w, _) in enumerate(requests)}
-    done, t = {}, 0.0
-    while left:
-        heads = {}
-        for i in sorted(left):  # a flow's earliest outstanding request that has arrived
-            arrival, _, flow = requests[i]
-            if arrival <= t + 1e-12 and flow not in heads:
-                heads[flow] = i
-        for i in heads.values():
-            left[i] -= rate / len(heads) * dt
-            if left[i] <= 0:
-                done[i] = t + dt
-                del left[i]
-        t += dt
-    return done
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -142,7 +146,7 @@ def test_port_matches_a_step_by_step_integration(seed):
     for i, (arrival, work, flow) in enumerate(requests):
         env.process(issue(i, arrival, work, flow))
     env.run()
-    expected = _fair_share_by_steps(requests, 16.0)
+    expected = _integrate(requests, _fair_share(16.0))
     for i, t_out in expected.items():
         assert abs(seen[i] - (math.ceil(t_out) + latency)) <= 1, (i, seen[i], t_out)
     assert port.busy_cycles(env.now) == pytest.approx(sum(w for _, w, _ in requests) / 16.0)
