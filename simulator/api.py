@@ -290,7 +290,7 @@ def _machine(profile, problem: Problem, schedule, sms: int | None, trace, small_
         return Gpu(profile, None, trace)
     pairs = [(b, h) for b in range(problem.batch) for h in range(problem.kv_heads)]
     chosen = {pairs[(i * groups) // g] for i in range(g)}  # spread over batch and heads
-    gpu = Gpu(profile, n, trace, heads=chosen, group=problem.group, share=g / groups, copies=groups / g)
+    gpu = Gpu(profile, n, trace, heads=chosen, group=problem.group, copies=groups / g)
     gpu.groups_total = groups
     return gpu
 

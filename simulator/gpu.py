@@ -109,8 +109,8 @@ def blocks_per_sm(kernel, profile) -> int:
 
 class Gpu:
     """heads: the sampled (batch, K/V head) pairs, or None for the whole problem; with `group` query heads per
-    K/V head. A sample runs on `sms` SMs, `share` of the heads; each of its SMs and lines stands for `copies`
-    (1 / share unless given exactly, as groups / sampled groups)."""
+    K/V head. A sample runs on `sms` SMs; each of its SMs and lines stands for `copies` of the chip's (groups
+    / sampled groups; by default the chip's SMs per simulated SM)."""
 
     def __init__(
         self,
@@ -119,26 +119,24 @@ class Gpu:
         trace: list | None = None,
         heads: set | None = None,
         group: int = 1,
-        share: float | None = None,
         copies: float | None = None,
     ):
         self.profile = profile
         self.sms_total = profile.sm_count
         self.n_sms = min(sms or profile.sm_count, profile.sm_count)
-        self.share = share if share is not None else self.n_sms / self.sms_total
         self.heads = heads
         self.group = group
         self.groups_total = 1
-        # room in L2 a sampled line takes: the chip holds 1/share as many private lines at a time; tensors that
+        # room in L2 a sampled line takes: the chip holds `copies` times as many private lines; tensors that
         # a head's blocks share (K, V) get their own ratio per kernel, from `sharing`
-        self.private_copies = copies if copies is not None else 1.0 / self.share
+        self.private_copies = copies if copies is not None else self.sms_total / self.n_sms
         self.copies: dict[str, float] = {}
         self.env = Environment()
         self.hbm = Port(self.env, "hbm", profile.hbm_bytes_per_clk, self.private_copies)
         self.write_cost = profile.hbm_bandwidth_bytes_per_s / profile.hbm_write_bandwidth_bytes_per_s
         self.clock_hz = profile.sm_clock_hz
         self.l2_port = Port(self.env, "l2", profile.l2_bandwidth_bytes_per_clk, self.private_copies)
-        self.l2 = L2Cache(profile.l2_bytes, self.share, profile.l2_dirty_max_bytes)
+        self.l2 = L2Cache(profile.l2_bytes, profile.l2_dirty_max_bytes)
         self.sms = [Sm(i, profile) for i in range(self.n_sms)]
         self.trace = trace
         self.hbm_write_bytes = 0

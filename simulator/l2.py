@@ -53,9 +53,8 @@ class L2Cache:
     chip (the cache is the chip's; the sample's lines stand for what the rest of the chip keeps there at the
     same time). Byte counters are the sample's own traffic, which the caller scales to the chip."""
 
-    def __init__(self, capacity_bytes: float, share: float = 1.0, dirty_max_bytes: float | None = None):
+    def __init__(self, capacity_bytes: float, dirty_max_bytes: float | None = None):
         self.capacity = capacity_bytes
-        self.share = share
         # at most this much dirty data stays in L2: beyond it the oldest dirty lines are written back (and
         # stay, clean)
         self.dirty_max = dirty_max_bytes if dirty_max_bytes is not None else capacity_bytes

@@ -109,14 +109,14 @@ class RoleTimer:
                     # plain loads are in flight together; the warp stalls at the first op that reads one
                     event = env.event()
                     inflight[op.dst] = event
-                    gpu.load(op.src, now, to_smem, sm, self._landed(event, f"load {op.src.tensor}", now),
+                    gpu.load(op.src, now, to_smem, sm, self._landing(event.succeed, f"load {op.src.tensor}", now),
                              flow=self.flow)
                 else:
-                    barrier = self.barriers[op.barrier]
                     tma = op.via == "tma"
-                    track = f"SM{sm.index} {op.via}" if tracing else None
-                    gpu.load(op.src, now, to_smem, sm, self._arrival(barrier, track, f"load {op.src.tensor}", now),
-                             p.tma_latency_cycles if tma else 0, None if tma else self.flow)
+                    landed = self._landing(self.barriers[op.barrier].arrive, f"load {op.src.tensor}", now,
+                                           f"SM{sm.index} {op.via}")
+                    gpu.load(op.src, now, to_smem, sm, landed, p.tma_latency_cycles if tma else 0,
+                             None if tma else self.flow)
                     yield env.timeout(p.tma_issue_cycles if tma else p.cp_async_issue_cycles)
             elif kind is Store:
                 if op.via == "tma":
@@ -124,8 +124,8 @@ class RoleTimer:
                     yield env.timeout(p.tma_issue_cycles)
                 else:
                     event = env.event()
-                    gpu.store(op.dst, now, op.level == SMEM, sm, self._landed(event, f"store {op.dst.tensor}", now),
-                              self.flow)
+                    gpu.store(op.dst, now, op.level == SMEM, sm,
+                              self._landing(event.succeed, f"store {op.dst.tensor}", now), self.flow)
                     yield event
             elif kind is Gemm:
                 rate = p.tensor_flops_per_clk_per_sm(op.instr, op.dtype)
@@ -194,25 +194,16 @@ class RoleTimer:
             if not event.processed:
                 yield event
 
-    def _landed(self, event, name: str, start: int):
-        """Callback for a load or store's landing cycle: succeed the event the warp waits on."""
+    def _landing(self, action, name: str, start: int, track: str | None = None):
+        """Callback for a load or store's landing cycle: `action()` (succeed the event the warp waits on, or
+        arrive on the copy's barrier), with the interval traced on `track` (default: this role's)."""
         if self.trace is None:
-            return lambda _cycle: event.succeed()
+            return lambda _cycle: action()
 
         def landed(cycle: int) -> None:
-            self._mark(name, start, cycle)
-            event.succeed()
-
-        return landed
-
-    def _arrival(self, barrier, track: str | None, name: str, start: int):
-        """Callback for an async copy's landing cycle: arrive on its barrier."""
-        if track is None:
-            return lambda _cycle: barrier.arrive()
-
-        def landed(cycle: int) -> None:
-            self.trace.append((track, name, start, cycle))
-            barrier.arrive()
+            if cycle > start:
+                self.trace.append((track or self.track, name, start, cycle))
+            action()
 
         return landed
 
