@@ -11,11 +11,11 @@ import sys
 
 # Modules that expose register(subparsers); each command sets `func(args) -> int`.
 COMMAND_MODULES = (
-    "hw_profiles.commands",
-    "algorithms.commands",
-    "simulator.commands",
-    "kernels.commands",
-    "experiments.commands",
+    "flashsim.hw_profiles.commands",
+    "flashsim.algorithms.commands",
+    "flashsim.simulator.commands",
+    "flashsim.kernels.commands",
+    "flashsim.experiments.commands",
 )
 
 
@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from hw_profiles.errors import FlashsimError
+    from flashsim.errors import FlashsimError
 
     parser = build_parser()
     args = parser.parse_args(argv)

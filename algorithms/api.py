@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import torch
-
-from hw_profiles.errors import FlashsimError
+from flashsim.errors import FlashsimError
 
 from .numeric import run_numeric
 from .problem import Problem
@@ -39,7 +38,7 @@ def attention(q, k, v, algo: str = "v2", causal: bool = False, tiling: Tiling | 
     check_algo(algo)
     p = problem_of(q, k, v, causal, algo)
     if profile is None:
-        from hw_profiles import load_profile
+        from flashsim.hw_profiles import load_profile
 
         profile = load_profile("h100")
     t = tiling if tiling is not None else resolve_tiling(algo, p, profile)

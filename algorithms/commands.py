@@ -10,7 +10,7 @@ import json
 import sys
 from typing import Any
 
-from hw_profiles.commands import add_profile_args, profile_from_args
+from flashsim.hw_profiles.commands import add_profile_args, profile_from_args
 
 from .cli_args import add_algo_arg, add_problem_args, add_tiling_args, problem_from_args, tiling_from_args
 
@@ -50,13 +50,13 @@ def register(subparsers: Any) -> None:
 
 
 def _cmd_io(args: argparse.Namespace) -> int:
-    from experiments.io_complexity import main
+    from flashsim.experiments.io_complexity import main
 
     return main(args)
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    from hw_profiles.errors import FlashsimError
+    from flashsim.errors import FlashsimError
 
     from .explain import explain
 

@@ -12,8 +12,7 @@ import itertools
 import math
 
 import torch
-
-from hw_profiles.errors import FlashsimError
+from flashsim.errors import FlashsimError
 
 from .ir import (
     RMEM,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hw_profiles.errors import FlashsimError
+from flashsim.errors import FlashsimError
 
 # Bytes per element of each input dtype; fp8 means e4m3 (FA3's choice).
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from hw_profiles.errors import FlashsimError
+from flashsim.errors import FlashsimError
 
 from .problem import Problem
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hw_profiles.errors import FlashsimError
+from flashsim.errors import FlashsimError
 
 DEFAULT_FILE = Path("experiments/results/h200/validation.json")
 

@@ -4,8 +4,8 @@ The FA2/FA3 papers' grid: seqlen 512..16k, batch = 16384 / seqlen, d64 x 32 head
 causal off and on. FLOPs by the papers' convention (4 B H N^2 d, halved for causal). v3-fp8 is timed on
 pre-quantised inputs (the kernel alone); its torch quantisation pass is timed separately.
 
-    python -m experiments.bench_hopper bench --out experiments/results/h200
-    python -m experiments.bench_hopper smoke          # one small launch per kernel (for compute-sanitizer)
+    python -m flashsim.experiments.bench_hopper bench --out experiments/results/h200
+    python -m flashsim.experiments.bench_hopper smoke          # one small launch per kernel (for compute-sanitizer)
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from experiments.torch_provenance import torch_gpu_provenance
+from flashsim.experiments.torch_provenance import torch_gpu_provenance
 
 SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 HEADS = {64: 32, 128: 16}
@@ -65,8 +65,7 @@ def _sdpa(backend):
 def _runner(name: str, q, k, v, causal: bool):
     """A no-argument callable that runs `name` once on (q, k, v)."""
     import torch
-
-    from kernels import hopper, hopper_fp8
+    from flashsim.kernels import hopper, hopper_fp8
 
     out = torch.empty_like(q)
     if name == "v3":
@@ -104,7 +103,7 @@ def measure(d: int, n: int, causal: bool, methods) -> dict:
 
 
 def provenance(argv) -> dict:
-    return torch_gpu_provenance("python -m experiments.bench_hopper " + " ".join(argv),
+    return torch_gpu_provenance("python -m flashsim.experiments.bench_hopper " + " ".join(argv),
                                 timing="CUDA events, median of 10 launches after 3 warm-ups; clocks as found")
 
 
@@ -159,8 +158,7 @@ def cmd_bench(args) -> int:
 def cmd_smoke(args) -> int:
     """One small launch of each default kernel; prints the max error against an fp32 reference."""
     import torch
-
-    from kernels import hopper, hopper_fp8
+    from flashsim.kernels import hopper, hopper_fp8
 
     torch.manual_seed(0)
     worst = 0.0
@@ -208,8 +206,7 @@ def fp8_outliers(b, h, n, d, seed=0):
 def fp8_rmse_table(b=2, h=4, n=2048, d=128, causal=False) -> dict:
     """RMSE vs fp64 attention on the outlier inputs: SDPA bf16, v3 bf16, v3-fp8 per scaling choice."""
     import torch
-
-    from kernels import hopper, hopper_fp8
+    from flashsim.kernels import hopper, hopper_fp8
 
     q, k, v = fp8_outliers(b, h, n, d)
     s = q.double() @ k.double().transpose(-1, -2) * d**-0.5
@@ -232,9 +229,8 @@ def fp8_rmse_table(b=2, h=4, n=2048, d=128, causal=False) -> dict:
 def ablation() -> list[dict]:
     """FA3 Table 2's shape (batch 4, seqlen 8448, 16 heads, d128, non-causal) and fp8 tiles at seqlen 8k."""
     import torch
-
-    from algorithms.tiling import Tiling
-    from kernels import hopper, hopper_fp8
+    from flashsim.algorithms.tiling import Tiling
+    from flashsim.kernels import hopper, hopper_fp8
 
     rows = []
     b, h, n, d = 4, 16, 8448, 128

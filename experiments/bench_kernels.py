@@ -6,9 +6,9 @@ the median of CUDA-event timings after warm-up; Q, K and V together are at least
 the 60 MB L2, so inputs are not rotated. Standard attention is skipped where its S buffer would exceed
 --max-s-gb.
 
-    python3 -m experiments.bench_kernels [--quick] [--out DIR]
+    python3 -m flashsim.experiments.bench_kernels [--quick] [--out DIR]
 writes DIR/kernels-bench.json and DIR/kernels-bench.md (default experiments/results/h200).
-    python3 -m experiments.bench_kernels --profile-target ALGO,D,N,CAUSAL
+    python3 -m flashsim.experiments.bench_kernels --profile-target ALGO,D,N,CAUSAL
 runs one config a few times and exits (a target for ncu).
 """
 
@@ -22,8 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-from algorithms.problem import Problem
-from experiments.torch_provenance import torch_gpu_provenance
+from flashsim.algorithms.problem import Problem
+from flashsim.experiments.torch_provenance import torch_gpu_provenance
 
 SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 HEADDIMS = {64: 32, 128: 16}  # head dim -> heads at hidden 2048
@@ -34,9 +34,8 @@ SLEEP_CYCLES_PER_MS = 2_000_000  # torch.cuda._sleep spins for cycles; ~2 GHz SM
 
 def make_fn(impl: str, q, k, v, causal: bool):
     import torch
+    from flashsim.kernels import attention
     from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    from kernels import attention
 
     if impl.startswith("sdpa-"):
         backend = {"sdpa-flash": SDPBackend.FLASH_ATTENTION, "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION}[impl]
@@ -118,7 +117,7 @@ def bench(seqlens, impls, max_s_gb: float) -> list[dict]:
 
 def provenance(argv) -> dict:
     return torch_gpu_provenance(
-        " ".join(["python3 -m experiments.bench_kernels", *_public(argv)]),
+        " ".join(["python3 -m flashsim.experiments.bench_kernels", *_public(argv)]),
         dtype="bf16",
         timing="median of CUDA-event times per call after 2 warm-up calls, 5-50 calls (~150 ms), "
         "behind a GPU sleep that keeps launches queued ahead of the device",

@@ -1,6 +1,6 @@
 """How fast the simulator answers: one point of the FA2 grid as a whole process, and the whole grid.
 
-    python3 -m experiments.bench_simulator [--out experiments/results/simulator-speed.json]
+    python3 -m flashsim.experiments.bench_simulator [--out experiments/results/simulator-speed.json]
 
 Targets: one point (H100, v2, batch 1, 16 heads, seqlen 16384, head dim 128) under 2 s of process wall time;
 `flashsim sweep --grid fa2 --algos v2 v3` under 60 s.
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "provenance": {"date": date.today().isoformat(), "python": platform.python_version(),
                        "machine": platform.machine(), "cpus": os.cpu_count(), "command":
-                       "python3 -m experiments.bench_simulator"},
+                       "python3 -m flashsim.experiments.bench_simulator"},
         "point": {"command": "flashsim " + " ".join(POINT), "wall_s": [round(w, 3) for w, _ in point],
                   "median_wall_s": round(statistics.median(w for w, _ in point), 3),
                   "sim_wall_s": point[0][1]["sim"]["wall_s"], "target_s": 2.0},

@@ -14,7 +14,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from hw_profiles.errors import FlashsimError
+from flashsim.errors import FlashsimError
 
 from .calibrate_gpu import argv_tail
 
@@ -200,7 +200,7 @@ def toml_text(report: dict, params: dict[str, tuple[int | float, str]]) -> str:
 
 def write(report: dict, out_dir: Path) -> tuple[Path, Path]:
     """Write calibration.json and calibration.toml; the TOML is loaded back to check it is a valid profile."""
-    from hw_profiles import load_profile
+    from flashsim.hw_profiles import load_profile
 
     out_dir.mkdir(parents=True, exist_ok=True)
     params = to_params(report)
@@ -262,7 +262,7 @@ def checks_text(report: dict) -> list[str]:
 
 
 def summary_text(params: dict[str, tuple[int | float, str]], errors: dict[str, str]) -> str:
-    from hw_profiles.commands import human
+    from flashsim.hw_profiles.commands import human
 
     width = max(len(k) for k in params) if params else 10
     rows = [f"{k:<{width}}  {human(k, v)}" for k, (v, _) in params.items()]

@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from hw_profiles.errors import FlashsimError
+from flashsim.errors import FlashsimError
 
 ROOT = Path(__file__).resolve().parents[1]
 MICROBENCH_DIR = ROOT / "kernels" / "microbench"

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hw_profiles.errors import FlashsimError
+from flashsim.errors import FlashsimError
 
 
 def register(subparsers: Any) -> None:
@@ -120,7 +120,7 @@ def _validate(args: argparse.Namespace) -> int:
         if args.measure_only:
             return 0
     try:
-        import simulator  # noqa: F401
+        import flashsim.simulator  # noqa: F401
     except ImportError as exc:
         raise FlashsimError(
             f"the simulator cannot be imported here ({exc}); run `flashsim validate --compare-only` where it can"

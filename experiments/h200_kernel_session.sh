@@ -7,15 +7,14 @@ set -uo pipefail
 ALGO=$1
 OUT=${OUT:-out}
 mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 FLASHSIM_KERNEL_DIR=$PWD/build/kernels
+source experiments/device_env.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 timeout 150 python3 -m pytest -q -m gpu tests/test_kernels_gpu.py -k "$ALGO" -p no:cacheprovider \
   2>&1 | tail -8 | tee "$OUT/gpu-tests-$ALGO.txt"
 timeout 150 python3 -m pytest -q tests/test_kernels_sanitizer.py -p no:cacheprovider \
   2>&1 | tail -5 | tee "$OUT/sanitizer.txt"
 mkdir -p "$OUT/bench" && cp experiments/results/h200/kernels-bench.json "$OUT/bench/"
-timeout 120 python3 -m experiments.bench_kernels --impls "$ALGO" --update --out "$OUT/bench" 2>&1 | tail -40
-timeout 200 python3 cli.py validate --grid fa2 --impls "$ALGO" --measure-only --max-minutes 3 --out-dir "$OUT/val" \
+timeout 120 python3 -m flashsim.experiments.bench_kernels --impls "$ALGO" --update --out "$OUT/bench" 2>&1 | tail -40
+timeout 200 python3 -m flashsim.cli validate --grid fa2 --impls "$ALGO" --measure-only --max-minutes 3 --out-dir "$OUT/val" \
   --ncu-seqlens 2048,8192 2>&1 | tail -5
 ls -la "$OUT" "$OUT"/*

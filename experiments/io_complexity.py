@@ -23,13 +23,12 @@ import sys
 from dataclasses import asdict, dataclass
 
 import numpy as np
-
-from algorithms import Problem
-from algorithms.counting import count_io
-from algorithms.problem import DTYPE_BYTES
-from algorithms.schedules import build
-from algorithms.tiling import Tiling, default_tiling, sram_elements, v1_blocks
-from hw_profiles.errors import FlashsimError
+from flashsim.algorithms import Problem
+from flashsim.algorithms.counting import count_io
+from flashsim.algorithms.problem import DTYPE_BYTES
+from flashsim.algorithms.schedules import build
+from flashsim.algorithms.tiling import Tiling, default_tiling, sram_elements, v1_blocks
+from flashsim.errors import FlashsimError
 
 ALGOS = ("standard", "v1", "v2")
 THEORY = {
@@ -278,7 +277,7 @@ def main(args) -> int:
     """`flashsim io`: the experiment, a table (or one JSON object) and the plots."""
     import json
 
-    from hw_profiles.commands import profile_from_args
+    from flashsim.hw_profiles.commands import profile_from_args
 
     profile = profile_from_args(args)
     result = run(profile, args.dtype, progress=True)

@@ -2,7 +2,7 @@
 
 One write_cg launch per footprint (8..128 MiB, one pass, 528 blocks x 512 threads); run as
     ncu --clock-control none --kernel-name write_cg --metrics dram__bytes_write.sum,lts__t_bytes.sum \\
-        python3 -m experiments.l2_writeback_probe
+        python3 -m flashsim.experiments.l2_writeback_probe
 and compare each launch's dram__bytes_write.sum with its footprint: a write-back L2 that held every dirty
 line to the end would show 0 below the L2 size.
 """
@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import cupy as cp
 import numpy as np
-
-from experiments.calibrate_gpu import compile_cubin
+from flashsim.experiments.calibrate_gpu import compile_cubin
 
 MiB = 1 << 20
 FOOTPRINTS_MIB = (8, 16, 32, 48, 64, 96, 128)

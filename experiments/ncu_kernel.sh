@@ -9,7 +9,7 @@ set -uo pipefail
 ALGO=$1 D=$2 N=$3 CAUSAL=$4 KERNELS=${5:-1}
 OUT=${OUT:-out}
 mkdir -p "$OUT"
-export PYTHONPATH=${PYTHONPATH:-}:$PWD PYTHONUNBUFFERED=1 FLASHSIM_KERNEL_DIR=$PWD/build/kernels
+source experiments/device_env.sh
 FILE="$OUT/ncu-$ALGO-d$D-n$N.txt"
 METRICS=smsp__inst_executed.sum,smsp__inst_executed_pipe_lsu.sum,smsp__inst_executed_op_ldsm.sum
 METRICS+=,sm__cycles_elapsed.avg.per_second,lts__t_sectors_op_write.sum,lts__t_requests_op_write.sum
@@ -20,6 +20,6 @@ METRICS+=,smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio
 timeout 280 ncu --clock-control none --kernel-name "regex:flashsim_$ALGO" --launch-skip "$KERNELS" \
   --launch-count "$KERNELS" --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
   --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis --section SpeedOfLight \
-  --metrics "$METRICS" python3 -m experiments.bench_kernels --profile-target "$ALGO,$D,$N,$CAUSAL" > "$FILE" 2>&1
+  --metrics "$METRICS" python3 -m flashsim.experiments.bench_kernels --profile-target "$ALGO,$D,$N,$CAUSAL" > "$FILE" 2>&1
 grep -E "flashsim_|Warp Cycles Per Issued|Issued Ipc|Eligible Warps|Duration|Throughput|Hit Rate|ratio|sum" \
   "$FILE" | head -90

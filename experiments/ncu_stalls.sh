@@ -5,12 +5,12 @@
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 FLASHSIM_KERNEL_DIR=$PWD/build/kernels
+source experiments/device_env.sh
 SECTIONS=(--section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis --section LaunchStats
           --section Occupancy --metrics smsp__inst_executed_pipe_lsu.sum,smsp__inst_executed_op_ldsm.sum,sm__cycles_elapsed.avg.per_second)
 for target in v2 sdpa-flash; do
   timeout 150 ncu --clock-control none --kernel-name "regex:(flashsim_v2|flash_fwd_kernel)" --launch-skip 1 \
-    --launch-count 1 "${SECTIONS[@]}" python3 -m experiments.bench_kernels --profile-target "$target,128,4096,0" \
+    --launch-count 1 "${SECTIONS[@]}" python3 -m flashsim.experiments.bench_kernels --profile-target "$target,128,4096,0" \
     > "$OUT/ncu-$target.txt" 2>&1
 done
 cat > /tmp/one_v3.py <<'PY'

@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
-from hw_profiles.errors import FlashsimError
+from flashsim.errors import FlashsimError
 
 from . import validate_store as store
 
@@ -159,7 +158,7 @@ def impl_context(impl: Impl):
 
 def make_call(impl: Impl, q, k, v, cfg: Config) -> Callable[[], object]:
     if impl.kind == "ours":
-        import kernels
+        from flashsim import kernels
 
         return lambda: kernels.attention(q, k, v, algo=impl.name, causal=cfg.causal)
     import torch.nn.functional as F
@@ -173,12 +172,12 @@ def our_tiling(impl: Impl, cfg: Config, q, k, v) -> dict | None:
     if impl.kind != "ours":
         return None
     try:
-        from kernels import registry
-        from kernels.launch import device_limits
+        from flashsim.kernels import registry
+        from flashsim.kernels.launch import device_limits
 
         tiling = registry.family(impl.name).default_tiling(cfg.headdim, device_limits(q.device)).as_dict()
         if impl.name == "v1":
-            from kernels.api import v1_splits
+            from flashsim.kernels.api import v1_splits
 
             tiling["splits"] = v1_splits(q, k, v)
         return tiling

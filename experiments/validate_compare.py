@@ -17,7 +17,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from hw_profiles.errors import FlashsimError
+from flashsim.errors import FlashsimError
 
 from . import validate_store as store
 from .validate_metrics import summarize, summarize_groups
@@ -109,10 +109,10 @@ def _simulate(job: tuple) -> dict:
     {profile key: profile key whose value it takes} for an implementation that runs on other units)."""
     algo, problem, tiling, hw, overrides, *rest = job
     swaps = rest[0] if rest else {}
-    from algorithms.problem import Problem
-    from algorithms.tiling import Tiling
-    from hw_profiles import load_profile
-    from simulator import simulate
+    from flashsim.algorithms.problem import Problem
+    from flashsim.algorithms.tiling import Tiling
+    from flashsim.hw_profiles import load_profile
+    from flashsim.simulator import simulate
 
     try:
         t0 = time.perf_counter()
@@ -123,7 +123,7 @@ def _simulate(job: tuple) -> dict:
         if algo == "v1" and tiling and "splits" not in tiling:
             # a record without the launched splits: the model's default, FA1's rule, which the kernel also
             # follows (with its compiled register count where the model estimates one)
-            from algorithms.tiling import fa1_splits
+            from flashsim.algorithms.tiling import fa1_splits
 
             tiling = {**tiling, "splits": fa1_splits(prob, Tiling(**tiling), profile)}
         res = simulate(algo, prob, profile, Tiling(**tiling) if tiling else None)
@@ -201,7 +201,7 @@ def _cache_key(row: dict) -> tuple:
 def compare(out_dir: Path, measured: Path, hw: str = "h200", overrides: list[str] | None = None, jobs: int = 0,
             command: str = "", log=print) -> dict:  # fmt: skip
     """Predict, score and write validation.json / .md / .png into out_dir. Returns the report."""
-    from hw_profiles import load_profile
+    from flashsim.hw_profiles import load_profile
 
     from .calibrate_gpu import today
 

@@ -1,6 +1,6 @@
 """Bytes per kernel from Nsight Compute for a subset of validate's configurations.
 
-ncu profiles a child process (`python -m experiments.validate_ncu PLAN MANIFEST`) that, for each planned
+ncu profiles a child process (`python -m flashsim.experiments.validate_ncu PLAN MANIFEST`) that, for each planned
 (implementation, configuration), runs one warm-up call outside the profiled range, then inside
 cudaProfilerStart/Stop launches a marker kernel and one call. In ncu's CSV the markers split the kernel list
 into calls; the child's manifest says which call each marker began. One ncu process per configuration keeps
@@ -124,7 +124,8 @@ def run(plan: list[dict], deadline: float, log=print) -> list[dict]:
             plan_path.write_text(json.dumps(entries))
             cmd = [ncu, "--clock-control", "none", "--metrics", ",".join(METRICS), "--profile-from-start", "off",
                    "--target-processes", "all", "--csv", "--print-units", "base", "--log-file", str(csv_path),
-                   sys.executable, "-m", "experiments.validate_ncu", str(plan_path), str(manifest_path)]  # fmt: skip
+                   sys.executable, "-m", "flashsim.experiments.validate_ncu",
+                   str(plan_path), str(manifest_path)]  # fmt: skip
             log(f"validate: ncu {cfg_id} ({len(entries)} calls)")
             try:
                 proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=left)

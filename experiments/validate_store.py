@@ -11,7 +11,7 @@ import json
 import os
 from pathlib import Path
 
-from hw_profiles.errors import FlashsimError
+from flashsim.errors import FlashsimError
 
 
 def append(path: Path, record: dict) -> None:

@@ -1,6 +1,7 @@
 """Hardware profiles: one TOML per GPU (or what-if), loaded into a validated, frozen Profile."""
 
-from .errors import FlashsimError, ProfileError
+from flashsim.errors import FlashsimError, ProfileError
+
 from .loader import ProfileInfo, list_profiles, load_profile
 from .profile import FEATURES, PARAM_SPECS, PARAMS, ParamSpec, Profile, unit_of
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import ProfileError
+from flashsim.errors import ProfileError
+
 from .profile import (
     PACKAGE_DIR,
     PARAM_SPECS,

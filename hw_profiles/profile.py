@@ -18,7 +18,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from .errors import ProfileError
+from flashsim.errors import ProfileError
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 ARCHES = {"ampere": 8, "hopper": 9}  # arch -> compute capability major

@@ -10,8 +10,8 @@ from __future__ import annotations
 import contextlib
 import functools
 
-from algorithms.tiling import Tiling
-from hw_profiles.errors import FlashsimError
+from flashsim.algorithms.tiling import Tiling
+from flashsim.errors import FlashsimError
 
 from . import build, driver, registry
 from .launch import BoundKernels, Call, device_limits
@@ -171,7 +171,7 @@ _HOPPER = ("v3", "v3-fp8")
 
 def _hopper(torch, algo, q, k, v, causal, tiling, softmax_scale, out, return_lse):
     """v3 and v3-fp8 run through kernels/hopper.py (wgmma and TMA: sm_90 only)."""
-    from algorithms.tiling import check_algo
+    from flashsim.algorithms.tiling import check_algo
 
     check_algo(algo)
     _check_tensors(torch, q, k, v)

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from hw_profiles.errors import FlashsimError
+from flashsim.errors import FlashsimError
 
 from .registry import KernelFamily, families
 

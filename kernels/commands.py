@@ -73,13 +73,13 @@ def _list(args) -> int:
 
 
 def main(argv=None) -> int:
-    """`python3 -m kernels.commands build ...`: the same commands without the rest of the CLI's imports."""
+    """`python3 -m flashsim.kernels.commands build ...`: the same commands without the rest of the CLI's imports."""
     import argparse
     import sys
 
-    from hw_profiles.errors import FlashsimError
+    from flashsim.errors import FlashsimError
 
-    parser = argparse.ArgumentParser(prog="python3 -m kernels.commands")
+    parser = argparse.ArgumentParser(prog="python3 -m flashsim.kernels.commands")
     register(parser.add_subparsers(dest="command", metavar="COMMAND"))
     args = parser.parse_args(["kernels", *(sys.argv[1:] if argv is None else argv)])
     try:

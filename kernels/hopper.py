@@ -13,7 +13,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from hw_profiles.errors import FlashsimError
+from flashsim.errors import FlashsimError
 
 KERNEL_DIR = Path(__file__).resolve().parent
 BUILD_DIR = KERNEL_DIR.parent / "build" / "hopper"
@@ -224,8 +224,8 @@ def choose_tile(algo: str, d: int, causal: bool, tiling=None) -> tuple[int, int]
         return tiling.block_m, tiling.block_n
     if (algo, d, causal) in SUBSTITUTE:
         return SUBSTITUTE[(algo, d, causal)]
-    from algorithms.problem import Problem
-    from algorithms.tiling import default_tiling
+    from flashsim.algorithms.problem import Problem
+    from flashsim.algorithms.tiling import default_tiling
 
     t = default_tiling(algo, Problem(1, 1, 128, d, causal=causal), None)
     return t.block_m, t.block_n

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from hw_profiles.errors import FlashsimError
+from flashsim.errors import FlashsimError
 
 from . import hopper
 

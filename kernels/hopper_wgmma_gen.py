@@ -1,7 +1,7 @@
 """Writes kernels/v3_wgmma.cuh: one inline-PTX wrapper per (dtype, N) of the wgmma shapes v3 uses.
 
 The operand lists of wgmma.mma_async grow with N (N/2 accumulator registers per thread), which C++ cannot
-spell generically, so they are generated. Run `python -m kernels.hopper_wgmma_gen` after editing; a test
+spell generically, so they are generated. Run `python -m flashsim.kernels.hopper_wgmma_gen` after editing; a test
 checks the committed header is current.
 """
 

@@ -19,13 +19,13 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from algorithms.tiling import Tiling
-from hw_profiles.errors import FlashsimError
+from flashsim.algorithms.tiling import Tiling
+from flashsim.errors import FlashsimError
 
 DTYPES = ("fp16", "bf16")
 ARCHS = ("sm_80", "sm_90a")
 # Modules that register families; a missing one is skipped.
-FAMILY_MODULES = ("kernels.standard", "kernels.v1", "kernels.v2", "kernels.hopper_family")
+FAMILY_MODULES = tuple(f"flashsim.kernels.{name}" for name in ("standard", "v1", "v2", "hopper_family"))
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ def families() -> dict[str, KernelFamily]:
 
 
 def family(algo: str) -> KernelFamily:
-    from algorithms.tiling import check_algo
+    from flashsim.algorithms.tiling import check_algo
 
     check_algo(algo)
     found = families().get(algo)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from algorithms.tiling import Tiling
-from hw_profiles.errors import FlashsimError
+from flashsim.algorithms.tiling import Tiling
+from flashsim.errors import FlashsimError
 
 from .launch import cdiv, smem_tile_bytes
 from .registry import DTYPES, KernelFamily, Variant, register

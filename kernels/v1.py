@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import functools
 
-from algorithms.tiling import Tiling, fa1_block_n, fa1_split_count
-from hw_profiles.profile import occupancy_limits
+from flashsim.algorithms.tiling import Tiling, fa1_block_n, fa1_split_count
+from flashsim.hw_profiles.profile import occupancy_limits
 
 from .launch import cdiv, device_limits, smem_tile_bytes
 from .registry import DTYPES, KernelFamily, Variant, register

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from algorithms.problem import Problem
-from algorithms.tiling import Tiling, default_tiling
+from flashsim.algorithms.problem import Problem
+from flashsim.algorithms.tiling import Tiling, default_tiling
 
 from .launch import cdiv, smem_tile_bytes
 from .registry import DTYPES, KernelFamily, Variant, register

@@ -6,11 +6,11 @@ import math
 import time
 from dataclasses import dataclass, field, replace
 
-from algorithms.parts import gemm_dtype
-from algorithms.problem import Problem
-from algorithms.schedules import build
-from algorithms.tiling import Tiling, check_algo, check_fits, resolve_tiling
-from hw_profiles.errors import FlashsimError
+from flashsim.algorithms.parts import gemm_dtype
+from flashsim.algorithms.problem import Problem
+from flashsim.algorithms.schedules import build
+from flashsim.algorithms.tiling import Tiling, check_algo, check_fits, resolve_tiling
+from flashsim.errors import FlashsimError
 
 from .gpu import Gpu, blocks_per_sm
 

@@ -9,12 +9,18 @@ import os
 import sys
 from typing import Any
 
-from algorithms.cli_args import add_algo_arg, add_problem_args, add_tiling_args, problem_from_args, tiling_from_args
-from algorithms.problem import Problem
-from algorithms.tiling import ALGORITHMS
-from hw_profiles.commands import add_profile_args, profile_from_args
-from hw_profiles.errors import FlashsimError
-from hw_profiles.loader import load_profile
+from flashsim.algorithms.cli_args import (
+    add_algo_arg,
+    add_problem_args,
+    add_tiling_args,
+    problem_from_args,
+    tiling_from_args,
+)
+from flashsim.algorithms.problem import Problem
+from flashsim.algorithms.tiling import ALGORITHMS
+from flashsim.errors import FlashsimError
+from flashsim.hw_profiles.commands import add_profile_args, profile_from_args
+from flashsim.hw_profiles.loader import load_profile
 
 FA2_SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 TRACE_EVENT_LIMIT = 300_000

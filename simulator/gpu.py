@@ -11,8 +11,7 @@ import math
 from collections import defaultdict, deque
 
 import simpy
-
-from hw_profiles.errors import FlashsimError
+from flashsim.errors import FlashsimError
 
 from .l2 import L2Cache
 from .resources import Barrier, Port, QueueUnit, SharedUnit

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from functools import lru_cache
 
-from algorithms.ir import GTile
+from flashsim.algorithms.ir import GTile
 
 LINE_ROWS = 16  # a line key covers 16 rows x 64 columns (128 B rows at 16 bits, the hardware line width);
 LINE_COLS = 64

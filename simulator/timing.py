@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from algorithms.ir import (
+from flashsim.algorithms.ir import (
     RMEM,
     SMEM,
     Arrive,

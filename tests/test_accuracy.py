@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-import cli
+from flashsim import cli
 
 FIXTURE = {
     "provenance": {
@@ -95,11 +94,11 @@ def test_predictions_stay_near_committed_h200_measurements(impl, config_id):
     """A model change that moves our flash kernels' predictions further off their committed H200 GPU busy
     times (profiler-measured, experiments/results/h200) than TRIPWIRE fails here, not first in a validation
     run."""
-    from algorithms.problem import Problem
-    from algorithms.tiling import Tiling
-    from experiments import validate_store as store
-    from hw_profiles import load_profile
-    from simulator import simulate
+    from flashsim.algorithms.problem import Problem
+    from flashsim.algorithms.tiling import Tiling
+    from flashsim.experiments import validate_store as store
+    from flashsim.hw_profiles import load_profile
+    from flashsim.simulator import simulate
 
     if not MEASURED.is_file():
         pytest.skip("no committed measurements")

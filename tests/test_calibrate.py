@@ -10,11 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-import cli
-from experiments import calibrate, calibrate_bench, calibrate_gpu
-from hw_profiles import load_profile
-from hw_profiles.errors import FlashsimError
+from flashsim import cli
+from flashsim.errors import FlashsimError
+from flashsim.experiments import calibrate, calibrate_bench, calibrate_gpu
+from flashsim.hw_profiles import load_profile
 
 
 def _one_line_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str], needle: str) -> None:

@@ -6,17 +6,16 @@ import json
 import re
 
 import pytest
+from flashsim import cli
+from flashsim.algorithms import Problem, Tiling
+from flashsim.algorithms.closed_form import Loop, Step, loop_nest
+from flashsim.algorithms.counting import count_io
+from flashsim.algorithms.explain import explain
+from flashsim.algorithms.problem import HEADDIMS
+from flashsim.algorithms.schedules import build
+from flashsim.algorithms.schedules.v3_fp8 import build as build_fp8
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-import cli
-from algorithms import Problem, Tiling
-from algorithms.closed_form import Loop, Step, loop_nest
-from algorithms.counting import count_io
-from algorithms.explain import explain
-from algorithms.problem import HEADDIMS
-from algorithms.schedules import build
-from algorithms.schedules.v3_fp8 import build as build_fp8
 
 ALGOS = ("standard", "v1", "v2", "v3", "v3-fp8")
 GOLDEN_ARGS = ["explain", "--algo", "v2", "--batch", "1", "--heads", "2", "--seqlen", "256", "--seqlen-kv", "320",

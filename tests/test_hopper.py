@@ -11,8 +11,7 @@ import re
 import shutil
 
 import pytest
-
-from kernels import hopper, hopper_wgmma_gen
+from flashsim.kernels import hopper, hopper_wgmma_gen
 
 torch = pytest.importorskip("torch")
 
@@ -54,7 +53,7 @@ def test_params_layout_matches_kernel():
 
 
 def test_fp8_key_permutation_is_a_permutation():
-    from kernels.hopper_fp8 import KEY_PERM
+    from flashsim.kernels.hopper_fp8 import KEY_PERM
 
     assert sorted(KEY_PERM) == list(range(16))
     assert KEY_PERM[:4] == [0, 1, 8, 9]
@@ -177,7 +176,7 @@ def test_v3_structured(kind, causal):
     ],
 )
 def test_v3_schedules_and_tiles(d, tile, causal, schedule):
-    from algorithms.tiling import Tiling
+    from flashsim.algorithms.tiling import Tiling
 
     q, k, v = _inputs("random", 2, 2, 2, 900, 900, d, torch.bfloat16, seed=1)
     out = torch.full_like(q, float("nan"))
@@ -203,7 +202,7 @@ def test_v3_persistent_grid(d, causal, persistent):
 @gpu
 @pytest.mark.parametrize("causal", [False, True])
 def test_fp8_accuracy_ordering(causal):
-    from experiments.bench_hopper import fp8_rmse_table
+    from flashsim.experiments.bench_hopper import fp8_rmse_table
 
     rows = fp8_rmse_table(1, 2, 1024, 128, causal)
     assert rows["fp8 block scale + incoherent"] < rows["fp8 tensor scale"]
@@ -225,8 +224,8 @@ def test_fp8_accuracy_ordering(causal):
     ],
 )
 def test_fp8_matches_reference(n, causal, d, tile):
-    from algorithms.tiling import Tiling
-    from kernels import hopper_fp8
+    from flashsim.algorithms.tiling import Tiling
+    from flashsim.kernels import hopper_fp8
 
     q, k, v = _inputs("random", 1, 2, 2, n, n, d, torch.bfloat16, seed=3)
     out = torch.full(q.shape, float("nan"), dtype=torch.bfloat16, device="cuda")

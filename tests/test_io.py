@@ -10,17 +10,16 @@ import time
 from pathlib import Path
 
 import pytest
+from flashsim import cli
+from flashsim.algorithms import Problem, Tiling
+from flashsim.algorithms.closed_form import closed_form
+from flashsim.algorithms.counting import count_io
+from flashsim.algorithms.ir import RMEM, SMEM, Gemm, GTile, Kernel, Load, Role, Schedule, Store
+from flashsim.algorithms.problem import HEADDIMS
+from flashsim.algorithms.schedules import build
+from flashsim.algorithms.schedules.v3_fp8 import build as build_fp8
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-import cli
-from algorithms import Problem, Tiling
-from algorithms.closed_form import closed_form
-from algorithms.counting import count_io
-from algorithms.ir import RMEM, SMEM, Gemm, GTile, Kernel, Load, Role, Schedule, Store
-from algorithms.problem import HEADDIMS
-from algorithms.schedules import build
-from algorithms.schedules.v3_fp8 import build as build_fp8
 
 ROOT = Path(__file__).resolve().parents[1]
 ALGOS = ("standard", "v1", "v2", "v3", "v3-fp8")
@@ -143,7 +142,7 @@ def io_run(tmp_path_factory):
     """`flashsim io --json` through the real entry point, once for the module."""
     plots = tmp_path_factory.mktemp("plots")
     exe = shutil.which("flashsim")
-    cmd = [exe] if exe else [sys.executable, "cli.py"]
+    cmd = [exe] if exe else [sys.executable, "-m", "flashsim.cli"]
     start = time.perf_counter()
     done = subprocess.run([*cmd, "io", "--json", "--plot-dir", str(plots)], cwd=ROOT, capture_output=True,
                           text=True)

@@ -7,13 +7,12 @@ import json
 from dataclasses import replace
 
 import pytest
-
-from algorithms.problem import Problem
-from algorithms.tiling import Tiling, default_tiling, fa1_split_count, fa1_splits, smem_bytes
-from hw_profiles import load_profile
-from hw_profiles.errors import FlashsimError
-from kernels import build, registry
-from kernels.launch import PARAMS_BYTES, AttnParams
+from flashsim.algorithms.problem import Problem
+from flashsim.algorithms.tiling import Tiling, default_tiling, fa1_split_count, fa1_splits, smem_bytes
+from flashsim.errors import FlashsimError
+from flashsim.hw_profiles import load_profile
+from flashsim.kernels import build, registry
+from flashsim.kernels.launch import PARAMS_BYTES, AttnParams
 
 torch = pytest.importorskip("torch")
 
@@ -82,7 +81,7 @@ def test_v1_runs_the_schedules_tiles_and_shared_memory():
 def test_v1_kernel_splits_follow_fa1s_rule():
     """Blocks per SM from the kernel's registers and SMEM; splits from FA1's wave-efficiency rule, the
     same count the model picks when its occupancy agrees."""
-    from kernels.v1 import blocks_per_sm
+    from flashsim.kernels.v1 import blocks_per_sm
 
     variant = registry.family("v1").variant(64, "bf16", Tiling(16, 256, 4, 1))
     assert blocks_per_sm(variant, 108, H200_SMEM.smem_per_sm_bytes) == 2  # SMEM-limited, as ncu reports
@@ -148,7 +147,7 @@ def test_build_dir(monkeypatch, tmp_path):
 
 
 def test_build_without_nvcc_is_one_line(monkeypatch, tmp_path, capsys):
-    from cli import main
+    from flashsim.cli import main
 
     monkeypatch.setenv("FLASHSIM_NVCC", str(tmp_path / "missing-nvcc"))
     assert main(["kernels", "build", "--out", str(tmp_path)]) == 2
@@ -157,7 +156,7 @@ def test_build_without_nvcc_is_one_line(monkeypatch, tmp_path, capsys):
 
 
 def test_list_command(capsys):
-    from cli import main
+    from flashsim.cli import main
 
     assert main(["kernels", "list", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -178,7 +177,7 @@ def cpu(*shape, dtype=torch.bfloat16):
 
 
 def attention(*args, **kwargs):
-    from kernels import attention
+    from flashsim.kernels import attention
 
     return attention(*args, **kwargs)
 
@@ -212,7 +211,7 @@ def test_api_errors(args, kwargs, match):
 
 def test_loaded_modules_are_reused(monkeypatch):
     """After the first call a launch neither rereads the manifest nor reloads the cubin."""
-    from kernels import api
+    from flashsim.kernels import api
 
     calls = []
     monkeypatch.setattr(api, "_modules", {})
@@ -226,7 +225,7 @@ def test_loaded_modules_are_reused(monkeypatch):
 
 
 def test_bench_update_replaces_only_the_remeasured_rows():
-    from experiments.bench_kernels import merged
+    from flashsim.experiments.bench_kernels import merged
 
     def row(impl, tflops):
         return {"impl": impl, "headdim": 64, "causal": False, "seqlen": 512, "tflops": tflops}

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from kernels import build, registry
+from flashsim.kernels import build, registry
 
 pytestmark = [
     pytest.mark.nvcc,

@@ -18,8 +18,8 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
 
-from algorithms.tiling import Tiling  # noqa: E402
-from kernels import attention  # noqa: E402
+from flashsim.algorithms.tiling import Tiling  # noqa: E402
+from flashsim.kernels import attention  # noqa: E402
 
 ALGOS = ("standard", "v1", "v2")
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -194,8 +194,8 @@ def test_repeatable():
 
 
 def test_default_tiles_are_fa2():
-    from kernels.launch import device_limits
-    from kernels.registry import family
+    from flashsim.kernels.launch import device_limits
+    from flashsim.kernels.registry import family
 
     v2 = family("v2")
     limits = device_limits(torch.device("cuda"))
@@ -204,7 +204,7 @@ def test_default_tiles_are_fa2():
 
 
 def test_unsupported_generation_is_refused():
-    from hw_profiles.errors import FlashsimError
+    from flashsim.errors import FlashsimError
 
     major, minor = torch.cuda.get_device_capability()
     q = randn(1, 1, 16, 64)

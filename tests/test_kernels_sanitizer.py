@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -27,7 +26,7 @@ pytestmark = [
 # Ragged lengths, seqlen_q != seqlen_k, GQA, causal and not, every algorithm and its default tiles.
 TARGET = """
 import torch
-from kernels import attention
+from flashsim.kernels import attention
 torch.manual_seed(0)
 cases = [(1, 2, 1, 130, 77, 64), (1, 2, 2, 70, 200, 128), (1, 1, 1, 150, 150, 96)]
 for algo in ("standard", "v1", "v2"):
@@ -46,13 +45,13 @@ def run_sanitizer(tool: str, filtered: bool = True) -> subprocess.CompletedProce
     cmd = [SANITIZER, "--tool", tool, "--error-exitcode", "3"]
     if filtered:
         cmd += ["--kernel-name", "kns=flashsim"]
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    env = dict(os.environ)  # the child imports flashsim as this process does (installed or on PYTHONPATH)
     return subprocess.run([*cmd, sys.executable, "-c", TARGET], capture_output=True, text=True, env=env, timeout=600)
 
 
 @pytest.mark.parametrize("tool", ["memcheck", "racecheck"])
 def test_sanitizer_clean(tool):
-    from kernels import attention
+    from flashsim.kernels import attention
 
     q = torch.randn(1, 1, 64, 64, device="cuda", dtype=torch.bfloat16)
     for algo in ("standard", "v1", "v2"):

@@ -11,13 +11,12 @@ import math
 
 import pytest
 import torch
+from flashsim.algorithms import Problem, Tiling, attention
+from flashsim.algorithms.numeric import FP8_MAX, hadamard_matrix, round_to, run_numeric
+from flashsim.algorithms.problem import HEADDIMS
+from flashsim.algorithms.schedules import build
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from algorithms import Problem, Tiling, attention
-from algorithms.numeric import FP8_MAX, hadamard_matrix, round_to, run_numeric
-from algorithms.problem import HEADDIMS
-from algorithms.schedules import build
 
 ALGOS = ("standard", "v1", "v2", "v3")  # v3-fp8 has its own tests below
 TORCH = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}

@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from hw_profiles import (
+from flashsim.hw_profiles import (
     FEATURES,
     PARAMS,
     FlashsimError,
@@ -19,7 +18,7 @@ from hw_profiles import (
     list_profiles,
     load_profile,
 )
-from hw_profiles.profile import PACKAGE_DIR, SOURCE_KINDS
+from flashsim.hw_profiles.profile import PACKAGE_DIR, SOURCE_KINDS
 
 ROOT = Path(__file__).resolve().parents[1]
 H100_TOML = PACKAGE_DIR / "h100-sxm5-80gb.toml"

@@ -10,10 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
-import cli
-from hw_profiles import load_profile
-from hw_profiles.commands import add_profile_args, differences, human, profile_from_args
+from flashsim import cli
+from flashsim.hw_profiles import load_profile
+from flashsim.hw_profiles.commands import add_profile_args, differences, human, profile_from_args
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -123,7 +122,7 @@ def test_missing_action_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> 
 
 def test_entry_point_subprocess() -> None:
     exe = shutil.which("flashsim")
-    cmd = [exe] if exe else [sys.executable, "cli.py"]
+    cmd = [exe] if exe else [sys.executable, "-m", "flashsim.cli"]
     ok = subprocess.run([*cmd, "profiles", "show", "a100", "--json"], cwd=ROOT, capture_output=True, text=True)
     assert ok.returncode == 0 and json.loads(ok.stdout)["name"] == "a100-sxm4-80gb"
     bad = subprocess.run([*cmd, "profiles", "show", "nope"], cwd=ROOT, capture_output=True, text=True)

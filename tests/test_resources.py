@@ -4,12 +4,11 @@ and the chip ports' fair sharing among requesters."""
 from __future__ import annotations
 
 import pytest
-
-from algorithms.ir import RMEM, Gemm, Kernel, Role
-from hw_profiles import load_profile
-from simulator.gpu import Gpu
-from simulator.resources import SharedUnit
-from simulator.timing import pipe_share
+from flashsim.algorithms.ir import RMEM, Gemm, Kernel, Role
+from flashsim.hw_profiles import load_profile
+from flashsim.simulator.gpu import Gpu
+from flashsim.simulator.resources import SharedUnit
+from flashsim.simulator.timing import pipe_share
 
 
 def test_processor_sharing_splits_the_rate_evenly():
@@ -128,8 +127,7 @@ def test_port_matches_a_step_by_step_integration(seed):
     import random
 
     import simpy
-
-    from simulator.resources import Port
+    from flashsim.simulator.resources import Port
 
     rng = random.Random(seed)
     requests = sorted(((rng.choice((0, 0, 3, 7, 20)), rng.uniform(10, 400), rng.randint(0, 3))

@@ -13,13 +13,12 @@ tests in test_simulator.py apply.
 
 from __future__ import annotations
 
+import flashsim.simulator.api as api
 import pytest
-
-import simulator.api as api
-from algorithms.problem import Problem
-from hw_profiles import load_profile
-from simulator import simulate
-from simulator.resources import Port
+from flashsim.algorithms.problem import Problem
+from flashsim.hw_profiles import load_profile
+from flashsim.simulator import simulate
+from flashsim.simulator.resources import Port
 
 H100 = load_profile("h100")
 H200 = load_profile("h200")

@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
-
-import cli
-from algorithms.problem import Problem
-from hw_profiles import load_profile
-from simulator import simulate
-from simulator.api import head_sample
+from flashsim import cli
+from flashsim.algorithms.problem import Problem
+from flashsim.hw_profiles import load_profile
+from flashsim.simulator import simulate
+from flashsim.simulator.api import head_sample
 
 H100 = load_profile("h100")
 A100 = load_profile("a100")

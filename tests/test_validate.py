@@ -8,12 +8,11 @@ import time
 from pathlib import Path
 
 import pytest
-
-import cli
-from experiments import validate, validate_compare, validate_ncu
-from experiments import validate_store as store
-from experiments.validate_metrics import pct_error, summarize, summarize_groups
-from hw_profiles.errors import FlashsimError
+from flashsim import cli
+from flashsim.errors import FlashsimError
+from flashsim.experiments import validate, validate_compare, validate_ncu
+from flashsim.experiments import validate_store as store
+from flashsim.experiments.validate_metrics import pct_error, summarize, summarize_groups
 
 # -- metrics ----------------------------------------------------------------------------------------------
 

@@ -1,0 +1,7 @@
+"""flashsim: a cycle-level GPU memory-hierarchy simulator for attention, with reference CUDA kernels.
+
+The repository root is the `flashsim` package: its folders (algorithms, simulator, hw_profiles, kernels,
+experiments) install as `flashsim.algorithms` and so on, never as top-level modules of their own.
+"""
+
+__version__ = "0.1.0"
