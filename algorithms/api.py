@@ -5,15 +5,16 @@ from __future__ import annotations
 import torch
 from flashsim.errors import FlashsimError
 
+from . import catalog
 from .numeric import run_numeric
 from .problem import Problem
-from .schedules import build
-from .tiling import Tiling, check_algo, resolve_tiling
+from .tiling import Tiling, resolve_tiling
 
 _DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
-def problem_of(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, algo: str) -> Problem:
+def problem_of(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, algo: str,
+               causal_align: str = "bottom-right") -> Problem:
     """The Problem that tensors in SDPA layout [B, H, N, D] describe."""
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise FlashsimError("q, k and v must be 4-D tensors [batch, heads, seqlen, headdim]")
@@ -23,31 +24,32 @@ def problem_of(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, 
         raise FlashsimError(f"q {tuple(q.shape)} and k {tuple(k.shape)} disagree on batch or headdim")
     if q.dtype not in _DTYPES:
         raise FlashsimError(f"unsupported dtype {q.dtype}; use float32, float16 or bfloat16")
-    dtype = "fp8" if algo == "v3-fp8" else _DTYPES[q.dtype]
+    rec = catalog.get(algo)
+    dtype = _DTYPES[q.dtype]
+    if dtype not in rec.dtypes:
+        if len(rec.dtypes) > 1:
+            raise FlashsimError(f"{algo} takes {', '.join(rec.dtypes)} inputs, not {dtype}")
+        dtype = rec.default_dtype  # a schedule that quantises its inputs itself (v3-fp8: to e4m3)
     b, h, n, d = q.shape
-    return Problem(b, h, n, d, seqlen_k=k.shape[2], kv_heads=k.shape[1], causal=causal, dtype=dtype)
+    return Problem(b, h, n, d, seqlen_k=k.shape[2], kv_heads=k.shape[1], causal=causal, dtype=dtype,
+                   causal_align=causal_align)
 
 
 def attention(q, k, v, algo: str = "v2", causal: bool = False, tiling: Tiling | None = None, profile=None,
-              hadamard: bool = True):
+              hadamard: bool = True, causal_align: str = "bottom-right"):
     """Attention computed by running `algo`'s schedule tile by tile; returns O with q's shape and dtype.
 
     K and V may have fewer heads than Q (GQA/MQA). profile picks default tiles (default: H100).
     For v3-fp8, the inputs are quantised to e4m3 per block inside the schedule (hadamard: incoherent
-    processing of Q and K first)."""
-    check_algo(algo)
-    p = problem_of(q, k, v, causal, algo)
+    processing of Q and K first). causal_align: which keys a causal row sees when the lengths differ
+    ("bottom-right", FlashAttention's; "top-left", PyTorch SDPA's is_causal)."""
+    p = problem_of(q, k, v, causal, algo, causal_align)
     if profile is None:
         from flashsim.hw_profiles import load_profile
 
         profile = load_profile("h100")
     t = tiling if tiling is not None else resolve_tiling(algo, p, profile)
-    if algo == "v3-fp8":
-        from .schedules.v3_fp8 import build as build_fp8
-
-        schedule = build_fp8(p, t, hadamard=hadamard)
-    else:
-        schedule = build(algo, p, t)
+    schedule = catalog.get(algo).schedule(p, t, hadamard=hadamard)
     inputs = {"Q": q.detach().float().cpu(), "K": k.detach().float().cpu(), "V": v.detach().float().cpu()}
     out = run_numeric(schedule, inputs)["O"]
     return out.to(dtype=q.dtype, device=q.device)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from . import catalog
+from .ir import CAUSAL_ALIGNS
 from .problem import DTYPE_BYTES, Problem
-from .tiling import ALGORITHMS, Tiling, resolve_tiling
+from .tiling import Tiling, resolve_tiling
 
 
 def add_problem_args(
@@ -18,7 +20,10 @@ def add_problem_args(
     g.add_argument("--seqlen", "-n", type=int, default=seqlen, help=f"query sequence length (default {seqlen})")
     g.add_argument("--seqlen-kv", type=int, default=0, help="key/value sequence length (default: --seqlen)")
     g.add_argument("--headdim", "-d", type=int, default=headdim, help=f"head dimension (default {headdim})")
-    g.add_argument("--causal", action="store_true", help="causal mask (bottom-right aligned)")
+    g.add_argument("--causal", action="store_true", help="causal mask (bottom-right aligned unless --causal-align)")
+    g.add_argument("--causal-align", choices=CAUSAL_ALIGNS, default="bottom-right",
+                   help="with --causal and seqlen != seqlen-kv: bottom-right (FlashAttention, default: the last "
+                        "query sees every key) or top-left (PyTorch SDPA's is_causal: query i sees keys 0..i)")
     g.add_argument(
         "--dtype", choices=tuple(DTYPE_BYTES), default=None, help="input dtype (default bf16; fp8 with --algo v3-fp8)"
     )
@@ -40,7 +45,7 @@ def add_algo_arg(parser: argparse.ArgumentParser, *, default: str | None = "v2")
     parser.add_argument(
         "--algo",
         "-a",
-        choices=ALGORITHMS,
+        choices=catalog.names(),
         default=default,
         required=default is None,
         help=f"schedule to run (default {default})" if default else "schedule to run",
@@ -49,7 +54,7 @@ def add_algo_arg(parser: argparse.ArgumentParser, *, default: str | None = "v2")
 
 def problem_from_args(args: argparse.Namespace, algo: str | None = None) -> Problem:
     algo = algo or getattr(args, "algo", None)
-    dtype = args.dtype or ("fp8" if algo == "v3-fp8" else "bf16")
+    dtype = args.dtype or (catalog.get(algo).default_dtype if algo else "bf16")
     return Problem(
         args.batch,
         args.heads,
@@ -59,6 +64,7 @@ def problem_from_args(args: argparse.Namespace, algo: str | None = None) -> Prob
         kv_heads=args.kv_heads,
         causal=args.causal,
         dtype=dtype,
+        causal_align=getattr(args, "causal_align", "bottom-right"),
     )
 
 

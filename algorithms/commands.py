@@ -56,14 +56,12 @@ def _cmd_io(args: argparse.Namespace) -> int:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    from flashsim.errors import FlashsimError
-
+    from .catalog import check_dtype
     from .explain import explain
 
     profile = profile_from_args(args)
     problem = problem_from_args(args, args.algo)
-    if (problem.dtype == "fp8") != (args.algo == "v3-fp8"):
-        raise FlashsimError(f"fp8 goes with --algo v3-fp8 and only with it; got {args.algo} with {problem.dtype}")
+    check_dtype(args.algo, problem)
     tiling = tiling_from_args(args, args.algo, problem, profile)
     result = explain(args.algo, problem, tiling, hadamard=not args.no_hadamard)
     if args.json:

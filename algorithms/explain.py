@@ -10,30 +10,15 @@ from __future__ import annotations
 import textwrap
 from dataclasses import dataclass
 
+from . import catalog
 from .closed_form import KernelNest, Loop, Step, fold, loop_nest
 from .counting import IOCounts, count_io
 from .problem import Problem
-from .schedules import build
 from .tiling import Tiling
 
 _W = 46  # width of the loop-nest column; with the others a line stays within 120 columns
 _GMEM = ("gmem_read", "gmem_write")
 _SMEM = ("smem_read", "smem_write")
-
-# Where each algorithm's global-memory traffic comes from, in one or two lines (the Theorem 2 story).
-_WHY = {
-    "standard": "S and P (Nq x Nk) are written and read back through global memory: Theta(N d + N^2) "
-                "bytes whatever the on-chip memory M.",
-    "v1": "K_j, V_j cross global memory once; Q_i and the fp32 O_i, m_i, l_i once per kv-block: Tc = {tc} "
-          "passes. Algorithm 1 sets Bc = M / 4d, so Tc = 4 N d / M and the bytes are Theta(N^2 d^2 / M).",
-    "v2": "Q_i and O_i cross global memory once; K and V once per q-block: Tr = {tr} passes over K and V. "
-          "Tiles of ~M / d rows give Tr ~ N d / M, so the bytes are Theta(N^2 d^2 / M).",
-    "v3": "As V2: K and V are read once per q-block (Tr = {tr} passes), now by TMA into a ring of "
-          "{stages} shared-memory slots that the producer fills while the consumers compute.",
-    "v3-fp8": "A quantisation pass reads Q, K, V in bf16 and writes e4m3 copies with one scale per block; then "
-              "V3 reads the 1-byte K and V once per q-block (Tr = {tr} passes).",
-}
-
 
 def human_bytes(n: float) -> str:
     if n == 0:
@@ -85,7 +70,7 @@ class Explanation:
         out += ["", f"schedule total: gmem {human_bytes(tot.gmem_bytes)} ({tot.gmem_bytes} B), "
                     f"smem {human_bytes(tot.smem_bytes)} ({tot.smem_bytes} B), "
                     f"{human_count(sum(tot.flops.values()))} tensor FLOPs, {human_count(tot.exps)} exps",
-                textwrap.fill(_WHY[self.algo].format(tc=-(-p.seqlen_k // t.block_n),
+                textwrap.fill(catalog.get(self.algo).why.format(tc=-(-p.seqlen_k // t.block_n),
                                                      tr=-(-p.seqlen_q // t.block_m), stages=t.stages), 118),
                 "totals agree with the op-by-op count" if self.agrees
                 else "WARNING: totals differ from the op-by-op count (a bug in the nest or the schedule)"]
@@ -106,12 +91,7 @@ class Explanation:
 
 def explain(algo: str, problem: Problem, tiling: Tiling, hadamard: bool = True) -> Explanation:
     nests = loop_nest(algo, problem, tiling, hadamard)
-    if algo == "v3-fp8":
-        from .schedules.v3_fp8 import build as build_fp8
-
-        schedule = build_fp8(problem, tiling, hadamard=hadamard)
-    else:
-        schedule = build(algo, problem, tiling)
+    schedule = catalog.get(algo).schedule(problem, tiling, hadamard=hadamard)
     return Explanation(algo, problem, tiling, nests, fold(algo, nests), count_io(schedule))
 
 

@@ -112,16 +112,30 @@ class GemmWait:
     token: str
 
 
+CAUSAL_ALIGNS = ("bottom-right", "top-left")
+
+
+def causal_offset(align: str, seqlen_q: int, seqlen_k: int) -> int:
+    """Query row r sees keys 0..r + offset. bottom-right (the default, FlashAttention >= 2.1): the last query
+    row sees every key, as decode needs; top-left (PyTorch SDPA's is_causal): row r sees keys 0..r."""
+    return seqlen_k - seqlen_q if align == "bottom-right" else 0
+
+
 @dataclass(frozen=True, slots=True)
 class Mask:
-    """Scale S and mask what a position may not see: the causal upper triangle (aligned bottom-right when
-    seqlen_q != seqlen_k, as FlashAttention does) and key columns past the sequence end."""
+    """Scale S and mask what a position may not see: the causal upper triangle (aligned as `align` says
+    when seqlen_q != seqlen_k, see causal_offset) and key columns past the sequence end."""
 
     row0: int
     col0: int
     seqlen_q: int
     seqlen_k: int
     causal: bool
+    align: str = "bottom-right"
+
+    @property
+    def shift(self) -> int:
+        return causal_offset(self.align, self.seqlen_q, self.seqlen_k)
 
     def needed(self, rows: int, cols: int) -> bool:
         """Whether a rows x cols tile at (row0, col0) has any masked element."""
@@ -129,8 +143,7 @@ class Mask:
             return True
         if not self.causal:
             return False
-        shift = self.seqlen_k - self.seqlen_q
-        return self.col0 + cols - 1 > self.row0 + shift
+        return self.col0 + cols - 1 > self.row0 + self.shift
 
 
 MASK_OPS_PER_ELEMENT = 3
@@ -140,9 +153,9 @@ MASK_OPS_PER_ELEMENT = 3
 class OnlineSoftmax:
     """FlashAttention's online softmax on one S tile (rows x cols, fp32, in registers).
 
-    mode 'v2': m <- max(m, rowmax(S)); P = exp(S - m); l <- l * e^(m_old - m) + rowsum(P);
+    mode 'online': m <- max(m, rowmax(S)); P = exp(S - m); l <- l * e^(m_old - m) + rowsum(P);
                acc (rows x acc_cols) <- acc * e^(m_old - m). P is left unnormalised.
-    mode 'v1': local stats m~ = rowmax(S), P = exp(S - m~), l~ = rowsum(P) (Algorithm 1 lines 10-11);
+    mode 'local': local stats m~ = rowmax(S), P = exp(S - m~), l~ = rowsum(P) (Algorithm 1 lines 10-11);
                merging with the running m, l happens in RescaleMerge.
     cross_warp: row statistics are combined across this many warps through shared memory (split-K)."""
 
@@ -158,13 +171,13 @@ class OnlineSoftmax:
     acc: str | None = None
     acc_cols: int = 0
     corr: str | None = None  # write the acc correction e^(m_old - m) here instead of rescaling acc now
-    mode: str = "v2"
+    mode: str = "online"
     cross_warp: int = 1
     warps: int = 1
 
     @property
     def exps(self) -> int:
-        return self.rows * self.cols + (self.rows if self.mode == "v2" else 0)
+        return self.rows * self.cols + (self.rows if self.mode == "online" else 0)
 
     @property
     def alu_flops(self) -> int:

@@ -108,7 +108,7 @@ def _masked(s: torch.Tensor, mask: Mask | None) -> torch.Tensor:
     cols = torch.arange(s.shape[1])[None, :] + mask.col0
     hidden = cols >= mask.seqlen_k
     if mask.causal:
-        hidden = hidden | (cols > rows + (mask.seqlen_k - mask.seqlen_q))
+        hidden = hidden | (cols > rows + mask.shift)
     return s.masked_fill(hidden, -math.inf)
 
 
@@ -235,7 +235,7 @@ class _Cta:
     def _online_softmax(self, op: OnlineSoftmax, regs: dict) -> None:
         s = _masked(regs[op.s] * op.scale, op.mask)
         rows = s.shape[0]
-        if op.mode == "v1":
+        if op.mode == "local":
             m_tile = s.amax(1, keepdim=True)
             e = _exp_shifted(s, m_tile)
             regs[op.p] = e

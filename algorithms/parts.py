@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .ir import FP32_BYTES, RMEM, GTile, Mask, Normalize, Store
+from .ir import FP32_BYTES, RMEM, GTile, Mask, Normalize, Store, causal_offset
 from .problem import Problem
 
 
@@ -27,8 +27,9 @@ def stat_tile(p: Problem, tensor: str, b: int, h: int, row0: int, block: int) ->
 
 
 def causal_shift(p: Problem) -> int:
-    """Query row r sees keys up to r + shift (bottom-right aligned causal mask, as FlashAttention)."""
-    return p.seqlen_k - p.seqlen_q
+    """Query row r sees keys up to r + shift: Nk - Nq bottom-right aligned (FlashAttention >= 2.1), 0
+    top-left aligned (PyTorch SDPA's is_causal)."""
+    return causal_offset(p.causal_align, p.seqlen_q, p.seqlen_k)
 
 
 def kv_block_count(p: Problem, row0: int, block_m: int, block_n: int) -> int:
@@ -44,7 +45,7 @@ def kv_block_count(p: Problem, row0: int, block_m: int, block_n: int) -> int:
 def tile_mask(p: Problem, row0: int, col0: int, rows: int, cols: int) -> Mask | None:
     """The mask a tile needs, or None when every element is visible (only diagonal and ragged-edge
     tiles pay for masking)."""
-    mask = Mask(row0, col0, p.seqlen_q, p.seqlen_k, p.causal)
+    mask = Mask(row0, col0, p.seqlen_q, p.seqlen_k, p.causal, p.causal_align)
     return mask if mask.needed(rows, cols) else None
 
 

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 from flashsim.errors import FlashsimError
 
+from .ir import CAUSAL_ALIGNS
+
 # Bytes per element of each input dtype; fp8 means e4m3 (FA3's choice).
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 HEADDIMS = (32, 64, 96, 128, 192, 256)
@@ -23,6 +25,8 @@ class Problem:
     kv_heads: int = 0  # 0: same as heads (no GQA)
     causal: bool = False
     dtype: str = "bf16"
+    # Which keys a causal query row sees when seqlen_q != seqlen_k (algorithms/ir.py, causal_offset).
+    causal_align: str = "bottom-right"
     elem_bytes: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -42,6 +46,8 @@ class Problem:
             raise FlashsimError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
         if self.dtype not in DTYPE_BYTES:
             raise FlashsimError(f"unknown dtype {self.dtype!r}; choose one of {', '.join(DTYPE_BYTES)}")
+        if self.causal_align not in CAUSAL_ALIGNS:
+            raise FlashsimError(f"unknown causal_align {self.causal_align!r}; choose one of {', '.join(CAUSAL_ALIGNS)}")
         object.__setattr__(self, "elem_bytes", DTYPE_BYTES[self.dtype])
 
     @property
@@ -62,6 +68,8 @@ class Problem:
         kv = f" kv_heads={self.kv_heads}" if self.kv_heads != self.heads else ""
         nk = f" Nk={self.seqlen_k}" if self.seqlen_k != self.seqlen_q else ""
         causal = " causal" if self.causal else ""
+        if self.causal and self.causal_align != "bottom-right" and self.seqlen_q != self.seqlen_k:
+            causal += f" ({self.causal_align})"
         dt = f" {self.dtype}" if dtype else ""
         return f"B={self.batch} H={self.heads}{kv} N={self.seqlen_q}{nk} d={self.headdim}{dt}{causal}"
 
@@ -74,6 +82,7 @@ class Problem:
             "seqlen_k": self.seqlen_k,
             "headdim": self.headdim,
             "causal": self.causal,
+            "causal_align": self.causal_align,
             "dtype": self.dtype,
             "flops": self.flops(),
         }

@@ -72,13 +72,25 @@ def with_sram(profile, m_bytes: int):
     return profile.with_overrides(overrides)
 
 
-def tiling_for(algo: str, problem: Problem, profile) -> Tiling:
-    """The tiles of this experiment: Algorithm 1's for V1 (as the theorem assumes; the default tiling also
-    shrinks them to fit registers, which is beside the point of counting bytes), V1's Bc squared for V2."""
-    if algo == "standard":
-        return default_tiling(algo, problem, profile)
+def _algorithm1_tiles(problem: Problem, profile, warps: int, stages: int, square: bool) -> Tiling:
     br, bc = v1_blocks(sram_elements(profile, problem), problem.headdim)
-    return Tiling(br, bc, 4, 1) if algo == "v1" else Tiling(bc, bc, 4, 2)
+    return Tiling(bc, bc, warps, stages) if square else Tiling(br, bc, warps, stages)
+
+
+# The tiles of this experiment: Algorithm 1's for V1 (as the theorem assumes; the default tiling also shrinks
+# them to fit registers, which is beside the point of counting bytes), V1's Bc squared for V2, and standard
+# attention's GEMM tiles (its bytes do not depend on M; not shrunk to the swept M, as they do not live in it).
+TILINGS = {
+    "standard": lambda problem, profile: default_tiling("standard", problem, None),
+    "v1": lambda problem, profile: _algorithm1_tiles(problem, profile, 4, 1, square=False),
+    "v2": lambda problem, profile: _algorithm1_tiles(problem, profile, 4, 2, square=True),
+}
+# The flash schedules, whose traffic settles at one pass over Q, K, V and O past M = N d.
+SATURATING = ("v1", "v2")
+
+
+def tiling_for(algo: str, problem: Problem, profile) -> Tiling:
+    return TILINGS[algo](problem, profile)
 
 
 def measure(sweep: str, algo: str, n: int, d: int, m_bytes: int, profile, dtype: str) -> Point:
@@ -127,7 +139,7 @@ def fits(points: list[Point]) -> dict[str, dict[str, float]]:
 def saturation(points: list[Point]) -> dict:
     """Past M = N d: bytes in units of N d (elements) and the exponent of M fitted where Tc = 1."""
     out = {}
-    for algo in ("v1", "v2"):
+    for algo in SATURATING:
         sel = [p for p in points if p.algo == algo and p.sweep == "saturation"]
         nd = SAT_N * SAT_D
         above = [p for p in sel if p.M_elements >= 4 * nd]  # Bc >= N: a single kv pass
@@ -252,7 +264,7 @@ def plot(result: dict, plot_dir: str) -> list[str]:
     for ax, (sweep, attr, label) in zip(axes, panels, strict=True):
         for algo, marker in zip(ALGOS, "sox", strict=True):
             sel = [p for p in result["points"] if p["algo"] == algo and p["sweep"] == sweep]
-            if algo == "standard" and sweep == "saturation":
+            if sweep == "saturation" and algo not in SATURATING:
                 continue
             fit = result["fits"][algo].get(sweep)
             name = f"{algo} (slope {fit:.2f})" if fit is not None else algo

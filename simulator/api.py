@@ -6,11 +6,11 @@ import math
 import time
 from dataclasses import dataclass, field, replace
 
+from flashsim.algorithms import catalog
 from flashsim.algorithms.parts import gemm_dtype
 from flashsim.algorithms.problem import Problem
 from flashsim.algorithms.schedules import build
-from flashsim.algorithms.tiling import Tiling, check_algo, check_fits, resolve_tiling
-from flashsim.errors import FlashsimError
+from flashsim.algorithms.tiling import Tiling, check_fits, resolve_tiling
 
 from .gpu import Gpu, blocks_per_sm
 
@@ -34,13 +34,8 @@ UNIT_NAMES = ("tensor", "sfu", "alu", "smem", "l2", "hbm")
 
 
 def check_features(algo: str, problem: Problem, profile) -> None:
-    """V3 needs TMA and wgmma (and fp8 wgmma for v3-fp8): say which feature a profile lacks."""
-    needs = {"v3": ("tma", "wgmma"), "v3-fp8": ("tma", "wgmma", "fp8")}.get(algo, ())
-    missing = [f for f in needs if not profile.has(f)]
-    if missing:
-        raise FlashsimError(f"{algo} needs {' and '.join(missing)}, which {profile.name} does not have")
-    if problem.dtype == "fp8" and algo != "v3-fp8":
-        raise FlashsimError(f"dtype fp8 runs only with --algo v3-fp8 (got {algo})")
+    """The record's hardware features (V3: TMA and wgmma) and dtypes: say what a profile or problem lacks."""
+    catalog.check_features(algo, problem, profile)
 
 
 @dataclass
@@ -87,7 +82,7 @@ class SimResult:
 def roofline(algo: str, problem: Problem, profile) -> dict:
     """Lower bounds on time (s) from each unit alone: useful FLOPs on the tensor cores at the
     instruction's peak, one exponential per visible score on the SFUs, compulsory HBM reads of Q, K, V."""
-    instr = "wgmma" if algo in ("v3", "v3-fp8") else "mma_sync"
+    instr = catalog.get(algo).mma
     clock, sms = profile.clock_hz(instr), profile.sm_count
     rate = profile.tensor_flops_per_clk_per_sm(instr, gemm_dtype(problem))
     exps = problem.flops() / (4 * problem.headdim)  # one exp per (visible) score
@@ -122,14 +117,14 @@ def simulate(
     extrapolate: let uniform kernels skip periods of waves (simulator/gpu.py) and long V1 loops be probed.
     small_whole_chip: run grids small enough for it on the whole chip even when `sms` asks for a sample (V1's
     probes turn it off: they take the machine their full loop gets)."""
-    check_algo(algo)
+    rec = catalog.get(algo)
     check_features(algo, problem, profile)
     if tiling is not None:
         check_fits(algo, problem, tiling, profile)
     t = tiling or resolve_tiling(algo, problem, profile)
     steps = problem.seqlen_k // t.block_n
-    if extrapolate and algo == "v1" and not problem.causal and steps >= V1_PROBE_FROM:
-        result = _v1_outer_steps(problem, profile, t, sms, steps)
+    if extrapolate and rec.probe_outer_steps and not problem.causal and steps >= V1_PROBE_FROM:
+        result = _outer_steps(algo, problem, profile, t, sms, steps)
         if result is not None:
             return result
     schedule = build(algo, problem, t)
@@ -209,9 +204,10 @@ V1_PROBE_FROM = 32
 V1_PROBE_MAX = 8
 
 
-def _v1_outer_steps(problem: Problem, profile, t: Tiling, sms: int | None, steps: int) -> SimResult | None:
-    """V1 with `steps` full outer steps (and the same ragged last step, if any) from shorter loops whose
-    step costs have settled; None if they do not settle within V1_PROBE_MAX steps."""
+def _outer_steps(algo: str, problem: Problem, profile, t: Tiling, sms: int | None,
+                 steps: int) -> SimResult | None:
+    """V1 (a record with probe_outer_steps) with `steps` full outer steps (and the same ragged last step, if
+    any) from shorter loops whose step costs have settled; None if they do not settle within V1_PROBE_MAX steps."""
     wall = time.perf_counter()
     ragged = problem.seqlen_k - steps * t.block_n
 
@@ -219,13 +215,13 @@ def _v1_outer_steps(problem: Problem, profile, t: Tiling, sms: int | None, steps
         return replace(problem, seqlen_k=n * t.block_n + ragged)
 
     # the short runs take the machine (whole chip or sample) that the full loop gets
-    if sms and _whole_chip(build("v1", problem, t), profile):
+    if sms and _whole_chip(build(algo, problem, t), profile):
         sms = None
     runs = []
     for n in range(1, V1_PROBE_MAX + 1):
         if n * (n + 1) / 2 > steps / 4:
             return None  # probing further would cost more than a quarter of the loop it stands for
-        runs.append(simulate("v1", loop(n), profile, t, sms=sms, extrapolate=False, small_whole_chip=False))
+        runs.append(simulate(algo, loop(n), profile, t, sms=sms, extrapolate=False, small_whole_chip=False))
         c = [r.cycles for r in runs[-3:]]
         if n >= 3 and c[2] - c[1] == c[1] - c[0]:
             break
@@ -238,10 +234,10 @@ def _v1_outer_steps(problem: Problem, profile, t: Tiling, sms: int | None, steps
 
     kernel_s = line(a.kernel_time_s, b.kernel_time_s)
     launch_s = b.sim["launch_overhead_s"]
-    roof = roofline("v1", problem, profile)
+    roof = roofline(algo, problem, profile)
     cycles = round(line(a.cycles, b.cycles))
     return SimResult(
-        algo="v1", hw=profile.name, problem=problem, tiling=t, cycles=cycles, time_s=kernel_s + launch_s,
+        algo=algo, hw=profile.name, problem=problem, tiling=t, cycles=cycles, time_s=kernel_s + launch_s,
         bytes={k: round(line(a.bytes[k], b.bytes[k])) for k in a.bytes},
         utilization=b.utilization, bound_by=b.bound_by,
         roofline_time_s=max(roof.values()), roofline=roof,

@@ -9,6 +9,7 @@ import os
 import sys
 from typing import Any
 
+from flashsim.algorithms import catalog
 from flashsim.algorithms.cli_args import (
     add_algo_arg,
     add_problem_args,
@@ -260,7 +261,7 @@ def fa2_grid(seqlens, headdims, causal: str, algos) -> list[tuple[str, Problem]]
                 if n <= 0:
                     raise FlashsimError(f"sequence lengths must be positive, got {n}")
                 for algo in algos:
-                    dtype = "fp8" if algo == "v3-fp8" else "bf16"
+                    dtype = catalog.get(algo).default_dtype
                     out.append((algo, Problem(max(1, 16384 // n), 2048 // d, n, d, causal=c, dtype=dtype)))
     return out
 
@@ -393,7 +394,7 @@ def _cmd_tour(args) -> int:
     profile = profile_from_args(args)
     jobs = []
     for algo in ALGORITHMS:
-        dtype = "fp8" if algo == "v3-fp8" else "bf16"
+        dtype = catalog.get(algo).default_dtype
         jobs.append((algo, Problem(**TOUR_PROBLEM, dtype=dtype), profile))
     results, skipped = _run_many(jobs, lambda prof: DEFAULT_SAMPLE_SMS, args.json, "tour", workers=_jobs(args))
     if not results:

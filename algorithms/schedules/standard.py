@@ -10,13 +10,32 @@ Causal attention computes the full S and masks in the softmax, as an unfused imp
 
 from __future__ import annotations
 
+from .. import closed_form as cf
+from ..footprint import REG_OVERHEAD
 from ..ir import RMEM, SMEM, Fill, Gemm, GTile, Kernel, Load, Role, RowSoftmax, Schedule, Store, SyncThreads, Wait
+from ..mapping import Tiling
 from ..parts import cdiv, gemm_dtype, tile_mask
 from ..problem import Problem
-from ..tiling import Tiling, registers_per_thread, smem_bytes
+from ..record import Algorithm
 
 K_CHUNK = 32  # the GEMM kernels' k-slice per pipeline stage
 SOFTMAX_ROWS = 4  # rows per softmax thread block: one warp per row
+
+
+def mapper(p: Problem, profile) -> Tiling:
+    return Tiling(128, 128, 4, 2)  # the GEMM kernels' output tile; S and P live in global memory
+
+
+def smem_bytes(p: Problem, t: Tiling) -> int:
+    """A ring of A and B k-slices of 32 (rows padded by 8 elements), which the epilogue then reuses to stage
+    the block_m x block_n output tile (rows padded by 8): the kernels' Q K^T layout."""
+    e = p.elem_bytes
+    return max(t.stages * (t.block_m + t.block_n) * (K_CHUNK + 8) * e, t.block_m * (t.block_n + 8) * e)
+
+
+def registers(p: Problem, t: Tiling) -> int:
+    """The fp32 output tile spread over the threads, plus a fixed overhead."""
+    return REG_OVERHEAD + t.block_m * t.block_n // t.threads
 
 
 def _gemm_kernel(name, p: Problem, t: Tiling, a_of, b_of, out_of, n_tile, k_total, trans_b, ctas):
@@ -48,8 +67,8 @@ def _gemm_kernel(name, p: Problem, t: Tiling, a_of, b_of, out_of, n_tile, k_tota
         yield SyncThreads()  # the output tile is staged through the k-slice buffers
         yield Store("acc", out_of(b, h, i, j), RMEM)
 
-    return Kernel(name, ctas, (Role("warps", t.warps, program),), smem_bytes("standard", p, t),
-                  registers_per_thread("standard", p, t), classes=lambda c: c[2:])
+    return Kernel(name, ctas, (Role("warps", t.warps, program),), smem_bytes(p, t), registers(p, t),
+                  classes=lambda c: c[2:])
 
 
 def build(p: Problem, t: Tiling) -> Schedule:
@@ -100,3 +119,71 @@ def build(p: Problem, t: Tiling) -> Schedule:
     sm = Kernel("softmax", [(b, h, r) for b, h in heads for r in range(cdiv(nq, SOFTMAX_ROWS))],
                 (Role("warps", SOFTMAX_ROWS, softmax),), 0, 64, classes=lambda c: (c[2],))
     return Schedule("standard", p, t, (qk, sm, pv))
+
+
+def loop_nest(x: cf.Dims) -> list[cf.KernelNest]:
+    BH, Nq, Nk, d, e, eg, w, bm, bn = x.BH, x.Nq, x.Nk, x.d, x.e, x.eg, x.w, x.bm, x.bn
+    tq, tk = x.Tr, x.Tc
+    kd, kn = cf.cdiv(d, K_CHUNK), cf.cdiv(Nk, K_CHUNK)
+    dn = min(d, bn)  # O = P V output tiles are bm x dn
+    td = cf.cdiv(d, dn)
+    rq, rk, cd = min(bm, Nq), min(bn, Nk), min(K_CHUNK, d)
+
+    n = BH * tq * tk * kd
+    qk = cf.KernelNest("gemm_qk", BH * tq * tk, 32 * w, [cf.bh_loop(x, [
+        cf.Loop(f"i in 0..{tq}  q-block", tq, BH * tq, [
+            cf.Loop(f"j in 0..{tk}  k-block", tk, BH * tq * tk, [
+                cf.Loop(f"kc in 0..{kd}  {K_CHUNK}-wide slice of d", kd, n, [
+                    cf.load("load Q[i, kc]", "Q", rq * cd * e, BH * tk * Nq * d * e, n),
+                    cf.load("load K[j, kc]", "K", rk * cd * e, BH * tq * Nk * d * e, n),
+                    cf.gemm("S += Q K^T  mma_sync, split rows", "mma_sync", x.dt, bm, bn, K_CHUNK, n,
+                          ("Q", bm * K_CHUNK * eg), ("K", w * K_CHUNK * bn * eg)),
+                ]),
+                cf.store("store S[i, j]", "S", rq * rk * e, BH * Nq * Nk * e, BH * tq * tk),
+            ]),
+        ], grid=True),
+    ])])
+
+    tr = cf.cdiv(Nq, SOFTMAX_ROWS)
+    n = BH * tr
+    r = min(SOFTMAX_ROWS, Nq)
+    softmax = cf.KernelNest("softmax", n, 32 * SOFTMAX_ROWS, [cf.bh_loop(x, [
+        cf.Loop(f"r in 0..{tr}  block of {SOFTMAX_ROWS} rows", tr, n, [
+            cf.load("load S[r, :]  pass 1: running max, sum", "S", r * Nk * e, BH * Nq * Nk * e, n, smem=False),
+            cf.load("load S[r, :]  pass 2", "S", r * Nk * e, BH * Nq * Nk * e, n, smem=False),
+            cf.Step("P = softmax(scale S)  (max, exp, sum; exp again)", "rf", n, [
+                cf.Effect("exps", "", 2 * r * Nk, 2 * BH * Nq * Nk),
+                cf.Effect("alu_flops", "", 5 * r * Nk, 5 * BH * Nq * Nk)]),
+            cf.store("store P[r, :]", "P", r * Nk * e, BH * Nq * Nk * e, n),
+        ], grid=True),
+    ])])
+
+    n = BH * tq * td * kn
+    pv = cf.KernelNest("gemm_pv", BH * tq * td, 32 * w, [cf.bh_loop(x, [
+        cf.Loop(f"i in 0..{tq}  q-block", tq, BH * tq, [
+            cf.Loop(f"c in 0..{td}  {dn}-wide slice of d", td, BH * tq * td, [
+                cf.Loop(f"kc in 0..{kn}  {K_CHUNK}-key slice", kn, n, [
+                    cf.load("load P[i, kc]", "P", rq * min(K_CHUNK, Nk) * e, BH * td * Nq * Nk * e, n),
+                    cf.load("load V[kc, c]", "V", min(K_CHUNK, Nk) * dn * e, BH * tq * Nk * d * e, n),
+                    cf.gemm("O += P V  mma_sync, split rows", "mma_sync", x.dt, bm, dn, K_CHUNK, n,
+                          ("P", bm * K_CHUNK * eg), ("V", w * K_CHUNK * dn * eg)),
+                ]),
+                cf.store("store O[i, c]", "O", rq * dn * e, BH * Nq * d * e, BH * tq * td),
+            ], grid=True),
+        ], grid=True),
+    ])])
+    return [qk, softmax, pv]
+
+
+ALGORITHM = Algorithm(
+    name="standard",
+    summary="three launches: S = Q K^T and P = softmax(S) materialised in global memory, then O = P V",
+    build=build,
+    mapper=mapper,
+    smem_bytes=smem_bytes,
+    registers=registers,
+    loop_nest=loop_nest,
+    why="S and P (Nq x Nk) are written and read back through global memory: Theta(N d + N^2) bytes whatever "
+        "the on-chip memory M.",
+    block_n_is_k=False,
+)

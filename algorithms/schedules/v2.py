@@ -10,10 +10,41 @@ from __future__ import annotations
 
 import math
 
+from .. import closed_form as cf
+from ..footprint import REG_OVERHEAD
+from ..ir import FP32_BYTES as F32
 from ..ir import RMEM, SMEM, Fill, Gemm, Kernel, Load, OnlineSoftmax, Role, Schedule, SyncThreads, Wait
+from ..mapping import Tiling
 from ..parts import cdiv, flash_epilogue, gemm_dtype, kv_block_count, row_tile, tile_mask
 from ..problem import Problem
-from ..tiling import Tiling, registers_per_thread, smem_bytes
+from ..record import Algorithm
+
+
+def _fa2_tile(d: int, profile) -> tuple[int, int, int]:
+    """The public FA2 kernels' (kBlockM, kBlockN, warps) per head dim (sm80 code path, also on Hopper)."""
+    if d <= 64:
+        return 128, 128, 4  # d32/d64: 128x128 fits registers (S: 128 fp32 per thread) and 64 KB SMEM
+    if d <= 128:
+        return 128, 64, 4  # d96/d128: halve block_n so the O accumulator (d/... per thread) fits registers
+    if d <= 192:
+        return 128, 64, 8  # 8 warps: the 128 x 192 O accumulator needs two threads' worth of registers
+    # d256: 128x64x8 needs 128 KB SMEM; FA2 takes it only on SMs with < 192 KB (A100), else 64x64x4.
+    if profile.smem_per_block_max_bytes >= 128 * 1024 and profile.smem_per_sm_bytes < 192 * 1024:
+        return 128, 64, 8
+    return 64, 64, 4
+
+
+def mapper(p: Problem, profile) -> Tiling:
+    return Tiling(*_fa2_tile(p.headdim, profile), 2)
+
+
+def smem_bytes(p: Problem, t: Tiling) -> int:
+    return (t.block_m + 2 * t.block_n) * p.headdim * p.elem_bytes  # Q, K and V tiles (the FA2 kernels' formula)
+
+
+def registers(p: Problem, t: Tiling) -> int:
+    """Each thread holds block_m * block_n / threads of S and block_m * d / threads of O, plus a fixed overhead."""
+    return REG_OVERHEAD + (t.block_m * t.block_n + t.block_m * p.headdim) // t.threads
 
 
 def build(p: Problem, t: Tiling, instr: str = "mma_sync") -> Schedule:
@@ -48,6 +79,47 @@ def build(p: Problem, t: Tiling, instr: str = "mma_sync") -> Schedule:
 
     # Launch order of the public kernels' grid (N/bm, B, H): Q blocks fastest, then batch, then heads.
     ctas = [(b, h, i) for h in range(p.heads) for b in range(p.batch) for i in range(cdiv(p.seqlen_q, bm))]
-    kernel = Kernel("flash_fwd_v2", ctas, (Role("warps", w, program),), smem_bytes("v2", p, t),
-                    registers_per_thread("v2", p, t), classes=lambda c: (c[2],), uniform=not p.causal)
+    kernel = Kernel("flash_fwd_v2", ctas, (Role("warps", w, program),), smem_bytes(p, t),
+                    registers(p, t), classes=lambda c: (c[2],), uniform=not p.causal)
     return Schedule("v2", p, t, (kernel,))
+
+
+def loop_nest(x: cf.Dims) -> list[cf.KernelNest]:
+    BH, Nq, d, e, eo, eg, w, bm, bn = x.BH, x.Nq, x.d, x.e, x.eo, x.eg, x.w, x.bm, x.bn
+    tr = x.Tr
+    n = [x.visible(i) for i in range(tr)]
+    P = BH * sum(n)
+    kv = BH * sum(x.kv_rows(k) for k in n) * d * e
+    masked = BH * sum(x.masked(i * bm, n[i]) for i in range(tr))
+    rq, rk = min(bm, Nq), min(bn, x.Nk)
+    soft = 4 * bm * bn + bm * (2 + d)
+    body = [
+        cf.load("load Q_i", "Q", rq * d * e, BH * Nq * d * e, BH * tr),
+        cf.Loop(f"j in 0..{max(n)}  kv-block", max(n), P, [
+            cf.load("load K_j", "K", rk * d * e, kv, P),
+            cf.load("load V_j", "V", rk * d * e, kv, P),
+            cf.gemm("S = Q_i K_j^T  mma_sync, split rows", "mma_sync", x.dt, bm, bn, d, P,
+                  ("Q", bm * d * eg), ("K", w * bn * d * eg)),
+            cf.work("online softmax, O *= e^(m_old - m)", P, bm * bn + bm, soft,
+                  soft * P + cf.MASK_OPS_PER_ELEMENT * masked * bm * bn),
+            cf.gemm("O += P V_j", "mma_sync", x.dt, bm, d, bn, P, None, ("V", w * bn * d * eg)),
+        ], note="causal: to the diagonal" if x.p.causal else ""),
+        cf.work("O /= l, LSE = m + log l", BH * tr, 2 * bm, bm * d + bm),
+        cf.store("store O_i", "O", rq * d * eo, BH * Nq * d * eo, BH * tr),
+        cf.store("store LSE_i", "LSE", rq * F32, BH * Nq * F32, BH * tr),
+    ]
+    return [cf.KernelNest("flash_fwd_v2", BH * tr, 32 * w, [cf.bh_loop(x, [
+        cf.Loop(f"i in 0..{tr}  q-block", tr, BH * tr, body, grid=True)])])]
+
+
+ALGORITHM = Algorithm(
+    name="v2",
+    summary="FlashAttention-2: one block per Q tile, warps split Q, K/V streamed by cp.async, O written once",
+    build=build,
+    mapper=mapper,
+    smem_bytes=smem_bytes,
+    registers=registers,
+    loop_nest=loop_nest,
+    why="Q_i and O_i cross global memory once; K and V once per q-block: Tr = {tr} passes over K and V. "
+        "Tiles of ~M / d rows give Tr ~ N d / M, so the bytes are Theta(N^2 d^2 / M).",
+)

@@ -15,7 +15,13 @@ The grid is persistent: one CTA per SM slot takes work tiles in order (causal: l
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
+from flashsim.errors import FlashsimError
+
+from .. import closed_form as cf
+from ..footprint import REG_OVERHEAD
+from ..ir import FP32_BYTES as F32
 from ..ir import (
     RMEM,
     SMEM,
@@ -32,11 +38,73 @@ from ..ir import (
     Schedule,
     Wait,
 )
+from ..mapping import Tiling
 from ..parts import cdiv, flash_epilogue, gemm_dtype, kv_block_count, row_tile, tile_mask
 from ..problem import Problem
-from ..tiling import Tiling, smem_bytes, v3_launch_registers
+from ..record import Algorithm
 
 WG_ROWS = 64  # rows of a wgmma accumulator: one warpgroup's share of block_m
+# Register budgets after setmaxnreg (FA3): consumers 240 / producer 24 with 1-2 consumer warpgroups,
+# 160 / 32 with 3.
+V3_CONSUMER_REGS = {1: 240, 2: 240, 3: 160}
+V3_PRODUCER_REGS = {1: 24, 2: 24, 3: 32}
+# The public FA3 tiles, (block_m, block_n), two stages; causal and fp8 differ where FA3 differs.
+_FA3_TILES = {32: (192, 192), 64: (192, 192), 96: (192, 144), 128: (128, 176), 192: (128, 128), 256: (128, 80)}
+_FA3_CAUSAL = {64: (192, 128), 128: (128, 128)}
+_FA3_FP8 = {32: (192, 160), 64: (192, 160), 96: (192, 128), 128: (128, 224), 192: (128, 160), 256: (128, 128)}
+
+
+def v3_launch_registers(consumers: int) -> int:
+    """Registers per thread a V3 block launches with: setmaxnreg then moves them between warpgroups."""
+    total = consumers * V3_CONSUMER_REGS.get(consumers, 0) + V3_PRODUCER_REGS.get(consumers, 0)
+    return total // (consumers + 1)
+
+
+def warps_for(block_m: int) -> int:
+    return 4 * (block_m // WG_ROWS + 1)  # one producer warpgroup + block_m/64 consumers
+
+
+def mapper(p: Problem, profile) -> Tiling:
+    d = p.headdim
+    if p.dtype == "fp8":
+        bm, bn = _FA3_FP8[d]
+    elif p.causal and d in _FA3_CAUSAL:
+        bm, bn = _FA3_CAUSAL[d]
+    else:
+        bm, bn = _FA3_TILES[d]
+    return Tiling(bm, bn, warps_for(bm), 2)
+
+
+def smem_bytes(p: Problem, t: Tiling) -> int:
+    return (t.block_m + 2 * t.block_n * t.stages) * p.headdim * p.elem_bytes  # Q once, a ring of K and V tiles
+
+
+def registers(p: Problem, t: Tiling) -> int:
+    """A consumer warpgroup: S and O accumulators for 64 rows (P is converted in place of S); its addressing
+    state is lighter than a plain kernel's since the producer computes the copy coordinates."""
+    s = WG_ROWS * t.block_n // 128
+    o = WG_ROWS * p.headdim // 128
+    return REG_OVERHEAD - 8 + s + o
+
+
+def register_budget(t: Tiling, profile) -> tuple[int, int]:
+    consumers = t.block_m // WG_ROWS
+    return V3_CONSUMER_REGS.get(consumers, 0), v3_launch_registers(consumers)
+
+
+def check_tiling(p: Problem, t: Tiling) -> None:
+    algo = "v3-fp8" if p.dtype == "fp8" else "v3"
+    if t.stages < 2:
+        raise FlashsimError(f"{algo} needs at least 2 K/V stages (QK^T of block j overlaps PV of block j-1), "
+                            f"got {t.stages}")
+    consumers = t.block_m // WG_ROWS
+    if t.warps != warps_for(t.block_m):
+        raise FlashsimError(f"{algo} with block_m={t.block_m} runs {consumers} consumer warpgroups and one "
+                            f"producer: warps must be {warps_for(t.block_m)}, got {t.warps}")
+
+
+def complete_tiling(t: Tiling) -> Tiling:
+    return replace(t, warps=warps_for(t.block_m))
 
 
 def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3") -> Schedule:
@@ -154,6 +222,81 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3") -> Schedul
     # Q blocks of one head are consecutive work tiles, so the CTAs running side by side share its K/V in L2.
     ctas = [(b, h, i) for b in range(p.batch) for h in range(p.heads) for i in order]
     algo = "v3-fp8" if fp8 else "v3"
-    kernel = Kernel(f"flash_fwd_{name}", ctas, roles, smem_bytes(algo, p, t), v3_launch_registers(consumers),
+    kernel = Kernel(f"flash_fwd_{name}", ctas, roles, smem_bytes(p, t), v3_launch_registers(consumers),
                     persistent=True, classes=lambda c: (c[2],), uniform=not p.causal and not fp8)
     return Schedule(algo, p, t, (kernel,))
+
+
+def nest(x: cf.Dims, fp8: bool = False) -> cf.KernelNest:
+    """The attention kernel's nest (fp8: on the quantised operands, with their block scales)."""
+    BH, Nq, d, e, eo, eg, bm, bn = x.BH, x.Nq, x.d, x.e, x.eo, x.eg, x.bm, x.bn
+    tr, wg = x.Tr, WG_ROWS
+    q, k, v = ("Qq", "Kq", "Vq") if fp8 else ("Q", "K", "V")
+    n = [x.visible(i) for i in range(tr)]
+    cons = [min(bm // wg, cdiv(Nq - i * bm, wg)) for i in range(tr)]  # warpgroups with rows in block i
+    C = BH * sum(cons)
+    P = BH * sum(n)
+    CP = BH * sum(c * m for c, m in zip(cons, n, strict=True))  # (warpgroup, kv block) steps
+    kv = BH * sum(x.kv_rows(m) for m in n) * d * e
+    masked = BH * sum(x.masked(i * bm + c * wg, n[i]) for i in range(tr) for c in range(cons[i]))
+    rescales = BH * sum(c * max(0, m - 1) for c, m in zip(cons, n, strict=True))
+    rk = min(bn, x.Nk)
+    soft = 4 * wg * bn + wg * (2 + d)
+
+    scales = [cf.load("load Kscale_j, Vscale_j", "Kscale", F32, P * F32, P),
+              cf.load("", "Vscale", F32, P * F32, P)] if fp8 else []
+    producer = [
+        cf.load("load Q_i (TMA, 64 rows per consumer)", q, min(bm, Nq) * d * e, BH * Nq * d * e, BH * tr),
+        cf.Loop(f"j in 0..{max(n)}  kv-block (ring of {x.t.stages} slots)", max(n), P, [
+            cf.load("load K_j (TMA)", k, rk * d * e, kv, P),
+            cf.load("load V_j (TMA)", v, rk * d * e, kv, P),
+            *cf.merged(scales),
+        ]),
+    ]
+    kv_loop = [
+        cf.gemm("S = Q_c K_j^T  wgmma", "wgmma", x.dt, wg, bn, d, CP, (q, wg * d * eg), (k, bn * d * eg),
+              ("Kscale", F32) if fp8 else None),
+        cf.work("softmax (overlaps the previous PV)", CP, wg * bn + wg, soft,
+              soft * CP + cf.MASK_OPS_PER_ELEMENT * masked * wg * bn),
+        cf.gemm("O += P V_j  wgmma", "wgmma", x.dt, wg, d, bn, CP, None, (v, bn * d * eg),
+              ("Vscale", F32) if fp8 else None),
+    ]
+    if rescales:
+        kv_loop.append(cf.when("j > 0", cf.work("O *= e^(m_old - m), deferred", rescales, 0, wg * d)))
+    consumer = [
+        *([cf.load("load Qscale_i", "Qscale", F32, C * F32, C, smem=False)] if fp8 else []),
+        cf.Loop(f"j in 0..{max(n)}  kv-block", max(n), CP, kv_loop,
+             note="causal: to the diagonal" if x.p.causal else ""),
+        cf.work("O /= l, LSE = m + log l", C, 2 * wg, wg * d + wg),
+        cf.store("store O_c (TMA)", "O", min(wg, Nq) * d * eo, BH * Nq * d * eo, C, tma=True),
+        cf.store("store LSE_c", "LSE", min(wg, Nq) * F32, BH * Nq * F32, C),
+    ]
+    body = [
+        cf.Loop("producer warpgroup (1)", 1, BH * tr, producer),
+        cf.Loop(f"c in 0..{bm // wg}  consumer warpgroup (in parallel)", bm // wg, C, consumer),
+    ]
+    name = "flash_fwd_v3_fp8" if fp8 else "flash_fwd_v3"
+    return cf.KernelNest(name, BH * tr, 32 * x.w, [cf.bh_loop(x, [
+        cf.Loop(f"i in 0..{tr}  q-block (work tile)", tr, BH * tr, body, grid=True)])], persistent=True)
+
+
+def loop_nest(x: cf.Dims) -> list[cf.KernelNest]:
+    return [nest(x)]
+
+
+ALGORITHM = Algorithm(
+    name="v3",
+    summary="FlashAttention-3: TMA producer warpgroup, wgmma consumers in ping-pong, persistent grid",
+    build=build,
+    mapper=mapper,
+    smem_bytes=smem_bytes,
+    registers=registers,
+    loop_nest=loop_nest,
+    why="As V2: K and V are read once per q-block (Tr = {tr} passes), now by TMA into a ring of {stages} "
+        "shared-memory slots that the producer fills while the consumers compute.",
+    mma="wgmma",
+    features=("tma", "wgmma"),
+    register_budget=register_budget,
+    check_tiling=check_tiling,
+    complete_tiling=complete_tiling,
+)

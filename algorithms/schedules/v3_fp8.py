@@ -9,10 +9,15 @@ O written in bf16.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from .. import closed_form as cf
+from ..ir import FP32_BYTES as F32
 from ..ir import RMEM, GTile, Kernel, Load, Quantize, Role, Schedule, Store
+from ..mapping import Tiling
 from ..parts import cdiv
 from ..problem import Problem
-from ..tiling import Tiling
+from . import v3
 from .v3 import build as build_v3
 
 HADAMARD_SEED = 0
@@ -41,3 +46,43 @@ def build(p: Problem, t: Tiling, hadamard: bool = True) -> Schedule:
                    kv_head_of=lambda c: (c[1], c[2] if c[0] in "KV" else c[2] // p.group))
     attn = build_v3(p, t, fp8=True, name="v3_fp8")
     return Schedule("v3-fp8", p, t, (quant, *attn.kernels))
+
+
+def _quantize(x: cf.Dims, hadamard: bool) -> cf.KernelNest:
+    """v3-fp8's first pass: every Q block (block_m rows) and K/V block (block_n rows) to e4m3 and a scale."""
+    B, Nq, Nk, d = x.B, x.Nq, x.Nk, x.d
+    had = x.d.bit_length() - 1 if hadamard else 0  # log2(d) butterfly stages
+    parts, ctas = [], 0
+    for name, heads, n_rows, block in (("Q", x.H, Nq, x.bm), ("K", x.Hkv, Nk, x.bn), ("V", x.Hkv, Nk, x.bn)):
+        blocks = cdiv(n_rows, block)
+        h = had if name in "QK" else 0
+        m = B * heads * blocks
+        r = min(block, n_rows)
+        ctas += m
+        text = f"quantise {name}" + (" diag(+-1) H / sqrt(d)" if h else "") + " to e4m3"
+        parts.append(cf.bh_loop(x, [cf.Loop(f"blk in 0..{blocks}  {name} block", blocks, m, [
+            cf.load(f"load {name} (bf16)", name, r * d * IN_BYTES, B * heads * n_rows * d * IN_BYTES, m, smem=False),
+            cf.Step(text, "rf", m, [cf.Effect("exps", "", 0, 0),
+                                 cf.Effect("alu_flops", "", (3 + h) * r * d, (3 + h) * B * heads * n_rows * d)]),
+            cf.store(f"store {name}q (e4m3)", name + "q", r * d, B * heads * n_rows * d, m),
+            cf.store(f"store {name}scale", name + "scale", F32, m * F32, m),
+        ], grid=True)], heads))
+    return cf.KernelNest("quantize_fp8", ctas, 128, parts)
+
+
+def loop_nest(x: cf.Dims, hadamard: bool = True) -> list[cf.KernelNest]:
+    return [_quantize(x, hadamard), v3.nest(x, fp8=True)]
+
+
+ALGORITHM = replace(
+    v3.ALGORITHM,
+    name="v3-fp8",
+    summary="FlashAttention-3 in FP8: a pass quantises Q, K, V to e4m3 with block scales, then V3 on them",
+    build=build,
+    loop_nest=loop_nest,
+    why="A quantisation pass reads Q, K, V in bf16 and writes e4m3 copies with one scale per block; then V3 "
+        "reads the 1-byte K and V once per q-block (Tr = {tr} passes).",
+    features=("tma", "wgmma", "fp8"),
+    dtypes=("fp8",),
+    options=("hadamard",),
+)

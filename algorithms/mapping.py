@@ -1,0 +1,40 @@
+"""The mapping of a problem onto the SM: tile sizes, warps and pipeline depth (Timeloop's "mapping").
+
+A Tiling is data only. The heuristic that picks one is each algorithm record's mapper, and whether it fits
+an SM is algorithms/footprint.py's question.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from flashsim.errors import FlashsimError
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """block_m: query rows per tile (Br); block_n: key rows per tile (Bc); warps: per thread block
+    (v3: 4 per warpgroup, the producer included); stages: depth of the K/V shared-memory ring."""
+
+    block_m: int
+    block_n: int
+    warps: int
+    stages: int = 2
+    splits: int = 1  # v1: thread blocks per (batch, head), each taking every splits-th Q block (1: the paper)
+
+    def __post_init__(self) -> None:
+        for name in ("block_m", "block_n", "warps", "stages", "splits"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise FlashsimError(f"tiling {name} must be a positive integer, got {value!r}")
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def describe(self) -> str:
+        splits = f", {self.splits} splits" if self.splits > 1 else ""
+        return f"{self.block_m}x{self.block_n}, {self.warps} warps, {self.stages} stages{splits}"
