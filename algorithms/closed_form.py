@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from flashsim.errors import FlashsimError
+
 from .counting import OPERAND_BYTES, SOFTMAX_STAT_COUNT, SOFTMAX_STATS, WARP_REDUCE, IOCounts, KernelIO
 from .ir import FP32_BYTES as F32
 from .ir import MASK_OPS_PER_ELEMENT
@@ -175,6 +177,8 @@ def loop_nest(algo: str, p: Problem, t: Tiling, hadamard: bool = True) -> list[K
     from .catalog import get
 
     rec = get(algo)
+    if rec.loop_nest is None:
+        raise FlashsimError(f"{algo} has no closed form (its record has no loop_nest)")
     options = {"hadamard": hadamard}
     return rec.loop_nest(Dims(p, t), **{k: v for k, v in options.items() if k in rec.options})
 

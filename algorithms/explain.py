@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from . import catalog
 from .closed_form import KernelNest, Loop, Step, fold, loop_nest
 from .counting import IOCounts, count_io
+from .dag import CriticalPath, critical_path
 from .problem import Problem
 from .tiling import Tiling
 
@@ -46,6 +47,7 @@ class Explanation:
     nests: list[KernelNest]
     totals: IOCounts  # from the nest
     counted: IOCounts  # from walking the ops
+    critical: list[CriticalPath]  # per kernel, through one thread block's op graph
 
     @property
     def agrees(self) -> bool:
@@ -66,6 +68,11 @@ class Explanation:
             out.append(textwrap.fill(f"total: gmem {human_bytes(io.gmem_bytes)} (read {_by_tensor(io.gmem_read)}; "
                                      f"write {_by_tensor(io.gmem_write)}), smem {human_bytes(io.smem_bytes)}",
                                      118, initial_indent="  ", subsequent_indent="    "))
+            cp = self.critical[k - 1]
+            out.append(textwrap.fill(
+                f"critical path of thread block {cp.cta} (op graph): {cp.length} of {cp.ops} ops, "
+                f"{human_count(cp.flops)} tensor FLOPs, {human_bytes(cp.bytes)} loaded/stored ({cp.kinds_text()})",
+                118, initial_indent="  ", subsequent_indent="    "))
         tot = self.totals
         out += ["", f"schedule total: gmem {human_bytes(tot.gmem_bytes)} ({tot.gmem_bytes} B), "
                     f"smem {human_bytes(tot.smem_bytes)} ({tot.smem_bytes} B), "
@@ -86,13 +93,15 @@ class Explanation:
             "totals": self.totals.as_dict(),
             "counted": self.counted.as_dict(),
             "agrees_with_count": self.agrees,
+            "critical_paths": [c.as_dict() for c in self.critical],
         }
 
 
 def explain(algo: str, problem: Problem, tiling: Tiling, hadamard: bool = True) -> Explanation:
     nests = loop_nest(algo, problem, tiling, hadamard)
     schedule = catalog.get(algo).schedule(problem, tiling, hadamard=hadamard)
-    return Explanation(algo, problem, tiling, nests, fold(algo, nests), count_io(schedule))
+    return Explanation(algo, problem, tiling, nests, fold(algo, nests), count_io(schedule),
+                       [critical_path(k) for k in schedule.kernels])
 
 
 def _by_tensor(c) -> str:

@@ -25,7 +25,7 @@ class Algorithm:
         None: the profile's per-thread maximum, and `registers` at launch.
     check_tiling(problem, tiling): refusals beyond the instruction's shape rule (e.g. V3's warpgroups).
     complete_tiling(tiling): fields a user override implies (V3: warps follow block_m).
-    loop_nest(dims, **options) -> [KernelNest]: the closed forms (algorithms/closed_form.py).
+    loop_nest(dims, **options) -> [KernelNest]: the closed forms (algorithms/closed_form.py), or None.
     why: `flashsim explain`'s line on where the global-memory traffic comes from ({tc}, {tr}, {stages}).
     mma: the tensor-core instruction ('mma_sync' or 'wgmma'): the roofline's peak and the tile shape rule.
     features: what a profile must have (profile.has); dtypes: input dtypes, the first one the default.
@@ -37,8 +37,8 @@ class Algorithm:
     mapper: Callable[[Problem, object], Tiling]
     smem_bytes: Callable[[Problem, Tiling], int]
     registers: Callable[[Problem, Tiling], int]
-    loop_nest: Callable
-    why: str
+    loop_nest: Callable | None = None  # None: no closed form (count_io still counts the ops)
+    why: str = ""
     mma: str = "mma_sync"
     features: tuple[str, ...] = ()
     dtypes: tuple[str, ...] = ("bf16", "fp16", "fp32")
