@@ -54,7 +54,10 @@ def check_shape(rec, problem: Problem, t: Tiling) -> None:
 
 
 def problems(rec, problem: Problem, t: Tiling, profile) -> list[str]:
-    """What does not fit, one sentence each (empty: the tiling fits)."""
+    """What does not fit, one sentence each (empty: the tiling fits). A profile-like object with only the
+    shared-memory limits (a device's, kernels/launch.py) is checked for shared memory only."""
+    if not hasattr(profile, "registers_per_sm"):
+        profile = _SmemOnly(profile)
     out = []
     smem = rec.smem_bytes(problem, t)
     limit = profile.smem_per_block_max_bytes
@@ -73,6 +76,16 @@ def problems(rec, problem: Problem, t: Tiling, profile) -> list[str]:
     if t.threads > profile.max_threads_per_block:
         out.append(f"{t.threads} threads per block exceed the limit of {profile.max_threads_per_block}")
     return out
+
+
+class _SmemOnly:
+    """A device's shared-memory limits with no register or thread limits to check."""
+
+    registers_per_thread_max = registers_per_sm = max_threads_per_block = 1 << 30
+
+    def __init__(self, limits):
+        self.name = getattr(limits, "name", "this device")
+        self.smem_per_block_max_bytes = limits.smem_per_block_max_bytes
 
 
 def check_fits(rec, problem: Problem, t: Tiling, profile) -> None:

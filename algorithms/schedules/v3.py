@@ -64,9 +64,10 @@ def warps_for(block_m: int) -> int:
     return 4 * (block_m // WG_ROWS + 1)  # one producer warpgroup + block_m/64 consumers
 
 
-def mapper(p: Problem, profile) -> Tiling:
+def mapper(p: Problem, profile, fp8: bool = False) -> Tiling:
+    """FA3's tiles for the head dim (fp8: its fp8 kernels')."""
     d = p.headdim
-    if p.dtype == "fp8":
+    if fp8:
         bm, bn = _FA3_FP8[d]
     elif p.causal and d in _FA3_CAUSAL:
         bm, bn = _FA3_CAUSAL[d]
@@ -92,8 +93,7 @@ def register_budget(t: Tiling, profile) -> tuple[int, int]:
     return V3_CONSUMER_REGS.get(consumers, 0), v3_launch_registers(consumers)
 
 
-def check_tiling(p: Problem, t: Tiling) -> None:
-    algo = "v3-fp8" if p.dtype == "fp8" else "v3"
+def check_tiling(p: Problem, t: Tiling, algo: str = "v3") -> None:
     if t.stages < 2:
         raise FlashsimError(f"{algo} needs at least 2 K/V stages (QK^T of block j overlaps PV of block j-1), "
                             f"got {t.stages}")

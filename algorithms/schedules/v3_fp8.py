@@ -79,6 +79,8 @@ ALGORITHM = replace(
     name="v3-fp8",
     summary="FlashAttention-3 in FP8: a pass quantises Q, K, V to e4m3 with block scales, then V3 on them",
     build=build,
+    mapper=lambda p, profile: v3.mapper(p, profile, fp8=True),
+    check_tiling=lambda p, t: v3.check_tiling(p, t, "v3-fp8"),
     loop_nest=loop_nest,
     why="A quantisation pass reads Q, K, V in bf16 and writes e4m3 copies with one scale per block; then V3 "
         "reads the 1-byte K and V once per q-block (Tr = {tr} passes).",
