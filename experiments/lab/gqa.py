@@ -50,7 +50,8 @@ def plot(outcome: Outcome, path: str) -> None:
     g = [r["g"] for r in rows]
     mib = 2**20
     fig, ax = figure(width=6.5)
-    ax.plot(g, [r["kv_gmem_requests_bytes"] / mib for r in rows], "s--", label="K/V requests to global memory (counted)")
+    ax.plot(g, [r["kv_gmem_requests_bytes"] / mib for r in rows], "s--",
+            label="K/V requests to global memory (counted)")
     ax.plot(g, [r["kv_hbm_bytes_simulated"] / mib for r in rows], "o-", label="K/V bytes from HBM (simulated)")
     ax.plot(g, [rows[0]["kv_hbm_bytes_simulated"] / x / mib for x in g], ":", color="grey", label="1 / g")
     ax.set_xscale("log", base=2)
@@ -60,4 +61,5 @@ def plot(outcome: Outcome, path: str) -> None:
     ax.legend(fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
     nb = outcome.numbers
-    save(fig, path, f"GQA cuts K/V HBM bytes as 1/g (v2, H={nb['heads']} N={nb['seqlen']} d={nb['headdim']}, {nb['hw']})")
+    save(fig, path, f"GQA cuts K/V HBM bytes as 1/g (v2, H={nb['heads']} N={nb['seqlen']} d={nb['headdim']}, "
+         f"{nb['hw']})")

@@ -88,7 +88,8 @@ def trace_row(row: int, seqlen: int = 1024, headdim: int = 64, block_n: int = 12
         j += 1
     return {"row": row, "seqlen": seqlen, "headdim": headdim, "block_m": BLOCK_M, "block_n": block_n,
             "seed": seed, "causal": causal, "steps": steps,
-            "final_rel_error": steps[-1]["rel_error"], "final_rel_error_fp64_replay": steps[-1]["rel_error_fp64_replay"]}
+            "final_rel_error": steps[-1]["rel_error"],
+            "final_rel_error_fp64_replay": steps[-1]["rel_error_fp64_replay"]}
 
 
 def _rel(out, exact) -> float:
