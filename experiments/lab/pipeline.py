@@ -57,7 +57,7 @@ def run(quick: bool) -> Outcome:
 
 def plot(outcome: Outcome, path: str) -> None:
     rows = outcome.numbers["rows"]
-    fig, ax = figure(width=7.0)
+    fig, ax = figure(width=8.5)
     us = 1e6
     for s, marker in zip(sorted({r["stages"] for r in rows}), "os^", strict=False):
         sel = [r for r in rows if r["stages"] == s]
@@ -68,10 +68,11 @@ def plot(outcome: Outcome, path: str) -> None:
     ax.plot(x, [r["predicted_s"] * us for r in sel], "k--", label="max(load, compute) + start-up")
     ax.plot(x, [r["serial_s"] * us for r in sel], ":", color="tab:red", label="load + compute")
     ax.plot(x, [r["load_s"] * us for r in sel], ":", color="grey", label="load alone (HBM roofline)")
+    ax.plot(x, [r["compute_s"] * us for r in sel], "-.", color="tab:purple", label="compute alone (10x HBM)")
     ax.set_xscale("log")
     ax.set_xlabel("HBM bandwidth, x the h100 profile's")
     ax.set_ylabel("time (us)")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
     ax.grid(True, which="both", alpha=0.3)
     p = outcome.numbers["problem"]
     save(fig, path, f"Pipelined loads hide behind compute (v3 192x192, B={p['batch']} H={p['heads']} "
