@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -50,6 +51,7 @@ def test_verdict_holds_and_files_are_written(quick, name):
 def test_online_softmax_exact_vs_naive(quick):
     err = quick("online-softmax-exact")["numbers"]["max_rel_error"]
     assert err["v2_schedule_fp32"] < 1e-5  # fp32 rounding, not an approximation
+    assert err["online_recurrence_fp64"] < 1e-13
     assert err["naive_blockwise_fp64"] > 0.1  # wrong even in exact arithmetic
 
 
@@ -188,6 +190,16 @@ def test_numerics_table(capsys):
 
 
 # -- command line -------------------------------------------------------------------------------------------
+
+
+def test_default_out_dir(monkeypatch, tmp_path):
+    from flashsim.experiments.lab.runner import PACKAGE_ROOT, default_out_dir
+
+    monkeypatch.delenv("FLASHSIM_OUT", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert default_out_dir() == Path("flashsim-out") / "lab"
+    monkeypatch.chdir(PACKAGE_ROOT / "experiments")
+    assert default_out_dir() == PACKAGE_ROOT / "experiments" / "results" / "lab"
 
 
 def test_lab_list(capsys):
