@@ -57,11 +57,11 @@ def _console():
 def _cmd_lab(args: argparse.Namespace) -> int:
     from . import experiments
 
-    if args.list or args.lab_command is None:
-        if args.lab_command is None and not args.list:
-            args.lab_parser.print_help()
-            return 2
+    if args.list:
         return _print_list(experiments())
+    if args.lab_command is None:
+        args.lab_parser.print_help()
+        return 2
     if args.all == bool(args.name):
         raise FlashsimError("lab run needs an experiment name or --all (not both)")
     from .runner import default_out_dir, run_all, run_one

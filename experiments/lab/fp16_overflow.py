@@ -81,7 +81,8 @@ def run(quick: bool) -> Outcome:
     sched_err = max_rel_error(out, ref) if torch.isfinite(out).all() else math.inf
     holds = (bool(bad_unsafe.any()) and bool((bad_unsafe == overflowing).all()) and not bad_safe.any()
              and max(safe_err) < SAFE_ERROR_BELOW and sched_err < SAFE_ERROR_BELOW)
-    verdict = (f"without the max {int(bad_unsafe.sum())} of {rows} rows are inf/NaN (exactly the rows with a "
+    which = "exactly" if bool((bad_unsafe == overflowing).all()) else "not exactly"
+    verdict = (f"without the max {int(bad_unsafe.sum())} of {rows} rows are inf/NaN ({which} the rows with a "
                f"logit > {math.log(FP16_MAX):.2f}); with the running max 0 rows, max rel. error "
                f"{max(safe_err):.1e}; v2 schedule on fp16 inputs with logits up to {top:.1f}: error {sched_err:.1e}")
     numbers = {
