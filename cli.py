@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "flashsim.simulator.commands",
     "flashsim.kernels.commands",
     "flashsim.experiments.commands",
+    "flashsim.experiments.lab.commands",
 )
 
 
