@@ -354,7 +354,7 @@ def _cmd_sweep(args) -> int:
         return 0
     from rich.table import Table
 
-    table = Table(title=f"flashsim sweep on {profile.name} (simulated TFLOP/s)", title_justify="left")
+    table = Table()
     for col in ("headdim", "causal", "seqlen", *args.algos):
         table.add_column(col, justify="right")
     keys = sorted({(r["headdim"], r["causal"], r["seqlen"]) for r in rows})
@@ -372,6 +372,7 @@ def _cmd_sweep(args) -> int:
         ]
         table.add_row(str(d), "yes" if c else "no", str(n), *cells)
     console = _console()
+    console.print(f"flashsim sweep on {profile.name}: simulated TFLOP/s ({shape})")
     console.print(table)
     _report_skipped(skipped, quiet=False, console=console)
     console.print(f"plot: {plot}" + (f"; CSV: {args.csv}" if args.csv else ""))

@@ -154,7 +154,19 @@ def problem_title(problems) -> str:
     return f"{'; '.join(shapes)}, {dtype}"
 
 
+def _save(fig, path: Path) -> Path:
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    _pyplot().close(fig)
+    return path
+
+
 def bar_chart(results, path: Path, title: str, skipped: list[dict] = ()) -> Path:
+    return _save(bar_figure(results, title, skipped), path)
+
+
+def bar_figure(results, title: str, skipped: list[dict] = ()):
     """Horizontal bars of simulated TFLOP/s, one per run, labelled with what bounds it; a skipped run keeps
     its row, with the reason in place of a bar."""
     plt = _pyplot()
@@ -162,24 +174,23 @@ def bar_chart(results, path: Path, title: str, skipped: list[dict] = ()) -> Path
     rows = [(f"{r.algo} on {r.hw}" if many_hw else r.algo, r) for r in results]
     rows += [(f"{s['algo']} on {s['hw']}" if many_hw else s["algo"], s) for s in skipped]
     top = max(r.tflops for r in results)
+    palette = ("#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377")
+    colors = {hw: palette[i % len(palette)] for i, hw in enumerate(dict.fromkeys(r.hw for r in results))}
     fig, ax = plt.subplots(figsize=(8, 1.0 + 0.45 * len(rows)))
     for y, (_, r) in enumerate(rows):
         if isinstance(r, dict):
             ax.text(0.01 * top, y, f"skipped: {r['reason']}", va="center", fontsize=7, style="italic",
                     color="#777777")
             continue
-        ax.barh(y, r.tflops, color="#4477aa", height=0.6)
+        ax.barh(y, r.tflops, color=colors[r.hw], height=0.6)
         ax.text(r.tflops + 0.01 * top, y, f"{r.tflops:.0f} ({r.bound_by})", va="center", fontsize=8)
     ax.set_yticks(range(len(rows)), [label for label, _ in rows], fontsize=9)
-    ax.invert_yaxis()  # first run on top, as in the table
+    ax.set_ylim(len(rows) - 0.5, -0.5)  # first run on top, as in the table; room for the skipped rows' text
     ax.set_xlim(0, top * 1.25)
     ax.set_xlabel("TFLOP/s (simulated; label: value and what bounds it)")
     ax.set_title(title, fontsize=9, loc="left")
     ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def _peaks(profile, dtypes) -> dict[str, float]:
@@ -196,13 +207,19 @@ def _peaks(profile, dtypes) -> dict[str, float]:
 
 
 def sweep_plot(rows: list[dict], path: Path, title: str, profile=None) -> Path:
+    return _save(sweep_figure(rows, title, profile), path)
+
+
+def sweep_figure(rows: list[dict], title: str, profile=None):
     """TFLOP/s against sequence length, one line per algorithm, one panel per (head dim, causal); y from 0,
     with the profile's tensor-core peak for each dtype as a dashed line."""
     plt = _pyplot()
     panels = sorted({(r["headdim"], r["causal"]) for r in rows})
     peaks = _peaks(profile, {r["dtype"] for r in rows}) if profile is not None else {}
     top = max([r["tflops"] for r in rows] + list(peaks.values()))
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False, sharey=True)
+    seqlens = sorted({r["seqlen"] for r in rows})
+    fig, axes = plt.subplots(1, len(panels), figsize=(max(6.0, 4.2 * len(panels)), 4.0), squeeze=False,
+                             sharey=True, layout="constrained")
     for ax, (d, causal) in zip(axes[0], panels, strict=True):
         for algo in sorted({r["algo"] for r in rows}):
             pts = sorted(
@@ -214,16 +231,16 @@ def sweep_plot(rows: list[dict], path: Path, title: str, profile=None) -> Path:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=algo)
         for i, (dtype, peak) in enumerate(peaks.items()):
             ax.axhline(peak, color="#555555", linestyle=("--", ":")[i % 2], linewidth=1,
-                       label=f"{dtype} peak {peak:.0f}")
+                       label=f"{dtype} tensor-core peak {peak:.0f}")
         ax.set_xscale("log", base=2)
+        ax.set_xticks(seqlens, [f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n) for n in seqlens])
+        ax.minorticks_off()
         ax.set_ylim(0, top * 1.08)
         ax.set_xlabel("sequence length")
         ax.set_title(f"d={d}{' causal' if causal else ''}", fontsize=10)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("TFLOP/s")
-    axes[0][-1].legend(fontsize=7, loc="lower right")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=len(labels), fontsize=8, frameon=False)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
+    return fig
