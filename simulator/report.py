@@ -1,4 +1,5 @@
-"""Rendering simulation results: terminal tables and plots (rich and matplotlib imported on use)."""
+"""Rendering simulation results: terminal tables and plots (rich and matplotlib imported on use). Sizes are
+written in binary units and rates in decimal ones (flashsim/units.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,6 @@ from typing import IO
 
 from flashsim.errors import FlashsimError
 from flashsim.units import format_bytes, format_time
-
-# Sizes in binary units, rates in decimal ones: flashsim/units.py says why.
-human_bytes = format_bytes
-human_time = format_time
 
 
 def results_table(results, title: str):
@@ -48,11 +45,11 @@ def results_table(results, title: str):
         row += [v] if many_problems else []
         row += [
             f"{r.tiling.block_m}x{r.tiling.block_n}",
-            human_time(r.time_s),
+            format_time(r.time_s),
             f"{r.tflops:.0f}",
-            human_bytes(r.bytes["hbm_read"]),
-            human_bytes(r.bytes["hbm_write"]),
-            human_bytes(r.bytes["l2_read"]),
+            format_bytes(r.bytes["hbm_read"]),
+            format_bytes(r.bytes["hbm_write"]),
+            format_bytes(r.bytes["l2_read"]),
             r.bound_by,
             f"{r.time_s / r.roofline_time_s:.2f}x",
         ]
@@ -67,16 +64,16 @@ def detail_table(r):
     table.add_column("what")
     table.add_column("value", justify="right")
     table.add_row("tiling", r.tiling.describe())
-    table.add_row("time", f"{human_time(r.time_s)} ({r.cycles:,} cycles)")
+    table.add_row("time", f"{format_time(r.time_s)} ({r.cycles:,} cycles)")
     table.add_row("throughput", f"{r.tflops:.1f} TFLOP/s")
     table.add_row("bound by", r.bound_by)
     table.add_row(
         "roofline bound",
-        f"{human_time(r.roofline_time_s)} "
+        f"{format_time(r.roofline_time_s)} "
         f"({max(r.roofline, key=r.roofline.get)}; simulated is {r.time_s / r.roofline_time_s:.2f}x)",
     )
     for key, value in r.bytes.items():
-        table.add_row(key.replace("_", " "), human_bytes(value))
+        table.add_row(key.replace("_", " "), format_bytes(value))
     for key, value in r.utilization.items():
         table.add_row(f"{key} busy", f"{100 * value:.0f}%")
     for k in r.kernels:
