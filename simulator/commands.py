@@ -393,17 +393,16 @@ def _cmd_trace(args) -> int:
     problem = problem_from_args(args)
     check_features(args.algo, problem, profile)
     tiling = tiling_from_args(args, args.algo, problem, profile)
-    if not 0 < args.sms <= profile.sm_count:
-        raise FlashsimError(f"--sms must be between 1 and {profile.name}'s {profile.sm_count} SMs, got {args.sms}")
+    sms = _sms(args, profile)
     check_writable(args.out)
-    estimate = _estimated_intervals(problem, tiling, args.sms, profile)
+    estimate = _estimated_intervals(problem, tiling, sms, profile)
     if estimate > args.max_events:
         raise FlashsimError(
             f"the trace would hold ~{estimate:,.0f} intervals (limit {args.max_events:,}): use a "
             "smaller --seqlen/--batch/--heads, fewer --sms, or raise --max-events"
         )
     trace: list = []
-    result = simulate(args.algo, problem, profile, tiling, sms=args.sms, trace=trace)
+    result = simulate(args.algo, problem, profile, tiling, sms=sms, trace=trace)
     write_chrome_trace(trace, profile.sm_clock_hz, args.out, result)
     _console().print(
         f"wrote {len(trace):,} intervals to {args.out} (open in ui.perfetto.dev or chrome://tracing); "
@@ -454,7 +453,7 @@ def _cmd_tour(args) -> int:
     results, skipped = _run_many(jobs, lambda prof: min(DEFAULT_SAMPLE_SMS, prof.sm_count), args.json, "tour",
                                  workers=_jobs(args))
     if not results:
-        raise FlashsimError("nothing could be simulated: " + "; ".join(s["reason"] for s in skipped))
+        raise FlashsimError("nothing could be simulated: " + "; ".join(sorted({s["reason"] for s in skipped})))
     title = f"{problem_title((algo, prob) for algo, prob, _ in jobs)} on {profile.name}"
     plot = bar_chart(results, out_path(args.out, "tour.png"), title, skipped)
     if args.json:
