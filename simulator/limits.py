@@ -51,5 +51,5 @@ def check_work(algo: str, problem: Problem, tiling: Tiling, profile, sms: int | 
         raise FlashsimError(
             f"simulating {algo} on {problem.describe()} on {where} of {profile.name} would take ~{steps:,.0f} tile "
             f"steps (Q block x K/V block), more than the limit of {limit:,}: use a smaller --seqlen, --batch or "
-            "--heads, fewer --sms, or raise --max-steps"
+            "--heads, fewer --sms, or a higher limit (simulate --max-steps)"
         )

@@ -152,10 +152,18 @@ def problem_title(problems) -> str:
 
 
 def _save(fig, path: Path) -> Path:
+    """Save a figure through a temporary file, so a failed write leaves no half image at `path`."""
     if fig.get_layout_engine() is None:
         fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    _pyplot().close(fig)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        fig.savefig(tmp, dpi=130, format=path.suffix.lstrip(".") or "png")
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise FlashsimError(f"cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        _pyplot().close(fig)
     return path
 
 
