@@ -10,6 +10,8 @@ from __future__ import annotations
 import textwrap
 from dataclasses import dataclass
 
+from flashsim.units import format_bytes
+
 from . import catalog
 from .closed_form import KernelNest, Loop, Step, fold, loop_nest
 from .counting import IOCounts, count_io
@@ -22,13 +24,8 @@ _GMEM = ("gmem_read", "gmem_write")
 _SMEM = ("smem_read", "smem_write")
 
 def human_bytes(n: float) -> str:
-    if n == 0:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
-        n /= 1024
-    return ""
+    """A size for the loop-nest columns: "-" for nothing moved."""
+    return format_bytes(n) if n else "-"
 
 
 def human_count(n: float) -> str:

@@ -9,9 +9,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from flashsim.console import make_console
 from flashsim.errors import FlashsimError
 
-DEFAULT_FILE = Path("experiments/results/h200/validation.json")
+# Packaged with flashsim.experiments (package data), so found from any working directory.
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+DEFAULT_FILE = RESULTS_DIR / "h200" / "validation.json"
 
 
 def load(path: Path) -> dict:
@@ -43,10 +46,9 @@ def summary(report: dict, path: Path) -> dict:
 
 
 def render(report: dict, path: Path, console=None) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    console = console or make_console()
     prov = report["provenance"].get("measured", {})
     console.print(
         f"Measured on {prov.get('gpu', '?')} (driver {prov.get('driver', '?')}, CUDA {prov.get('cuda_runtime', '?')}, "
@@ -82,7 +84,7 @@ def _pct(x: float | None, signed: bool = False) -> str:
 
 
 def main(args) -> int:
-    path = Path(args.file)
+    path = Path(args.file) if args.file else DEFAULT_FILE
     report = load(path)
     if args.json:
         print(json.dumps(summary(report, path), indent=2))

@@ -65,7 +65,8 @@ def register(subparsers: Any) -> None:
         description="MAPE, max error and bias of the simulator per implementation and quantity, read from "
         "validation.json (made by `flashsim validate`), and the path of the predicted-vs-measured plot.",
     )
-    p.add_argument("--file", default="experiments/results/h200/validation.json", help="a validation.json")
+    p.add_argument("--file", default=None,
+                   help="a validation.json (default: the H200 results that ship with flashsim)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.set_defaults(func=_accuracy)
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
+
+from flashsim.console import make_console
+from flashsim.units import format_bytes, format_si
 
 from .loader import list_profiles, load_profile
 from .profile import PARAMS, Profile, unit_of
@@ -201,11 +203,6 @@ def differences(a: Profile, b: Profile) -> dict[str, dict[str, Any]]:
 
 # -- formatting -----------------------------------------------------------------------------------------
 
-_SI = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""), (1e-3, "m"), (1e-6, "µ"), (1e-9, "n"))
-_BINARY = ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"))
-_DECIMAL = ((10**12, "TB"), (10**9, "GB"), (10**6, "MB"), (10**3, "kB"))
-
-
 def human(key: str, value: Any) -> str:
     """A value with its unit made readable: 228 KiB, 1.83 GHz, 3.015 TB/s, 3 µs, 29 cycles."""
     if value is None:
@@ -216,25 +213,11 @@ def human(key: str, value: Any) -> str:
         return value
     unit = unit_of(key)
     if unit == "B":
-        return _bytes(int(value))
+        return format_bytes(int(value))
     if unit in ("B/s", "Hz", "s"):
-        return _si(value, unit)
+        return format_si(value, unit)
     number = f"{value:g}" if isinstance(value, float) else str(value)
     return f"{number} {unit}" if unit else number
-
-
-def _si(value: float, unit: str) -> str:
-    scale, prefix = next(((s, p) for s, p in _SI if abs(value) >= s), _SI[-1])
-    return f"{value / scale:.4g} {prefix}{unit}"
-
-
-def _bytes(n: int) -> str:
-    # Exact binary sizes (SMEM, L2) read best in KiB/MiB, exact decimal ones (141 GB) in GB.
-    for size, name in (*_BINARY, *_DECIMAL):
-        if n >= size and n % size == 0:
-            return f"{n // size} {name}"
-    size, name = next(((s, u) for s, u in _BINARY if n >= s), (1, "B"))
-    return f"{n / size:.4g} {name}" if size > 1 else f"{n} B"
 
 
 def _texts(*cells: str) -> list[Any]:
@@ -245,12 +228,7 @@ def _texts(*cells: str) -> list[Any]:
 
 
 def _console() -> Any:
-    from rich.console import Console
-
-    console = Console()
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(width=160)  # piped output: wrap long sources less than rich's default 80 columns
-    return console
+    return make_console()
 
 
 def _print_json(obj: dict[str, Any]) -> int:

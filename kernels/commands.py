@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from flashsim.console import make_console
+
 from .registry import ARCHS
 
 
@@ -32,7 +34,6 @@ def _build(args) -> int:
     if args.json:
         print(json.dumps({"build_dir": str(build_dir(args.out)), "kernels": rows}, indent=1))
         return 0
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"flashsim kernels ({build_dir(args.out)})")
@@ -46,7 +47,7 @@ def _build(args) -> int:
         table.add_row(r["algo"], r["entry"], str(r["headdim"]), r["dtype"], tiling, r["arch"], str(r["registers"]),
                       str(r["smem_static_bytes"]), str(r["smem_dynamic_bytes"]), str(r["stack_bytes"]),
                       spill if spill != "0/0" else "-")  # fmt: skip
-    Console(width=max(Console().width, 110)).print(table)
+    make_console().print(table)
     return 0
 
 

@@ -11,8 +11,10 @@ from flashsim.algorithms.parts import gemm_dtype
 from flashsim.algorithms.problem import Problem
 from flashsim.algorithms.schedules import build
 from flashsim.algorithms.tiling import Tiling, check_fits, resolve_tiling
+from flashsim.errors import FlashsimError
 
 from .gpu import Gpu, blocks_per_sm
+from .limits import MAX_SIMULATED_STEPS, check_memory, check_work
 
 # SMs simulated in the default (sampled) mode; `sms=None` or the chip's count gives the whole-chip run.
 DEFAULT_SAMPLE_SMS = 8
@@ -110,20 +112,27 @@ def simulate(
     trace: list | None = None,
     extrapolate: bool = True,
     small_whole_chip: bool = True,
+    max_steps: int | None = MAX_SIMULATED_STEPS,
 ) -> SimResult:
     """Replay `algo`'s schedule for `problem` on `profile`.
 
     sms: SMs simulated (sampling, see simulator/gpu.py); None simulates the whole chip.
     extrapolate: let uniform kernels skip periods of waves (simulator/gpu.py) and long V1 loops be probed.
     small_whole_chip: run grids small enough for it on the whole chip even when `sms` asks for a sample (V1's
-    probes turn it off: they take the machine their full loop gets)."""
+    probes turn it off: they take the machine their full loop gets).
+    max_steps: refuse runs that would interpret more tile steps (simulator/limits.py; None: no limit)."""
     rec = catalog.get(algo)
     check_features(algo, problem, profile)
+    if sms is not None and not 0 < sms <= profile.sm_count:
+        raise FlashsimError(f"cannot simulate {sms} SMs: {profile.name} has {profile.sm_count} (--full runs them all)")
     if tiling is not None:
         check_fits(algo, problem, tiling, profile)
     t = tiling or resolve_tiling(algo, problem, profile)
+    check_memory(algo, problem, t, profile)
     steps = problem.seqlen_k // t.block_n
-    if extrapolate and rec.probe_outer_steps and not problem.causal and steps >= V1_PROBE_FROM:
+    probed = extrapolate and rec.probe_outer_steps and not problem.causal and steps >= V1_PROBE_FROM
+    check_work(algo, problem, t, profile, sms, max_steps, V1_PROBE_MAX * (V1_PROBE_MAX + 1) // 2 if probed else None)
+    if probed:
         result = _outer_steps(algo, problem, profile, t, sms, steps)
         if result is not None:
             return result

@@ -144,7 +144,7 @@ def test_shared_profile_args() -> None:
     [
         ("smem_per_sm_bytes", 233472, "228 KiB"),
         ("l2_bytes", 52428800, "50 MiB"),
-        ("hbm_bytes", 141_000_000_000, "141 GB"),
+        ("hbm_bytes", 141_000_000_000, "131 GiB"),
         ("hbm_bandwidth_bytes_per_s", 3.015e12, "3.015 TB/s"),
         ("sm_clock_hz", 1.83e9, "1.83 GHz"),
         ("launch_overhead_s", 3e-6, "3 µs"),

@@ -15,7 +15,7 @@ from ..footprint import REG_OVERHEAD
 from ..ir import FP32_BYTES as F32
 from ..ir import RMEM, SMEM, Fill, Gemm, Kernel, Load, OnlineSoftmax, Role, Schedule, SyncThreads, Wait
 from ..mapping import Tiling
-from ..parts import cdiv, flash_epilogue, gemm_dtype, kv_block_count, row_tile, tile_mask
+from ..parts import cdiv, flash_epilogue, gemm_dtype, kv_block_count, lse_tensor, row_tile, tile_mask
 from ..problem import Problem
 from ..record import Algorithm
 
@@ -120,6 +120,7 @@ ALGORITHM = Algorithm(
     smem_bytes=smem_bytes,
     registers=registers,
     loop_nest=loop_nest,
+    hbm_tensors=lse_tensor,
     why="Q_i and O_i cross global memory once; K and V once per q-block: Tr = {tr} passes over K and V. "
         "Tiles of ~M / d rows give Tr ~ N d / M, so the bytes are Theta(N^2 d^2 / M).",
 )

@@ -39,7 +39,7 @@ from ..ir import (
     Wait,
 )
 from ..mapping import Tiling
-from ..parts import cdiv, flash_epilogue, gemm_dtype, kv_block_count, row_tile, tile_mask
+from ..parts import cdiv, flash_epilogue, gemm_dtype, kv_block_count, lse_tensor, row_tile, tile_mask
 from ..problem import Problem
 from ..record import Algorithm
 
@@ -292,6 +292,7 @@ ALGORITHM = Algorithm(
     smem_bytes=smem_bytes,
     registers=registers,
     loop_nest=loop_nest,
+    hbm_tensors=lse_tensor,
     why="As V2: K and V are read once per q-block (Tr = {tr} passes), now by TMA into a ring of {stages} "
         "shared-memory slots that the producer fills while the consumers compute.",
     mma="wgmma",
