@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict, deque
-from heapq import heappush
+from heapq import heappop, heappush
 
 import simpy
 from flashsim.errors import FlashsimError
@@ -46,6 +46,23 @@ class Environment(simpy.Environment):
             stop.callbacks.append(self._stop)
             heappush(self._queue, (self._now, simpy.core.URGENT, next(self._eid), stop))
         heappush(self._queue, (self._now + delay, priority, next(self._eid), event))
+
+    def run_until(self, until: simpy.Event) -> None:
+        """simpy's run(until=event) with its step() inlined (the same events in the same order): the loop
+        that every event of a run goes through."""
+        queue = self._queue
+        while until.callbacks is not None:  # an event's callbacks are set to None once it is processed
+            try:
+                self._now, _, _, event = heappop(queue)
+            except IndexError:
+                raise RuntimeError("no events left before the launch ended") from None
+            callbacks, event.callbacks = event.callbacks, None
+            for callback in callbacks:
+                callback(event)
+            if not event._ok and not hasattr(event, "_defused"):
+                exc = type(event._value)(*event._value.args)
+                exc.__cause__ = event._value
+                raise exc
 
     def _stop(self, _event) -> None:
         raise EventLimitReached(
@@ -355,7 +372,7 @@ class Gpu:
 
         workers = [env.process(worker(sm, slot)) for slot in range(slots) for sm in self.sms]
         # the kernel ends with its last block; write-backs still in flight carry on into the next launch
-        env.run(until=simpy.AllOf(env, workers))
+        env.run_until(simpy.AllOf(env, workers))
         after = counters()
         delta = {k: after[k] - before[k] for k in after}
         cycles = env.now - start
