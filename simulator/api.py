@@ -113,6 +113,8 @@ def simulate(
     extrapolate: bool = True,
     small_whole_chip: bool = True,
     max_steps: int | None = MAX_SIMULATED_STEPS,
+    max_events: int | None = None,
+    progress=None,
 ) -> SimResult:
     """Replay `algo`'s schedule for `problem` on `profile`.
 
@@ -120,7 +122,9 @@ def simulate(
     extrapolate: let uniform kernels skip periods of waves (simulator/gpu.py) and long V1 loops be probed.
     small_whole_chip: run grids small enough for it on the whole chip even when `sms` asks for a sample (V1's
     probes turn it off: they take the machine their full loop gets).
-    max_steps: refuse runs that would interpret more tile steps (simulator/limits.py; None: no limit)."""
+    max_steps: refuse runs that would interpret more tile steps (simulator/limits.py; None: no limit).
+    max_events: stop with EventLimitReached (a FlashsimError) after scheduling that many events (each V1 probe
+    has the limit of its own). progress: called with the fraction of the run's blocks done, as they finish."""
     rec = catalog.get(algo)
     check_features(algo, problem, profile)
     if sms is not None and not 0 < sms <= profile.sm_count:
@@ -133,18 +137,23 @@ def simulate(
     probed = extrapolate and rec.probe_outer_steps and not problem.causal and steps >= V1_PROBE_FROM
     check_work(algo, problem, t, profile, sms, max_steps, V1_PROBE_MAX * (V1_PROBE_MAX + 1) // 2 if probed else None)
     if probed:
-        result = _outer_steps(algo, problem, profile, t, sms, steps)
+        result = _outer_steps(algo, problem, profile, t, sms, steps, max_events)
         if result is not None:
             return result
     schedule = build(algo, problem, t)
     wall = time.perf_counter()
     gpu = _machine(profile, problem, schedule, sms, trace, small_whole_chip)
+    if max_events is not None:
+        gpu.env.max_events = max_events
     cycles = 0
     kernels = []
     totals = dict.fromkeys(_counters(gpu), 0.0)
     kernel_s = 0.0
     factor_last = 1.0
-    for kernel in schedule.kernels:
+    for i, kernel in enumerate(schedule.kernels):
+        if progress is not None:
+            n = len(schedule.kernels)
+            gpu.on_block = lambda done, total, i=i, n=n: progress((i + done / total) / n)
         k_cycles, simulated, delta = gpu.run_kernel(kernel, lambda: _counters(gpu), extrapolate)
         factor = len(kernel.ctas) / max(1, simulated)  # bytes of the sample -> bytes of the whole grid
         factor_last = factor
@@ -213,8 +222,8 @@ V1_PROBE_FROM = 32
 V1_PROBE_MAX = 8
 
 
-def _outer_steps(algo: str, problem: Problem, profile, t: Tiling, sms: int | None,
-                 steps: int) -> SimResult | None:
+def _outer_steps(algo: str, problem: Problem, profile, t: Tiling, sms: int | None, steps: int,
+                 max_events: int | None = None) -> SimResult | None:
     """V1 (a record with probe_outer_steps) with `steps` full outer steps (and the same ragged last step, if
     any) from shorter loops whose step costs have settled; None if they do not settle within V1_PROBE_MAX steps."""
     wall = time.perf_counter()
@@ -230,7 +239,8 @@ def _outer_steps(algo: str, problem: Problem, profile, t: Tiling, sms: int | Non
     for n in range(1, V1_PROBE_MAX + 1):
         if n * (n + 1) / 2 > steps / 4:
             return None  # probing further would cost more than a quarter of the loop it stands for
-        runs.append(simulate(algo, loop(n), profile, t, sms=sms, extrapolate=False, small_whole_chip=False))
+        runs.append(simulate(algo, loop(n), profile, t, sms=sms, extrapolate=False, small_whole_chip=False,
+                             max_events=max_events))
         c = [r.cycles for r in runs[-3:]]
         if n >= 3 and c[2] - c[1] == c[1] - c[0]:
             break

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import sys
 from typing import Any
 
@@ -25,6 +24,7 @@ from flashsim.hw_profiles.commands import add_profile_args, profile_from_args
 from flashsim.hw_profiles.loader import load_profile
 
 from .limits import MAX_SIMULATED_STEPS
+from .runner import run_many
 
 FA2_SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 TRACE_EVENT_LIMIT = 300_000
@@ -41,6 +41,19 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-extrapolate", dest="extrapolate", action="store_false",
                    help="run every block and every V1 step (no periodic skip, no outer-step probes)")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    p.add_argument("--max-events", type=int, default=None, metavar="N",
+                   help="stop a run that schedules N simulated events (exit status 2; default: no limit)")
+
+
+def _add_dask_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dask", default=None, metavar="ADDRESS",
+                   help="run on the workers of the Dask scheduler at ADDRESS (e.g. tcp://host:8786), not here")
+
+
+def _max_events(args) -> int | None:
+    if args.max_events is not None and args.max_events < 1:
+        raise FlashsimError(f"--max-events must be at least 1, got {args.max_events}")
+    return args.max_events
 
 
 def _add_jobs_arg(p: argparse.ArgumentParser) -> None:
@@ -101,6 +114,7 @@ def register(subparsers: Any) -> None:
     _add_run_args(p)
     p.add_argument("--out", default=None, help="directory for the bar chart (default ./flashsim-out)")
     _add_jobs_arg(p)
+    _add_dask_arg(p)
     p.set_defaults(func=_cmd_compare)
 
     p = subparsers.add_parser(
@@ -134,6 +148,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--csv", default=None, help="write the rows as CSV here")
     p.add_argument("--out", default=None, help="directory for the plot (default ./flashsim-out)")
     _add_jobs_arg(p)
+    _add_dask_arg(p)
     p.set_defaults(func=_cmd_sweep)
 
     p = subparsers.add_parser("trace", help="timeline of one run as Chrome trace / Perfetto JSON")
@@ -169,6 +184,7 @@ def _console():
 
 def _cmd_simulate(args) -> int:
     from .api import check_features, simulate
+    from .progress import RunProgress
     from .report import detail_table
 
     profile = profile_from_args(args)
@@ -177,8 +193,9 @@ def _cmd_simulate(args) -> int:
     tiling = tiling_from_args(args, args.algo, problem, profile)
     if args.max_steps < 0:
         raise FlashsimError(f"--max-steps must be 0 (no limit) or positive, got {args.max_steps}")
-    result = simulate(args.algo, problem, profile, tiling, sms=_sms(args, profile), extrapolate=args.extrapolate,
-                      max_steps=args.max_steps or None)
+    with RunProgress(f"{args.algo} {problem.describe()}", enabled=not args.json) as progress:
+        result = simulate(args.algo, problem, profile, tiling, sms=_sms(args, profile), extrapolate=args.extrapolate,
+                          max_steps=args.max_steps or None, max_events=_max_events(args), progress=progress)
     if args.json:
         _print_json(result.as_dict())
     else:
@@ -190,64 +207,6 @@ def _profiles(args) -> list:
     if args.hws:
         return [load_profile(name, args.hw_set) for name in args.hws]
     return [profile_from_args(args)]
-
-
-def _run_many(jobs: list[tuple[str, Problem, Any]], sms_of, quiet: bool, label: str, extrapolate: bool = True,
-              workers: int | None = None) -> list:
-    """Simulate each (algo, problem, profile) with a progress bar on stderr; skips what a profile can't run.
-    Runs are independent and deterministic, so they go to `workers` processes (default: the CPUs, at most 8)
-    and come back in job order."""
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    tasks = [(algo, problem, profile, sms_of(profile), extrapolate) for algo, problem, profile in jobs]
-    workers = min(len(tasks), workers or min(8, os.cpu_count() or 1))
-    outcomes: list = [None] * len(tasks)
-    progress = Progress(
-        TextColumn(label),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.description}"),
-        console=Console(stderr=True),
-        transient=True,
-        disable=quiet and not sys.stderr.isatty(),
-    )
-    if workers <= 1:
-        with progress:
-            bar = progress.add_task("", total=len(tasks))
-            for i, task in enumerate(tasks):
-                progress.update(bar, description=f"{task[0]} {task[1].describe()}")
-                outcomes[i] = _simulate_task(task)
-                progress.advance(bar)
-    else:
-        # every task is submitted (so every worker forked) before the progress bar starts its thread
-        pool = ProcessPoolExecutor(max_workers=workers)
-        try:
-            futures = {pool.submit(_simulate_task, task): i for i, task in enumerate(tasks)}
-            with progress:
-                bar = progress.add_task(f"{workers} processes", total=len(tasks))
-                for future in as_completed(futures):
-                    outcomes[futures[future]] = future.result()
-                    progress.advance(bar)
-        finally:
-            pool.shutdown(cancel_futures=True)
-    results = [out for out in outcomes if not isinstance(out, dict)]
-    skipped = [out for out in outcomes if isinstance(out, dict)]
-    return results, skipped
-
-
-def _simulate_task(task: tuple):
-    """One run (in a worker process or here): its SimResult, or a dict saying why it was skipped."""
-    from .api import simulate
-
-    algo, problem, profile, sms, extrapolate = task
-    try:
-        return simulate(algo, problem, profile, sms=sms, extrapolate=extrapolate)
-    except FlashsimError as exc:
-        return {"algo": algo, "hw": profile.name, "problem": problem.as_dict(), "reason": str(exc)}
 
 
 def _report_skipped(skipped: list[dict], quiet: bool, console=None) -> None:
@@ -270,8 +229,8 @@ def _cmd_compare(args) -> int:
     for profile in profiles:
         for algo in args.algos:
             jobs.append((algo, problem_from_args(args, algo), profile))
-    results, skipped = _run_many(jobs, lambda prof: _sms(args, prof), args.json, "compare", args.extrapolate,
-                                 _jobs(args))
+    results, skipped = run_many(jobs, lambda prof: _sms(args, prof), args.json, "compare", args.extrapolate,
+                                _jobs(args), args.dask, _max_events(args))
     if not results:
         raise FlashsimError("nothing could be simulated: " + "; ".join(sorted({s["reason"] for s in skipped})))
     title = "simulated forward throughput: " + problem_title((algo, prob) for algo, prob, _ in jobs)
@@ -316,8 +275,8 @@ def _cmd_sweep(args) -> int:
     if args.csv:
         check_writable(args.csv)
     jobs = [(algo, prob, profile) for algo, prob in grid]
-    results, skipped = _run_many(jobs, lambda prof: _sms(args, prof), args.json, "sweep", args.extrapolate,
-                                 _jobs(args))
+    results, skipped = run_many(jobs, lambda prof: _sms(args, prof), args.json, "sweep", args.extrapolate,
+                                _jobs(args), args.dask, _max_events(args))
     if not results:
         raise FlashsimError("nothing could be simulated: " + "; ".join(sorted({s["reason"] for s in skipped})))
     rows = [
@@ -451,8 +410,8 @@ def _cmd_tour(args) -> int:
     for algo in ALGORITHMS:
         dtype = catalog.get(algo).default_dtype
         jobs.append((algo, Problem(**TOUR_PROBLEM, dtype=dtype), profile))
-    results, skipped = _run_many(jobs, lambda prof: min(DEFAULT_SAMPLE_SMS, prof.sm_count), args.json, "tour",
-                                 workers=_jobs(args))
+    results, skipped = run_many(jobs, lambda prof: min(DEFAULT_SAMPLE_SMS, prof.sm_count), args.json, "tour",
+                                workers=_jobs(args))
     if not results:
         raise FlashsimError("nothing could be simulated: " + "; ".join(sorted({s["reason"] for s in skipped})))
     title = f"{problem_title((algo, prob) for algo, prob, _ in jobs)} on {profile.name}"
