@@ -1,0 +1,229 @@
+"""`flashsim animate`: one self-contained HTML page that replays a small run's timing trace.
+
+The page is driven by the timing interpreter's real intervals (the ones `flashsim trace` writes) for the
+first SMs of a whole-chip run, plus the running max m and sum l of one query row per K/V block, taken from
+the numeric interpreter on the same problem (fixed seed). Everything (data, script, style) is inlined: the
+page makes no network request.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import json
+import re
+from importlib import resources
+
+import torch
+from flashsim.algorithms.ir import FP32_BYTES, GTile, Load, OnlineSoftmax, RescaleMerge, Store
+from flashsim.algorithms.numeric import run_numeric
+from flashsim.algorithms.problem import Problem
+from flashsim.algorithms.schedules import build
+from flashsim.algorithms.tiling import Tiling
+from flashsim.errors import FlashsimError
+
+ANIMATED = ("v1", "v2", "v3")
+SEED = 0
+# Events of the shown SMs the page will carry; a bigger problem makes the page slow, not wrong.
+EVENT_LIMIT = 20_000
+_TRACK = re.compile(r"^SM(\d+)[. ]")
+
+
+def event_kind(name: str) -> str:
+    """Colour class of a trace interval: load, store, tensor (GEMM), sfu (softmax and other elementwise
+    work on the SFU/ALUs), wait or sync."""
+    head = name.split()[0]
+    return {"load": "load", "store": "store", "gemm": "tensor", "wait": "wait"}.get(head, "sfu")
+
+
+def tile_bytes(schedule) -> dict[str, int]:
+    """Bytes of one tile of each global tensor the schedule's first block loads or stores."""
+    kernel = schedule.kernels[0]
+    out: dict[str, int] = {}
+    for role in kernel.roles:
+        for op in role.program(kernel.ctas[0]):
+            tile = op.src if isinstance(op, Load) else op.dst if isinstance(op, Store) else None
+            if tile is not None:
+                out[tile.tensor] = max(out.get(tile.tensor, 0), tile.nbytes)
+    return out
+
+
+def register_tiles(algo: str, problem: Problem, t: Tiling) -> dict[str, int]:
+    """Bytes of the register tiles of one thread block (v3: one consumer warpgroup's 64 rows)."""
+    rows = 64 if algo == "v3" else t.block_m
+    return {
+        "S/P": rows * t.block_n * FP32_BYTES,
+        "O acc": rows * problem.headdim * FP32_BYTES,
+        "m, l": 2 * rows * FP32_BYTES,
+    }
+
+
+def row_statistics(algo: str, problem: Problem, t: Tiling, seed: int = SEED) -> list[dict]:
+    """Running (m, l) of query row 0 of head 0 after each K/V block, from the numeric interpreter.
+
+    The thread block holding row 0 runs with each role's program extended by two stores after every
+    softmax step (v2, v3) or merge (v1): its current m and l rows, into scratch global tensors."""
+    schedule = build(algo, problem, t)
+    kernel = schedule.kernels[0]
+    cta = next(c for c in kernel.ctas if c[:3] == (0, 0, 0))
+
+    def traced(role):
+        def program(block):
+            q_row = 0 if role.name in ("warps", "consumer0") else None
+            step = 0
+            for op in role.program(block):
+                yield op
+                if isinstance(op, Load) and op.src.tensor == "Q" and role.name == "warps":
+                    q_row = op.src.row
+                is_step = isinstance(op, RescaleMerge) or isinstance(op, OnlineSoftmax) and op.mode == "v2"
+                if is_step and q_row == 0:
+                    yield Store(op.m, GTile("row_m", 0, 0, step, 1, 0, 1, FP32_BYTES))
+                    yield Store(op.l, GTile("row_l", 0, 0, step, 1, 0, 1, FP32_BYTES))
+                    step += 1
+
+        return dataclasses.replace(role, program=program)
+
+    one = dataclasses.replace(kernel, ctas=[cta], roles=tuple(traced(r) for r in kernel.roles))
+    gen = torch.Generator().manual_seed(seed)
+    shape_q = (problem.batch, problem.heads, problem.seqlen_q, problem.headdim)
+    shape_kv = (problem.batch, problem.kv_heads, problem.seqlen_k, problem.headdim)
+    inputs = {"Q": torch.randn(shape_q, generator=gen), "K": torch.randn(shape_kv, generator=gen),
+              "V": torch.randn(shape_kv, generator=gen)}
+    mem = run_numeric(dataclasses.replace(schedule, kernels=(one,)), inputs)
+    m, l = mem.get("row_m"), mem.get("row_l")
+    if m is None:
+        return []
+    col = m[0, 0, :, 0]
+    steps = int((~torch.isnan(col)).sum())
+    return [{"block": j, "m": float(m[0, 0, j, 0]), "l": float(l[0, 0, j, 0])} for j in range(steps)]
+
+
+def shown_tracks(trace: list, sms: int) -> list[str]:
+    """Tracks of the first `sms` SMs that ran anything, SM by SM, the copy engine first."""
+    by_sm: dict[int, set[str]] = {}
+    for track, *_ in trace:
+        match = _TRACK.match(track)
+        if match:
+            by_sm.setdefault(int(match.group(1)), set()).add(track)
+    chosen = sorted(by_sm)[:sms]
+    return [t for sm in chosen for t in sorted(by_sm[sm], key=lambda n: (" " not in n.split(".")[0] or "." in n, n))]
+
+
+def _number_tiles(events: list[dict], algo: str, kv_blocks: int) -> None:
+    """Label each load with its tile index j within its thread block (or work tile): per copy track,
+    K and V count from 0 again where a block's Q arrives (v1 reloads Q each step: its K/V count modulo
+    the K/V blocks instead)."""
+    counts: dict[tuple, int] = {}
+    last_q: dict[str, bool] = {}
+    for ev in sorted((e for e in events if e["kind"] == "load"), key=lambda e: e["start"]):
+        track, tensor = ev["track"], ev["tensor"]
+        if tensor == "Q" and algo != "v1" and not last_q.get(track):
+            for key in [k for k in counts if k[0] == track]:
+                del counts[key]
+        last_q[track] = tensor == "Q"
+        if tensor in ("K", "V"):
+            j = counts.get((track, tensor), 0)
+            counts[(track, tensor)] = j + 1
+            ev["j"] = j % kv_blocks if algo == "v1" else j
+
+
+def ring_states(events: list[dict], stages: int) -> list[dict]:
+    """v3's K and V ring slots per SM: a slot is loading while its TMA copy runs, full from landing until
+    every consumer warpgroup's GEMM that reads it has finished (K_j: the j-th S = Q K^T of the work tile,
+    V_j: its j-th O += P V), then empty until the producer refills it."""
+    out = []
+    by_sm: dict[int, list[dict]] = {}
+    for e in events:
+        by_sm.setdefault(e["sm"], []).append(e)
+    for sm_events in by_sm.values():
+        sm_events.sort(key=lambda e: e["start"])
+        # a work tile starts where its Q slices are copied (the producer copies nothing else in between)
+        tile_starts, previous = [], None
+        for e in sm_events:
+            if e["kind"] == "load":
+                if e["tensor"] == "Q" and previous != "Q":
+                    tile_starts.append(e["start"])
+                previous = e["tensor"]
+        tile_starts.append(float("inf"))
+        for lo, hi in zip(tile_starts, tile_starts[1:], strict=False):
+            window = [e for e in sm_events if lo <= e["start"] < hi]
+            readers: dict[tuple[str, str], list[int]] = {}
+            for e in window:
+                if e["name"] in ("gemm s", "gemm o"):
+                    readers.setdefault((e["name"], e["track"]), []).append(e["end"])
+            for ev in window:
+                if ev["kind"] != "load" or ev["tensor"] not in ("K", "V"):
+                    continue
+                gemm = "gemm s" if ev["tensor"] == "K" else "gemm o"
+                ends = [ends[ev["j"]] for (name, _), ends in readers.items() if name == gemm and ev["j"] < len(ends)]
+                out.append({"sm": ev["sm"], "slot": f"{ev['tensor']}{ev['j'] % stages}", "j": ev["j"],
+                            "load": ev["start"], "full": ev["end"], "empty": max(ends, default=ev["end"])})
+    return out
+
+
+def build_animation(algo: str, problem: Problem, profile, tiling: Tiling, sms: int = 2) -> dict:
+    """Everything the page draws, as plain JSON-able data."""
+    from .api import simulate
+
+    if algo not in ANIMATED:
+        raise FlashsimError(f"animate draws {', '.join(ANIMATED)}; got {algo}")
+    if not 1 <= sms <= 4:
+        raise FlashsimError(f"--sms must be between 1 and 4, got {sms}")
+    trace: list = []
+    result = simulate(algo, problem, profile, tiling, sms=None, trace=trace, extrapolate=False)
+    tracks = shown_tracks(trace, sms)
+    index = {t: i for i, t in enumerate(tracks)}
+    events = []
+    for track, name, start, end in trace:
+        if track in index:
+            sm = int(_TRACK.match(track).group(1))
+            ev = {"track": track, "sm": sm, "name": name, "kind": event_kind(name), "start": start, "end": end}
+            if ev["kind"] in ("load", "store"):
+                ev["tensor"] = name.split()[1]
+            events.append(ev)
+    if len(events) > EVENT_LIMIT:
+        raise FlashsimError(f"the shown SMs record {len(events):,} intervals (limit {EVENT_LIMIT:,}): "
+                            "use a smaller --seqlen")
+    schedule = build(algo, problem, tiling)
+    kv_blocks = -(-problem.seqlen_k // tiling.block_n)
+    _number_tiles(events, algo, kv_blocks)
+    events.sort(key=lambda e: (e["start"], index[e["track"]]))
+    stats = row_statistics(algo, problem, tiling)
+    stat_name = "rescalemerge" if algo == "v1" else "softmax"
+    stat_track = next((t for t in tracks if t.endswith(" warps") or t.endswith(" consumer0")), None)
+    stat_ends = [e["end"] for e in events if e["track"] == stat_track and e["name"] == stat_name]
+    if algo == "v1":  # block (0,0,0) merges Q block 0 first at every K/V step, then its other Q blocks
+        per_step = len(stat_ends) // max(1, kv_blocks)
+        stat_ends = stat_ends[::per_step] if per_step else stat_ends
+    for j, s in enumerate(stats):
+        s["cycle"] = stat_ends[j] if j < len(stat_ends) else None
+    return {
+        "algo": algo,
+        "hw": profile.name,
+        "problem": problem.describe(),
+        "tiling": tiling.describe(),
+        "clock_hz": result.kernels[0]["clock_hz"] if result.kernels else profile.sm_clock_hz,
+        "cycles": max((e["end"] for e in events), default=result.cycles),
+        "run_cycles": result.cycles,
+        "run_bytes": result.bytes,
+        "bound_by": result.bound_by,
+        "tracks": tracks,
+        "events": [[index[e["track"]], e["name"], e["kind"], e["start"], e["end"], e.get("tensor", ""),
+                    e.get("j", -1)] for e in events],
+        "tile_bytes": tile_bytes(schedule),
+        "register_bytes": register_tiles(algo, problem, tiling),
+        "smem_bytes": schedule.kernels[0].smem_bytes,
+        "stages": tiling.stages if algo == "v3" else 0,
+        "ring": ring_states(events, tiling.stages) if algo == "v3" else [],
+        "row_stats": stats,
+        "kv_blocks": kv_blocks,
+        "seed": SEED,
+    }
+
+
+def render_page(data: dict) -> str:
+    """The page: the template with the data embedded as JSON (closing tags escaped)."""
+    template = resources.files("flashsim.simulator").joinpath("animate.html").read_text()
+    blob = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    title = html.escape(f"flashsim animate: {data['algo']} on {data['hw']}")
+    return template.replace("__TITLE__", title).replace("__DATA__", blob)
