@@ -58,28 +58,48 @@ def register_tiles(algo: str, problem: Problem, t: Tiling) -> dict[str, int]:
     }
 
 
+def _row0_block(kernel) -> int:
+    """Position in launch order of the thread block (or work tile) that holds query row 0 of head 0."""
+    return next(i for i, c in enumerate(kernel.ctas) if c[:3] == (0, 0, 0))
+
+
+def _is_step(op) -> bool:
+    """An op after which the running (m, l) of a row is final for one K/V block."""
+    return isinstance(op, RescaleMerge) or isinstance(op, OnlineSoftmax) and op.mode == "v2"
+
+
+def _row0_steps(role, cta):
+    """Yield (op, whether it is a step for the tile holding row 0) along one role's program. Row 0 is in
+    consumer 0's rows (v3) or, for a single role, in the Q tile it loaded last (v1 visits several)."""
+    q_row = 0 if role.name in ("warps", "consumer0") else None
+    for op in role.program(cta):
+        if isinstance(op, Load) and op.src.tensor == "Q" and role.name == "warps":
+            q_row = op.src.row
+        yield op, _is_step(op) and q_row == 0
+
+
 def row_statistics(algo: str, problem: Problem, t: Tiling, seed: int = SEED) -> list[dict]:
-    """Running (m, l) of query row 0 of head 0 after each K/V block, from the numeric interpreter.
+    """Running (m, l) of query row 0 of head 0 after each K/V block, from the numeric interpreter, and
+    `step`: the how-manieth step op of its role's program (softmax, or v1's merge) produced them.
 
     The thread block holding row 0 runs with each role's program extended by two stores after every
-    softmax step (v2, v3) or merge (v1): its current m and l rows, into scratch global tensors."""
+    such step: its current m and l rows, into scratch global tensors."""
     schedule = build(algo, problem, t)
     kernel = schedule.kernels[0]
-    cta = next(c for c in kernel.ctas if c[:3] == (0, 0, 0))
+    cta = kernel.ctas[_row0_block(kernel)]
+    ordinals: list[int] = []
 
     def traced(role):
         def program(block):
-            q_row = 0 if role.name in ("warps", "consumer0") else None
-            step = 0
-            for op in role.program(block):
+            done, steps = 0, 0
+            for op, row0 in _row0_steps(role, block):
                 yield op
-                if isinstance(op, Load) and op.src.tensor == "Q" and role.name == "warps":
-                    q_row = op.src.row
-                is_step = isinstance(op, RescaleMerge) or isinstance(op, OnlineSoftmax) and op.mode == "v2"
-                if is_step and q_row == 0:
-                    yield Store(op.m, GTile("row_m", 0, 0, step, 1, 0, 1, FP32_BYTES))
-                    yield Store(op.l, GTile("row_l", 0, 0, step, 1, 0, 1, FP32_BYTES))
-                    step += 1
+                if row0:
+                    yield Store(op.m, GTile("row_m", 0, 0, done, 1, 0, 1, FP32_BYTES))
+                    yield Store(op.l, GTile("row_l", 0, 0, done, 1, 0, 1, FP32_BYTES))
+                    ordinals.append(steps)
+                    done += 1
+                steps += _is_step(op)
 
         return dataclasses.replace(role, program=program)
 
@@ -91,21 +111,18 @@ def row_statistics(algo: str, problem: Problem, t: Tiling, seed: int = SEED) -> 
               "V": torch.randn(shape_kv, generator=gen)}
     mem = run_numeric(dataclasses.replace(schedule, kernels=(one,)), inputs)
     m, l = mem.get("row_m"), mem.get("row_l")
-    if m is None:
-        return []
-    col = m[0, 0, :, 0]
-    steps = int((~torch.isnan(col)).sum())
-    return [{"block": j, "m": float(m[0, 0, j, 0]), "l": float(l[0, 0, j, 0])} for j in range(steps)]
+    return [{"block": j, "m": float(m[0, 0, j, 0]), "l": float(l[0, 0, j, 0]), "step": ordinals[j]}
+            for j in range(len(ordinals))]
 
 
-def shown_tracks(trace: list, sms: int) -> list[str]:
-    """Tracks of the first `sms` SMs that ran anything, SM by SM, the copy engine first."""
+def shown_tracks(trace: list, sms: int, first: int = 0) -> list[str]:
+    """Tracks of `sms` SMs that ran anything, from SM `first` on, SM by SM, the copy engine first."""
     by_sm: dict[int, set[str]] = {}
     for track, *_ in trace:
         match = _TRACK.match(track)
         if match:
             by_sm.setdefault(int(match.group(1)), set()).add(track)
-    chosen = sorted(by_sm)[:sms]
+    chosen = sorted(by_sm, key=lambda sm: (sm < first, sm))[:sms]
     return [t for sm in chosen for t in sorted(by_sm[sm], key=lambda n: (" " not in n.split(".")[0] or "." in n, n))]
 
 
@@ -164,6 +181,7 @@ def ring_states(events: list[dict], stages: int) -> list[dict]:
 def build_animation(algo: str, problem: Problem, profile, tiling: Tiling, sms: int = 2) -> dict:
     """Everything the page draws, as plain JSON-able data."""
     from .api import simulate
+    from .gpu import blocks_per_sm
 
     if algo not in ANIMATED:
         raise FlashsimError(f"animate draws {', '.join(ANIMATED)}; got {algo}")
@@ -171,7 +189,12 @@ def build_animation(algo: str, problem: Problem, profile, tiling: Tiling, sms: i
         raise FlashsimError(f"--sms must be between 1 and 4, got {sms}")
     trace: list = []
     result = simulate(algo, problem, profile, tiling, sms=None, trace=trace, extrapolate=False)
-    tracks = shown_tracks(trace, sms)
+    schedule = build(algo, problem, tiling)
+    kernel = schedule.kernels[0]
+    # a first-wave block k runs on SM k % SMs, in slot k // SMs (the scheduler fills slot 0 of every SM first)
+    home = _row0_block(kernel)
+    home_sm, home_slot = home % profile.sm_count, home // profile.sm_count
+    tracks = shown_tracks(trace, sms, home_sm)
     index = {t: i for i, t in enumerate(tracks)}
     events = []
     for track, name, start, end in trace:
@@ -184,19 +207,19 @@ def build_animation(algo: str, problem: Problem, profile, tiling: Tiling, sms: i
     if len(events) > EVENT_LIMIT:
         raise FlashsimError(f"the shown SMs record {len(events):,} intervals (limit {EVENT_LIMIT:,}): "
                             "use a smaller --seqlen")
-    schedule = build(algo, problem, tiling)
     kv_blocks = -(-problem.seqlen_k // tiling.block_n)
     _number_tiles(events, algo, kv_blocks)
     events.sort(key=lambda e: (e["start"], index[e["track"]]))
     stats = row_statistics(algo, problem, tiling)
     stat_name = "rescalemerge" if algo == "v1" else "softmax"
-    stat_track = next((t for t in tracks if t.endswith(" warps") or t.endswith(" consumer0")), None)
+    role = "consumer0" if algo == "v3" else "warps"
+    stat_track = f"SM{home_sm}.{home_slot} {role}"
+    # the row-0 block is the first its worker runs when it belongs to the first wave: its n-th softmax (or
+    # merge) on that track is the program's n-th step
     stat_ends = [e["end"] for e in events if e["track"] == stat_track and e["name"] == stat_name]
-    if algo == "v1":  # block (0,0,0) merges Q block 0 first at every K/V step, then its other Q blocks
-        per_step = len(stat_ends) // max(1, kv_blocks)
-        stat_ends = stat_ends[::per_step] if per_step else stat_ends
-    for j, s in enumerate(stats):
-        s["cycle"] = stat_ends[j] if j < len(stat_ends) else None
+    first_wave = home < profile.sm_count * blocks_per_sm(kernel, profile)
+    for s in stats:
+        s["cycle"] = stat_ends[s["step"]] if first_wave and s["step"] < len(stat_ends) else None
     return {
         "algo": algo,
         "hw": profile.name,

@@ -81,6 +81,15 @@ def test_v3_ring_slots_fill_before_they_empty(h100):
             assert b["load"] >= a["empty"]
 
 
+def test_causal_v3_shows_the_sms_of_row_0s_work_tile(h100):
+    causal = Problem(1, 2, 512, 64, causal=True)
+    data = build_animation("v3", causal, h100, resolve_tiling("v3", causal, h100))
+    # causal work tiles run longest first, so Q block 0 of head 0 is not the first tile launched
+    assert not data["tracks"][0].startswith("SM0 ")
+    assert data["row_stats"] and all(s["cycle"] is not None for s in data["row_stats"])
+    assert data["row_stats"][0]["l"] == pytest.approx(1.0)  # row 0 sees key 0 only
+
+
 def test_animate_rejects_a_bad_sm_count(tmp_path, capsys):
     assert main(["animate", "--sms", "9", "--out", str(tmp_path / "a.html")]) == 2
     assert "--sms must be between 1 and 4" in capsys.readouterr().err
