@@ -19,6 +19,7 @@ from flashsim.algorithms.ir import FP32_BYTES, GTile, Load, OnlineSoftmax, Resca
 from flashsim.algorithms.numeric import run_numeric
 from flashsim.algorithms.problem import Problem
 from flashsim.algorithms.schedules import build
+from flashsim.algorithms.schedules.v3 import WG_ROWS
 from flashsim.algorithms.tiling import Tiling
 from flashsim.errors import FlashsimError
 
@@ -50,7 +51,7 @@ def tile_bytes(schedule) -> dict[str, int]:
 
 def register_tiles(algo: str, problem: Problem, t: Tiling) -> dict[str, int]:
     """Bytes of the register tiles of one thread block (v3: one consumer warpgroup's 64 rows)."""
-    rows = 64 if algo == "v3" else t.block_m
+    rows = WG_ROWS if algo == "v3" else t.block_m
     return {
         "S/P": rows * t.block_n * FP32_BYTES,
         "O acc": rows * problem.headdim * FP32_BYTES,
@@ -129,7 +130,8 @@ def shown_tracks(trace: list, sms: int, first: int = 0) -> list[str]:
 def _number_tiles(events: list[dict], algo: str, kv_blocks: int) -> None:
     """Label each load with its tile index j within its thread block (or work tile): per copy track,
     K and V count from 0 again where a block's Q arrives (v1 reloads Q each step: its K/V count modulo
-    the K/V blocks instead)."""
+    the K/V blocks instead). The trace names a copy's SM, not its block: where two blocks share an SM
+    (v2 on a grid larger than the chip) their copies are numbered as one sequence."""
     counts: dict[tuple, int] = {}
     last_q: dict[str, bool] = {}
     for ev in sorted((e for e in events if e["kind"] == "load"), key=lambda e: e["start"]):
