@@ -64,19 +64,23 @@ def _row0_block(kernel) -> int:
     return next(i for i, c in enumerate(kernel.ctas) if c[:3] == (0, 0, 0))
 
 
-def _is_step(op) -> bool:
-    """An op after which the running (m, l) of a row is final for one K/V block."""
-    return isinstance(op, RescaleMerge) or isinstance(op, OnlineSoftmax) and op.mode == "v2"
+def step_type(kernel) -> type:
+    """The op after which a row's running (m, l) is final for one K/V block: the merge where a schedule
+    merges tile statistics into the running ones (V1), else the online softmax itself."""
+    for role in kernel.roles:
+        if any(isinstance(op, RescaleMerge) for op in role.program(kernel.ctas[0])):
+            return RescaleMerge
+    return OnlineSoftmax
 
 
-def _row0_steps(role, cta):
+def _row0_steps(role, cta, step: type):
     """Yield (op, whether it is a step for the tile holding row 0) along one role's program. Row 0 is in
     consumer 0's rows (v3) or, for a single role, in the Q tile it loaded last (v1 visits several)."""
     q_row = 0 if role.name in ("warps", "consumer0") else None
     for op in role.program(cta):
         if isinstance(op, Load) and op.src.tensor == "Q" and role.name == "warps":
             q_row = op.src.row
-        yield op, _is_step(op) and q_row == 0
+        yield op, isinstance(op, step) and q_row == 0
 
 
 def row_statistics(algo: str, problem: Problem, t: Tiling, seed: int = SEED) -> list[dict]:
@@ -88,19 +92,20 @@ def row_statistics(algo: str, problem: Problem, t: Tiling, seed: int = SEED) -> 
     schedule = build(algo, problem, t)
     kernel = schedule.kernels[0]
     cta = kernel.ctas[_row0_block(kernel)]
+    step = step_type(kernel)
     ordinals: list[int] = []
 
     def traced(role):
         def program(block):
             done, steps = 0, 0
-            for op, row0 in _row0_steps(role, block):
+            for op, row0 in _row0_steps(role, block, step):
                 yield op
                 if row0:
                     yield Store(op.m, GTile("row_m", 0, 0, done, 1, 0, 1, FP32_BYTES))
                     yield Store(op.l, GTile("row_l", 0, 0, done, 1, 0, 1, FP32_BYTES))
                     ordinals.append(steps)
                     done += 1
-                steps += _is_step(op)
+                steps += isinstance(op, step)
 
         return dataclasses.replace(role, program=program)
 
@@ -213,7 +218,8 @@ def build_animation(algo: str, problem: Problem, profile, tiling: Tiling, sms: i
     _number_tiles(events, algo, kv_blocks)
     events.sort(key=lambda e: (e["start"], index[e["track"]]))
     stats = row_statistics(algo, problem, tiling)
-    stat_name = "rescalemerge" if algo == "v1" else "softmax"
+    # the trace names an OnlineSoftmax interval "softmax" and other elementwise ops by their class
+    stat_name = "softmax" if step_type(kernel) is OnlineSoftmax else step_type(kernel).__name__.lower()
     role = "consumer0" if algo == "v3" else "warps"
     stat_track = f"SM{home_sm}.{home_slot} {role}"
     # the row-0 block is the first its worker runs when it belongs to the first wave: its n-th softmax (or
