@@ -17,18 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flashsim.errors import FlashsimError
+from flashsim.kernels.build import MICROBENCH_DIR, MICROBENCH_TARGETS
 
 ROOT = Path(__file__).resolve().parents[1]
-MICROBENCH_DIR = ROOT / "kernels" / "microbench"
 
-# Each microbenchmark source and the targets it is built for. Hopper-only instructions (wgmma, bulk copies
-# on mbarriers) need sm_90a; the rest also builds for sm_80 so an A100 can be calibrated.
-SOURCES: dict[str, tuple[str, ...]] = {
-    "membw": ("sm_80", "sm_90a"),
-    "compute": ("sm_80", "sm_90a"),
-    "tma": ("sm_90a",),
-    "wgmma": ("sm_90a",),
-}
+# Each microbenchmark source and the targets it is built for (kernels/build.py owns the list).
+SOURCES = MICROBENCH_TARGETS
 
 
 def arch_for(major: int, minor: int) -> str:

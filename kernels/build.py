@@ -29,6 +29,15 @@ from flashsim.errors import FlashsimError
 from .registry import KernelFamily, families
 
 KERNEL_DIR = Path(__file__).resolve().parent
+MICROBENCH_DIR = KERNEL_DIR / "microbench"
+# The calibration microbenchmarks and their targets: Hopper-only instructions (wgmma, bulk copies on
+# mbarriers) need sm_90a; the rest also builds for sm_80 so an A100 can be calibrated.
+MICROBENCH_TARGETS: dict[str, tuple[str, ...]] = {
+    "membw": ("sm_80", "sm_90a"),
+    "compute": ("sm_80", "sm_90a"),
+    "tma": ("sm_90a",),
+    "wgmma": ("sm_90a",),
+}
 NVCC_FLAGS = ("-O3", "-std=c++17", "-lineinfo", "-Xptxas", "-v")
 
 
@@ -269,6 +278,14 @@ def build_all(algos=None, archs=None, out=None, jobs: int | None = None, force: 
 
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
         return list(pool.map(one, work))
+
+
+def build_microbenchmarks(archs=None, out=None, force: bool = False) -> list[Path]:
+    """Every microbenchmark cubin for the archs asked (all by default), so a GPU machine without nvcc can
+    calibrate from a build directory made elsewhere."""
+    require_nvcc()
+    work = [(n, a) for n, targets in MICROBENCH_TARGETS.items() for a in targets if not archs or a in archs]
+    return [compile_source(MICROBENCH_DIR / f"{name}.cu", arch, out, force) for name, arch in work]
 
 
 def resource_rows(manifests: list[dict]) -> list[dict]:
