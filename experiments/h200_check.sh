@@ -24,6 +24,6 @@ step() {  # step NAME SECONDS COMMAND...: the command's output in $OUT/NAME.txt,
 PYTEST=(python3 -m pytest -q -rfE -p no:cacheprovider)
 step kernels-gpu 120 "${PYTEST[@]}" -m gpu tests/test_kernels_gpu.py
 step hopper 120 "${PYTEST[@]}" -m gpu tests/test_hopper.py
-step sanitizer 100 "${PYTEST[@]}" tests/test_kernels_sanitizer.py
+step sanitizer 110 "${PYTEST[@]}" tests/test_kernels_sanitizer.py
 [ "$status" -eq 0 ] && echo PASS | tee -a "$OUT/summary.txt" || echo FAIL | tee -a "$OUT/summary.txt"
 exit "$status"

@@ -34,8 +34,8 @@
 //
 // Causal (bottom-right aligned, as FlashAttention >= 2.1 and the simulator: query i sees keys
 // j <= i + nk - nq): blocks wholly past the diagonal are never loaded; a tile whose rows see no key at all
-// (nq > nk) loads none and stores zeros. Ragged N: TMA zero-fills rows past N, scores of keys >= N are masked, output rows >= N are
-// not stored. GQA: K/V head = query head / (H / Hkv).
+// (nq > nk) loads none and stores zeros. Ragged N: TMA zero-fills rows past N, scores of keys >= N are
+// masked, output rows >= N are not stored. GQA: K/V head = query head / (H / Hkv).
 //
 // Files (FA3's hopper/ split): v3_params.cuh (launch parameters), v3_primitives.cuh (mbarrier, TMA, wgmma
 // control), v3_mainloop.cuh (configuration, the consumer's GEMMs, mask and softmax), v3_tile_scheduler.cuh
