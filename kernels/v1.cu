@@ -86,8 +86,8 @@ __device__ __forceinline__ void forward(const AttnParams& p) {
 
   // Causal with seqlen_q > seqlen_k: the first n_empty Q blocks see no key, so no K/V step below visits
   // them; their output is 0 and their logsumexp -inf (each split writes the blocks it owns).
-  const int offset = causal_offset(p);
-  const int n_empty = min(n_qblocks, max(0, -offset) / BR);
+  // The causal offset is recomputed where used (opaque): held across the loops it costs registers.
+  const int n_empty = min(n_qblocks, max(0, -causal_offset(p)) / BR);
   for (int i = split; i < n_empty; i += p.num_splits)
     for (int idx = tid; idx < BR * (D / 8); idx += kThreads) {
       const int row = i * BR + idx / (D / 8);
@@ -98,7 +98,7 @@ __device__ __forceinline__ void forward(const AttnParams& p) {
   for (int j = 0; j < n_kblocks; ++j) {
     const int n0 = j * BC;
     // Causal: Q block i sees block j only if its last row reaches key n0 (row m0 + BR - 1 + offset >= n0).
-    const int i_lo = p.causal ? max(0, n0 - offset) / BR : 0;
+    const int i_lo = p.causal ? max(0, n0 - opaque(causal_offset(p))) / BR : 0;
     const int i_first = i_lo + ((split - i_lo % p.num_splits) + p.num_splits) % p.num_splits;
     if (i_first >= n_qblocks) continue;
     __syncthreads();  // every warp is done with K_{j-1}, V_{j-1}
@@ -108,7 +108,7 @@ __device__ __forceinline__ void forward(const AttnParams& p) {
 
     for (int i = i_first; i < n_qblocks; i += p.num_splits) {
       const int m0 = i * BR;
-      const int j_last = p.causal ? min(n_kblocks - 1, (m0 + BR - 1 + offset) / BC) : n_kblocks - 1;
+      const int j_last = p.causal ? min(n_kblocks - 1, (m0 + BR - 1 + opaque(causal_offset(p))) / BC) : n_kblocks - 1;
       const bool last = j == j_last;
       load_tile_async<kThreads, QTile, BR>(sQ, q, m0, static_cast<int>(p.q_row_stride), p.seqlen_q);
       cp_async_commit();
@@ -155,7 +155,8 @@ __device__ __forceinline__ void forward(const AttnParams& p) {
         }
       }
       const int key0 = n0 + warp * kKW;
-      if (n0 + BC > visible_keys(p, m0 + 1)) {
+      const int offset = opaque(causal_offset(p));
+      if (n0 + BC > p.seqlen_k || (p.causal && n0 + BC - 1 > m0 + offset)) {
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll

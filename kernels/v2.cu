@@ -71,9 +71,9 @@ __device__ __forceinline__ void forward(const AttnParams& p) {
   load_tile_async<Cfg::kThreads, QTile, BM>(sQ, q, m0, static_cast<int>(p.q_row_stride), p.seqlen_q);
   load_tile_async<Cfg::kThreads, KVTile, BN>(sK, k, max(n_blocks - 1, 0) * BN, k_stride, p.seqlen_k);
   cp_async_commit();
-  // No block to visit (causal, no visible key): the epilogue reuses sQ, so Q's copy must land first. Here,
-  // not in the epilogue, so that n_blocks holds no register across the loop.
-  if (n_blocks == 0) cp_async_wait<0>();
+  // The loop's first step waits for these copies anyway; waiting here as well covers a Q block with no block
+  // to visit (causal, no visible key), whose epilogue reuses sQ while Q's copy could still be landing.
+  cp_async_wait<0>();
 
   float acc_o[kMT][kDT][4];
   float row_max[kMT][2], row_sum[kMT][2];
