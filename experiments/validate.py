@@ -13,7 +13,6 @@ can run on another machine with --compare-only.
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import time
 import warnings
@@ -25,51 +24,13 @@ import numpy as np
 from flashsim.errors import FlashsimError
 
 from . import validate_store as store
+from .validate_impls import IMPLS, Config, Impl, impl_context, inputs, key, make_call, our_tiling  # noqa: F401
 
 DEFAULT_OUT_DIR = Path("experiments/results/h200")
 MEASURED_NAME = "validation-measured.jsonl"
 FLUSH_BYTES = 256 << 20  # written between timed calls: every call starts with a cold L2, like the simulator
 FLUSH_KERNEL = "write_cg"  # the microbenchmark kernel that writes it (its name separates calls in profiles)
 WRONG_REL_ERR = 0.1  # above this relative error against SDPA a kernel computes something else: not timed
-
-
-@dataclass(frozen=True)
-class Config:
-    batch: int
-    heads: int
-    seqlen_q: int
-    headdim: int
-    causal: bool = False
-    seqlen_k: int = 0
-    kv_heads: int = 0
-
-    @property
-    def nk(self) -> int:
-        return self.seqlen_k or self.seqlen_q
-
-    @property
-    def hkv(self) -> int:
-        return self.kv_heads or self.heads
-
-    @property
-    def id(self) -> str:
-        nk = f"-k{self.nk}" if self.nk != self.seqlen_q else ""
-        kv = f"-kv{self.hkv}" if self.hkv != self.heads else ""
-        causal = "-causal" if self.causal else ""
-        return f"b{self.batch}-h{self.heads}{kv}-n{self.seqlen_q}{nk}-d{self.headdim}{causal}"
-
-    def problem_dict(self, dtype: str) -> dict:
-        """The arguments of algorithms.Problem for this configuration."""
-        return {
-            "batch": self.batch,
-            "heads": self.heads,
-            "kv_heads": self.hkv,
-            "seqlen_q": self.seqlen_q,
-            "seqlen_k": self.nk,
-            "headdim": self.headdim,
-            "causal": self.causal,
-            "dtype": dtype,
-        }
 
 
 def fa2_grid() -> list[Config]:
@@ -101,101 +62,6 @@ def smoke() -> list[Config]:
 
 
 GRIDS: dict[str, Callable[[], list[Config]]] = {"fa2": lambda: fa2_grid() + ragged(), "smoke": smoke}
-
-
-@dataclass(frozen=True)
-class Impl:
-    """A measured implementation and what the simulator runs for it."""
-
-    name: str
-    algo: str  # simulator algorithm
-    sim_dtype: str  # dtype of the simulated problem
-    kind: str  # "ours" | "sdpa"
-    backend: str = ""  # SDPA backend name
-    note: str = ""
-
-
-IMPLS: dict[str, Impl] = {
-    i.name: i
-    for i in (
-        Impl("standard", "standard", "bf16", "ours"),
-        Impl("v1", "v1", "bf16", "ours"),
-        Impl("v2", "v2", "bf16", "ours"),
-        Impl("v3", "v3", "bf16", "ours"),
-        Impl("v3-fp8", "v3-fp8", "fp8", "ours", note="bf16 inputs, fp8 e4m3 inside"),
-        Impl("sdpa-flash", "v2", "bf16", "sdpa", "FLASH_ATTENTION", "FA2 kernels, FA2 tiles"),
-        Impl("sdpa-cudnn", "v3", "bf16", "sdpa", "CUDNN_ATTENTION", "cuDNN Hopper kernel, FA3 tiles assumed"),
-        Impl("sdpa-math", "standard", "fp32", "sdpa", "MATH", "unfused, upcast to fp32, cuBLAS FFMA SGEMMs"),
-        Impl("sdpa-math-bf16", "standard", "bf16", "sdpa", "MATH", "unfused, bf16 cuBLAS GEMMs and softmax"),
-    )
-}
-
-
-def key(kind: str, impl: str, cfg: Config) -> str:
-    return f"{kind}|{impl}|{cfg.id}"
-
-
-# -- running one implementation ---------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def impl_context(impl: Impl):
-    """The SDPA backend selection (and math's bf16 switch) around a run; nothing for our kernels."""
-    if impl.kind != "sdpa":
-        yield
-        return
-    import torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    allow = torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()
-    torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(impl.name == "sdpa-math-bf16")
-    try:
-        with sdpa_kernel([getattr(SDPBackend, impl.backend)]):
-            yield
-    finally:
-        torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(allow)
-
-
-def make_call(impl: Impl, q, k, v, cfg: Config) -> Callable[[], object]:
-    if impl.kind == "ours":
-        from flashsim import kernels
-
-        return lambda: kernels.attention(q, k, v, algo=impl.name, causal=cfg.causal)
-    import torch.nn.functional as F
-
-    gqa = cfg.hkv != cfg.heads
-    return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=cfg.causal, enable_gqa=gqa)
-
-
-def our_tiling(impl: Impl, cfg: Config, q, k, v) -> dict | None:
-    """The tiling our kernel picks for this head dim (kernels' registry), to simulate the same one."""
-    if impl.kind != "ours":
-        return None
-    try:
-        from flashsim.kernels import registry
-        from flashsim.kernels.launch import device_limits
-
-        tiling = registry.family(impl.name).default_tiling(cfg.headdim, device_limits(q.device)).as_dict()
-        if impl.name == "v1":
-            from flashsim.kernels.api import v1_splits
-
-            tiling["splits"] = v1_splits(q, k, v)
-        return tiling
-    except Exception:  # an older kernels package: the simulator's default tiling is used
-        return None
-
-
-def inputs(cfg: Config, seed: int = 0):
-    """q, k, v as SDPA lays them out, (B, H, N, D) bf16, N(0,1) entries."""
-    import torch
-
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    shape_q = (cfg.batch, cfg.heads, cfg.seqlen_q, cfg.headdim)
-    shape_kv = (cfg.batch, cfg.hkv, cfg.nk, cfg.headdim)
-    q = torch.randn(shape_q, generator=g, device="cuda", dtype=torch.bfloat16)
-    k = torch.randn(shape_kv, generator=g, device="cuda", dtype=torch.bfloat16)
-    v = torch.randn(shape_kv, generator=g, device="cuda", dtype=torch.bfloat16)
-    return q, k, v
 
 
 def time_call(fn: Callable[[], object], flush, min_reps: int, max_reps: int, budget_s: float) -> list[float]:
