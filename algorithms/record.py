@@ -49,6 +49,7 @@ class Algorithm:
     options: tuple[str, ...] = ()
     warp_split: str = "m"  # how mma.sync warps divide a tile: 'm' (rows, split-Q) or 'n' (keys, split-K)
     block_n_is_k: bool = True  # block_n is the k of O += P V (False: only ever an n, as in standard's GEMMs)
+    kv_outer_loop: bool = False  # the outer loop runs over K/V blocks and Q_i, O_i pass through global memory (V1)
     probe_outer_steps: bool = False  # the timing run may probe a long outer K/V loop (simulator/api.py)
     # the tensors beyond Q, K, V and O it keeps in global memory, bytes by name (algorithms/memory.py)
     hbm_tensors: Callable[[Problem, Tiling], dict[str, int]] | None = None

@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from flashsim.algorithms import catalog
 from flashsim.algorithms.problem import DTYPE_BYTES, Problem
 from flashsim.algorithms.tiling import ALGORITHMS
 from flashsim.errors import FlashsimError
@@ -30,17 +31,24 @@ DECODE_NOTE = ("decode: no split-KV (FlashDecoding) schedule is modelled; these 
 
 def problem_for(algo: str, seqlen: int, headdim: int, dtype: str, causal: bool, decode: bool, batch: int,
                 heads: int) -> Problem:
-    run_dtype = "fp8" if algo == "v3-fp8" else dtype
+    rec = catalog.get(algo)
+    run_dtype = dtype if dtype in rec.dtypes else rec.default_dtype
     if decode:
         return Problem(batch, heads, 1, headdim, seqlen_k=seqlen, causal=causal, dtype=run_dtype)
     return Problem(batch, heads, seqlen, headdim, causal=causal, dtype=run_dtype)
 
 
+def _quantises(rec, dtype: str) -> bool:
+    """Whether the algorithm takes `dtype` inputs only to quantise them to a narrower type of its own (v3-fp8)."""
+    return dtype not in rec.dtypes and rec.input_bytes == DTYPE_BYTES[dtype]
+
+
 def _unavailable(algo: str, dtype: str) -> str | None:
     if dtype == "fp32" and algo in FLASH:
         return "fp32 inputs: FlashAttention's tensor-core kernels take 16-bit (or fp8) inputs"
-    if dtype == "fp8" and algo != "v3-fp8":
-        return "fp8 inputs run only with v3-fp8"
+    rec = catalog.get(algo)
+    if dtype not in rec.dtypes and not _quantises(rec, dtype):
+        return f"{dtype} inputs run only with " + ", ".join(r.name for r in catalog.records() if dtype in r.dtypes)
     return None
 
 
@@ -66,7 +74,7 @@ def advise(profile, seqlen: int, headdim: int, dtype: str = "bf16", causal: bool
                 row.update(time_s=result.time_s, tflops=result.tflops, bound_by=result.bound_by)
         if why is not None:
             row.update(status="unavailable", reason=why)
-        elif algo == "v3-fp8" and dtype != "fp8":
+        elif _quantises(catalog.get(algo), dtype):
             row.update(status="lower precision", reason="quantises Q, K and V to fp8 e4m3 (lower accuracy)")
         else:
             row.update(status="ok", reason="")

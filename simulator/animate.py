@@ -15,6 +15,7 @@ import re
 from importlib import resources
 
 import torch
+from flashsim.algorithms import catalog
 from flashsim.algorithms.ir import FP32_BYTES, GTile, Load, OnlineSoftmax, RescaleMerge, Store
 from flashsim.algorithms.numeric import run_numeric
 from flashsim.algorithms.problem import Problem
@@ -49,9 +50,14 @@ def tile_bytes(schedule) -> dict[str, int]:
     return out
 
 
+def _warpgroups(algo: str) -> bool:
+    """Whether the schedule runs wgmma consumer warpgroups fed by a TMA producer through a ring (V3)."""
+    return catalog.get(algo).mma == "wgmma"
+
+
 def register_tiles(algo: str, problem: Problem, t: Tiling) -> dict[str, int]:
     """Bytes of the register tiles of one thread block (v3: one consumer warpgroup's 64 rows)."""
-    rows = WG_ROWS if algo == "v3" else t.block_m
+    rows = WG_ROWS if _warpgroups(algo) else t.block_m
     return {
         "S/P": rows * t.block_n * FP32_BYTES,
         "O acc": rows * problem.headdim * FP32_BYTES,
@@ -137,18 +143,19 @@ def _number_tiles(events: list[dict], algo: str, kv_blocks: int) -> None:
     K and V count from 0 again where a block's Q arrives (v1 reloads Q each step: its K/V count modulo
     the K/V blocks instead). The trace names a copy's SM, not its block: where two blocks share an SM
     (v2 on a grid larger than the chip) their copies are numbered as one sequence."""
+    kv_outer = catalog.get(algo).kv_outer_loop
     counts: dict[tuple, int] = {}
     last_q: dict[str, bool] = {}
     for ev in sorted((e for e in events if e["kind"] == "load"), key=lambda e: e["start"]):
         track, tensor = ev["track"], ev["tensor"]
-        if tensor == "Q" and algo != "v1" and not last_q.get(track):
+        if tensor == "Q" and not kv_outer and not last_q.get(track):
             for key in [k for k in counts if k[0] == track]:
                 del counts[key]
         last_q[track] = tensor == "Q"
         if tensor in ("K", "V"):
             j = counts.get((track, tensor), 0)
             counts[(track, tensor)] = j + 1
-            ev["j"] = j % kv_blocks if algo == "v1" else j
+            ev["j"] = j % kv_blocks if kv_outer else j
 
 
 def ring_states(events: list[dict], stages: int) -> list[dict]:
@@ -220,7 +227,7 @@ def build_animation(algo: str, problem: Problem, profile, tiling: Tiling, sms: i
     stats = row_statistics(algo, problem, tiling)
     # the trace names an OnlineSoftmax interval "softmax" and other elementwise ops by their class
     stat_name = "softmax" if step_type(kernel) is OnlineSoftmax else step_type(kernel).__name__.lower()
-    role = "consumer0" if algo == "v3" else "warps"
+    role = "consumer0" if _warpgroups(algo) else "warps"
     stat_track = f"SM{home_sm}.{home_slot} {role}"
     # the row-0 block is the first its worker runs when it belongs to the first wave: its n-th softmax (or
     # merge) on that track is the program's n-th step
@@ -244,8 +251,8 @@ def build_animation(algo: str, problem: Problem, profile, tiling: Tiling, sms: i
         "tile_bytes": tile_bytes(schedule),
         "register_bytes": register_tiles(algo, problem, tiling),
         "smem_bytes": schedule.kernels[0].smem_bytes,
-        "stages": tiling.stages if algo == "v3" else 0,
-        "ring": ring_states(events, tiling.stages) if algo == "v3" else [],
+        "stages": tiling.stages if _warpgroups(algo) else 0,
+        "ring": ring_states(events, tiling.stages) if _warpgroups(algo) else [],
         "row_stats": stats,
         "kv_blocks": kv_blocks,
         "seed": SEED,

@@ -259,5 +259,6 @@ ALGORITHM = Algorithm(
         "passes. Algorithm 1 sets Bc = M / 4d, so Tc = 4 N d / M and the bytes are Theta(N^2 d^2 / M).",
     paper_tiling=paper_tiling,
     warp_split="n",
+    kv_outer_loop=True,
     probe_outer_steps=True,
 )
