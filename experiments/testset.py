@@ -42,7 +42,8 @@ SCENARIOS = (("prefill", 4), ("prefix", 3), ("bidirectional", 2), ("cross", 1))
 
 # What `flashsim validate` does per (configuration, implementation) (validate.SweepOptions defaults and
 # _measure_one): a correctness call, two warm-up calls, 10..30 timed calls for up to 0.5 s, three profiled
-# calls; each timed or profiled call follows a 256 MiB L2 flush. Plus one reference call per configuration.
+# calls; each timed or profiled call follows a 256 MiB L2 flush. Plus a reference call per configuration and
+# causal alignment.
 ESTIMATE_TFLOPS = 400.0
 UNTIMED_CALLS = 6
 MIN_REPS, MAX_REPS, BUDGET_S = 10, 30, 0.5
@@ -198,7 +199,8 @@ def estimate(configs: list, impls: tuple[str, ...] = TEST_IMPLS) -> dict:
     for cfg in configs:
         w = work_flops(cfg)
         t = call_seconds(w)
-        seconds += t  # the reference call
+        # the reference call, and a second one with the other causal alignment where the two differ
+        seconds += t * (2 if cfg.causal and cfg.seqlen_q != cfg.nk else 1)
         for _ in impls_for(cfg, impls):
             calls = calls_per_measurement(t)
             flops += w * calls
