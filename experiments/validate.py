@@ -24,10 +24,14 @@ import numpy as np
 from flashsim.errors import FlashsimError
 
 from . import validate_store as store
+from . import validate_support as support
 from .validate_impls import IMPLS, Config, Impl, impl_context, inputs, key, make_call, our_tiling  # noqa: F401
+from .validate_sets import DEV, TEST
 
 DEFAULT_OUT_DIR = Path("experiments/results/h200")
-MEASURED_NAME = "validation-measured.jsonl"
+# Development and test measurements live in separate files, so that neither is ever scored as the other.
+MEASURED_NAME = DEV.measured
+TEST_MEASURED_NAME = TEST.measured
 FLUSH_BYTES = 256 << 20  # written between timed calls: every call starts with a cold L2, like the simulator
 FLUSH_KERNEL = "write_cg"  # the microbenchmark kernel that writes it (its name separates calls in profiles)
 WRONG_REL_ERR = 0.1  # above this relative error against SDPA a kernel computes something else: not timed
@@ -61,7 +65,23 @@ def smoke() -> list[Config]:
     return [Config(8, 32, 512, 64), Config(4, 16, 1024, 128, causal=True), Config(2, 16, 1000, 128)]
 
 
-GRIDS: dict[str, Callable[[], list[Config]]] = {"fa2": lambda: fa2_grid() + ragged(), "smoke": smoke}
+def test_set() -> list[Config]:
+    """The held-out test set (experiments/testset.py): LLM-shaped problems the model was never tuned on."""
+    from .testset import committed
+
+    return committed()
+
+
+GRIDS: dict[str, Callable[[], list[Config]]] = {"fa2": lambda: fa2_grid() + ragged(), "smoke": smoke,
+                                                "test": test_set}  # fmt: skip
+# The measurement file of each grid: the test set's own, everything else the development set's.
+MEASURED_NAMES = {"test": TEST_MEASURED_NAME}
+# What the test grid times unless --impls says otherwise.
+DEFAULT_IMPLS = {"test": ["v2", "v3", "sdpa-flash", "sdpa-cudnn"]}
+
+
+def measured_name(grid: str) -> str:
+    return MEASURED_NAMES.get(grid, MEASURED_NAME)
 
 
 def time_call(fn: Callable[[], object], flush, min_reps: int, max_reps: int, budget_s: float) -> list[float]:
@@ -133,6 +153,7 @@ class SweepOptions:
     max_reps: int = 30
     budget_s: float = 0.5
     retry_failed: bool = False
+    measured: str = MEASURED_NAME  # the file name under out_dir (measured_name(grid))
 
 
 def sweep(
@@ -182,20 +203,23 @@ def measure(opts: SweepOptions, deadline: float | None = None, log=print) -> Pat
 
     if not torch.cuda.is_available():
         raise FlashsimError("flashsim validate needs PyTorch with CUDA; torch.cuda.is_available() is False")
-    path = opts.out_dir / MEASURED_NAME
+    path = opts.out_dir / opts.measured
     profiled = {r["impl"] for r in store.load(path) if r.get("launched")}
     store.append(path, {"type": "session", **provenance(cp, read_gpu(cp), ["validate", *argv_tail()[1:]])})
     flush = make_flush(cp, read_gpu(cp))
 
     def run_config(cfg: Config, names: list[str]) -> Iterator[dict]:
         q, k, v = inputs(cfg)
-        ref = _reference(q, k, v, cfg)
+        refs: dict[str, object] = {}  # by causal alignment, made when an implementation needs it
         for name in names:
-            rec = _measure_one(IMPLS[name], cfg, q, k, v, ref, flush, opts, name not in profiled)
+            align = support.causal_align(IMPLS[name])
+            if align not in refs:
+                refs[align] = support.reference(q, k, v, cfg, align)
+            rec = _measure_one(IMPLS[name], cfg, q, k, v, refs.get(align), flush, opts, name not in profiled)
             if rec.get("launched"):
                 profiled.add(name)
             yield rec
-        del q, k, v, ref
+        del q, k, v, refs
         torch.cuda.empty_cache()
 
     deadline = deadline or time.monotonic() + opts.max_minutes * 60
@@ -235,14 +259,16 @@ def _reference(q, k, v, cfg: Config):
 def _measure_one(impl: Impl, cfg: Config, q, k, v, ref, flush, opts: SweepOptions, profile_it: bool) -> dict:
     import torch
 
+    align = support.causal_align(impl)
     rec = {
         "type": "time",
         "key": key("time", impl.name, cfg),
         "impl": impl.name,
         "algo": impl.algo,
-        "config": cfg.problem_dict(impl.sim_dtype),
+        "config": cfg.problem_dict(impl.sim_dtype, align),
         "config_id": cfg.id,
         "tiling": our_tiling(impl, cfg, q, k, v),
+        "causal_align": align,
         "status": "ok",
     }
     try:
@@ -266,8 +292,8 @@ def _measure_one(impl: Impl, cfg: Config, q, k, v, ref, flush, opts: SweepOption
                 rec.update(kernel_time_s=statistics.median(busy), kernels_per_call=len(names))
             if profile_it:
                 rec["launched"] = names
-    except Exception as exc:  # a missing or failing kernel is a result, and the sweep goes on
-        rec["status"] = "failed"
+    except Exception as exc:  # a refused, missing or failing kernel is a result, and the sweep goes on
+        rec["status"] = support.SKIPPED if support.is_refusal(exc) else "failed"
         rec["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
         try:
             torch.cuda.synchronize()
@@ -293,7 +319,7 @@ def measure_bytes(opts: SweepOptions, seqlens: list[int], deadline: float, log=p
 
     from . import validate_ncu
 
-    path = opts.out_dir / MEASURED_NAME
+    path = opts.out_dir / opts.measured
     records = store.load(path)
     done = store.done_keys(records, opts.retry_failed)
     timed = store.latest(records, "time")

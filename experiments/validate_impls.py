@@ -9,6 +9,8 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from . import validate_support as support
+
 
 @dataclass(frozen=True)
 class Config:
@@ -35,9 +37,9 @@ class Config:
         causal = "-causal" if self.causal else ""
         return f"b{self.batch}-h{self.heads}{kv}-n{self.seqlen_q}{nk}-d{self.headdim}{causal}"
 
-    def problem_dict(self, dtype: str) -> dict:
-        """The arguments of algorithms.Problem for this configuration."""
-        return {
+    def problem_dict(self, dtype: str, causal_align: str = support.DEFAULT_ALIGN) -> dict:
+        """The arguments of algorithms.Problem for this configuration, run with the given causal alignment."""
+        args = {
             "batch": self.batch,
             "heads": self.heads,
             "kv_heads": self.hkv,
@@ -47,6 +49,10 @@ class Config:
             "causal": self.causal,
             "dtype": dtype,
         }
+        # a non-default alignment is recorded only where it changes the mask, so other records read as before
+        if causal_align != support.DEFAULT_ALIGN and support.alignment_matters(self):
+            args["causal_align"] = causal_align
+        return args
 
 
 @dataclass(frozen=True)

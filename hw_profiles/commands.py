@@ -14,7 +14,7 @@ from flashsim.console import make_console
 from flashsim.units import format_bytes, format_si
 
 from .loader import list_profiles, load_profile
-from .profile import PARAMS, Profile, unit_of
+from .profile import PARAMS, PROVENANCES, Profile, describe_provenance, unit_of
 
 
 def add_profile_args(parser: argparse.ArgumentParser) -> None:
@@ -81,6 +81,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
                 "alias": info.alias,
                 "name": p.name,
                 "based_on": p.based_on,
+                "provenance": p.provenance,
                 "description": p.description,
                 "sm_count": p.sm_count,
                 "sm_clock_hz": p.sm_clock_hz,
@@ -94,15 +95,17 @@ def _cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         return _print_json({"profiles": rows})
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title="Hardware profiles (--hw NAME, or a path to your own TOML)")
-    for col in ("alias", "name", "SMs", "clock", "SMEM/SM", "L2", "HBM BW", "bf16 tensor TFLOP/s"):
-        table.add_column(col, no_wrap=True, justify="left" if col in ("alias", "name") else "right")
+    for col in ("alias", "name", "numbers", "SMs", "clock", "SMEM/SM", "L2", "HBM BW", "bf16 tensor TFLOP/s"):
+        table.add_column(col, no_wrap=True, justify="left" if col in ("alias", "name", "numbers") else "right")
     for r in rows:
         table.add_row(
             *_texts(
                 r["alias"],
                 r["name"],
+                r["provenance"],
                 str(r["sm_count"]),
                 human("sm_clock_hz", r["sm_clock_hz"]),
                 human("smem_per_sm_bytes", r["smem_per_sm_bytes"]),
@@ -111,7 +114,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
                 f"{r['bf16_tensor_peak_flops_per_s'] / 1e12:.0f} ({r['bf16_tensor_instr']})",
             )
         )
-    _console().print(table)
+    console = _console()
+    console.print(table)
+    console.print(Text("numbers: " + "; ".join(describe_provenance(k) for k in PROVENANCES)))
     return 0
 
 
@@ -131,6 +136,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
             f"features: {', '.join(sorted(p.features))}; file: {p.origin}"
         )
     )
+    console.print(Text(f"numbers: {describe_provenance(p.provenance)}"))
     table = Table()
     table.add_column("key", no_wrap=True)
     table.add_column("value", no_wrap=True, justify="right")

@@ -56,6 +56,7 @@ class SimResult:
     kernels: list = field(default_factory=list)
     kernel_time_s: float = 0.0  # time_s without the launch overheads
     sim: dict = field(default_factory=dict)
+    hw_provenance: str = ""  # the profile's: calibrated, derived or datasheet-only (hw_profiles PROVENANCES)
 
     @property
     def tflops(self) -> float:
@@ -65,6 +66,7 @@ class SimResult:
         return {
             "algo": self.algo,
             "hw": self.hw,
+            "hw_provenance": self.hw_provenance,
             "problem": self.problem.as_dict(),
             "tiling": self.tiling.as_dict(),
             "time_s": self.time_s,
@@ -184,6 +186,7 @@ def simulate(
     return SimResult(
         algo=algo,
         hw=profile.name,
+        hw_provenance=profile.provenance,
         problem=problem,
         tiling=t,
         cycles=cycles,
@@ -257,6 +260,7 @@ def _outer_steps(algo: str, problem: Problem, profile, t: Tiling, sms: int | Non
     cycles = round(line(a.cycles, b.cycles))
     return SimResult(
         algo=algo, hw=profile.name, problem=problem, tiling=t, cycles=cycles, time_s=kernel_s + launch_s,
+        hw_provenance=profile.provenance,
         bytes={k: round(line(a.bytes[k], b.bytes[k])) for k in a.bytes},
         utilization=b.utilization, bound_by=b.bound_by,
         roofline_time_s=max(roof.values()), roofline=roof,

@@ -34,7 +34,7 @@ def results_table(results, title: str):
     label = "dtype" if all(v in ("fp16", "bf16", "fp32", "fp8") for v in varying) else "problem"
     many_problems = any(varying)
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1, 0, 0),
-                  pad_edge=False)
+                  pad_edge=False, caption=provenance_line(results), caption_justify="left")
     cols = ["algo"] + (["hw"] if many_hw else []) + ([label] if many_problems else [])
     cols += ["tiles", "time", "TFLOP/s", "HBM rd", "HBM wr", "L2 rd", "bound", "/roof"]
     for col in cols:
@@ -57,12 +57,21 @@ def results_table(results, title: str):
     return table
 
 
+def provenance_line(results) -> str:
+    """Where each profile's numbers come from: 'profile numbers: h100-sxm5-80gb derived (...)'."""
+    from flashsim.hw_profiles.profile import describe_provenance
+
+    seen = {r.hw: r.hw_provenance for r in results if r.hw_provenance}
+    return "profile numbers: " + "; ".join(f"{hw} {describe_provenance(p)}" for hw, p in seen.items())
+
+
 def detail_table(r):
     from rich.table import Table
 
     table = Table(title=f"{r.algo} on {r.hw}: {r.problem.describe()}", title_justify="left", show_header=False)
     table.add_column("what")
     table.add_column("value", justify="right")
+    table.add_row("profile numbers", r.hw_provenance)
     table.add_row("tiling", r.tiling.describe())
     table.add_row("time", f"{format_time(r.time_s)} ({r.cycles:,} cycles)")
     table.add_row("throughput", f"{r.tflops:.1f} TFLOP/s")
