@@ -53,6 +53,8 @@ class Algorithm:
     # the tensors beyond Q, K, V and O it keeps in global memory, bytes by name (algorithms/memory.py)
     hbm_tensors: Callable[[Problem, Tiling], dict[str, int]] | None = None
     input_bytes: int | None = None  # bytes per element of Q, K, V as the caller passes them (None: the dtype's)
+    # auto_splits(problem, tiling, profile) -> K/V splits (`--splits auto`); None: the record does not split K/V
+    auto_splits: Callable[[Problem, Tiling, object], int] | None = None
 
     @property
     def default_dtype(self) -> str:
