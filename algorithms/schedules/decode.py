@@ -72,7 +72,6 @@ def packed_rows(p: Problem, b: int = 0) -> int:
 
 
 def mapper(p: Problem, profile) -> Tiling:
-    check_problem(p)
     t = Tiling(BLOCK_M, split_block_n(p.headdim), 4, 2)
     return Tiling(t.block_m, t.block_n, t.warps, t.stages, splits=auto(p, t, profile)) if profile else t
 
@@ -271,6 +270,7 @@ ALGORITHM = Algorithm(
     registers=registers,
     loop_nest=loop_nest,
     hbm_tensors=hbm_tensors,
+    layouts=("varlen", "paged"),
     auto_splits=auto,
     why="The K/V cache is read once per K/V head: the query heads that share it are rows of one tile, and "
         "its blocks are split over thread blocks so that batch x kv_heads tiles fill the GPU.",

@@ -175,6 +175,7 @@ ALGORITHM = Algorithm(
     registers=registers,
     loop_nest=loop_nest,
     hbm_tensors=flash_tensors,
+    layouts=("varlen",),
     auto_splits=auto_splits,
     why="Q_i and O_i cross global memory once; K and V once per q-block: Tr = {tr} passes over K and V. "
         "Tiles of ~M / d rows give Tr ~ N d / M, so the bytes are Theta(N^2 d^2 / M).",
