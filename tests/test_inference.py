@@ -10,8 +10,7 @@ import math
 import pytest
 import torch
 from flashsim import cli
-from flashsim.algorithms import Problem, Tiling
-from flashsim.algorithms import paged
+from flashsim.algorithms import Problem, Tiling, paged
 from flashsim.algorithms.closed_form import closed_form
 from flashsim.algorithms.counting import count_io
 from flashsim.algorithms.ir import Load
