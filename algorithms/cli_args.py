@@ -42,12 +42,17 @@ def add_tiling_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--block-n", type=int, default=None, help="key rows per tile (Bc)")
     g.add_argument("--warps", type=int, default=None, help="warps per thread block")
     g.add_argument("--stages", type=int, default=None, help="K/V shared-memory pipeline stages")
-    g.add_argument("--splits", type=_splits, default=None,
-                   help="v1: thread blocks per (batch, head) (default: as the released FA1 kernel picks them); "
-                        "v2, v3, decode: split-KV, thread blocks per Q tile, each a contiguous share of the K/V "
-                        "blocks, merged by a combine kernel (N or auto: FA2's heuristic; default 1, decode auto)")
+    add_splits_arg(g)
     g.add_argument("--paper-tiles", action="store_true",
                    help="v1: Algorithm 1's blocks Bc = M/4d, Br = min(Bc, d) instead of the released kernel's")
+
+
+def add_splits_arg(parser) -> None:
+    parser.add_argument(
+        "--splits", type=_splits, default=None,
+        help="v1: thread blocks per (batch, head) (default: as the released FA1 kernel picks them); v2, v3, "
+             "decode: split-KV, thread blocks per Q tile, each a contiguous share of the K/V blocks, merged by a "
+             "combine kernel (N or auto: FA2's heuristic; default 1, decode auto)")
 
 
 def _splits(text: str) -> int | str:

@@ -12,6 +12,7 @@ from flashsim.algorithms import catalog
 from flashsim.algorithms.cli_args import (
     add_algo_arg,
     add_problem_args,
+    add_splits_arg,
     add_tiling_args,
     problem_from_args,
     tiling_from_args,
@@ -110,6 +111,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--hws", nargs="+", default=None, metavar="NAME|PATH", help="profiles to compare (default: --hw)")
     add_problem_args(p)
+    add_splits_arg(p)
     add_profile_args(p)
     _add_run_args(p)
     p.add_argument("--out", default=None, help="directory for the bar chart (default ./flashsim-out)")
@@ -228,12 +230,12 @@ def _cmd_compare(args) -> int:
     jobs = []
     for profile in profiles:
         for algo in args.algos:
-            jobs.append((algo, problem_from_args(args, algo), profile))
+            jobs.append((algo, problem_from_args(args, algo), profile, args.splits))
     results, skipped = run_many(jobs, lambda prof: _sms(args, prof), args.json, "compare", args.extrapolate,
                                 _jobs(args), args.dask, _max_events(args))
     if not results:
         raise FlashsimError("nothing could be simulated: " + "; ".join(sorted({s["reason"] for s in skipped})))
-    title = "simulated forward throughput: " + problem_title((algo, prob) for algo, prob, _ in jobs)
+    title = "simulated forward throughput: " + problem_title((algo, prob) for algo, prob, *_ in jobs)
     plot = bar_chart(results, out_path(args.out, "compare.png"), title, skipped)
     if args.json:
         _report_skipped(skipped, quiet=True)
