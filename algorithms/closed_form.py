@@ -177,9 +177,9 @@ def merged(steps: list[Step]) -> list[Step]:
     return [Step(steps[0].text, steps[0].path, steps[0].execs, [e for s in steps for e in s.effects])]
 
 
-def bh_loop(x: Dims, body: list, heads: int | None = None) -> Loop:
+def bh_loop(x: Dims, body: list, heads: int | None = None, var: str = "h") -> Loop:
     h = x.H if heads is None else heads
-    return Loop(f"(b, h) in {x.B} x {h}", x.B * h, x.B * h, body, grid=True)
+    return Loop(f"(b, {var}) in {x.B} x {h}", x.B * h, x.B * h, body, grid=True)
 
 
 def per_sequence(x: Dims, nest: Callable[[Dims], KernelNest]) -> KernelNest:

@@ -241,3 +241,12 @@ def test_bad_inference_options_are_one_line_errors(capsys, argv, message):
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err
+
+
+def test_compare_takes_splits(tmp_path, capsys):
+    argv = ["compare", "--algos", "v2", "v3", "-n", "1", "--seqlen-kv", "2048", "--heads", "4", "--batch", "1",
+            "--splits", "3", "--jobs", "1", "--out", str(tmp_path), "--json"]
+    assert cli.main(argv) == 0
+    results = json.loads(capsys.readouterr().out)["results"]
+    assert [r["tiling"]["splits"] for r in results] == [3, 3]
+    assert all(r["kernels"][-1]["name"] == COMBINE_KERNEL for r in results)

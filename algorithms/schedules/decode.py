@@ -248,7 +248,7 @@ def sequence_nest(x: cf.Dims) -> cf.KernelNest:
     grid = [cf.Loop(f"i in 0..{tr}  packed row block", tr, G * tr, [
         cf.Loop(f"s in 0..{S}  kv split", S, G * tr * S, body, grid=True)], grid=True)]
     name = "flash_fwd_splitkv_decode" if S > 1 else "flash_fwd_decode"
-    return cf.KernelNest(name, G * tr * S, 32 * w, [cf.bh_loop(x, grid, heads=Hkv)])
+    return cf.KernelNest(name, G * tr * S, 32 * w, [cf.bh_loop(x, grid, heads=Hkv, var="hk")])
 
 
 def loop_nest(x: cf.Dims) -> list[cf.KernelNest]:
