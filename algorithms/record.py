@@ -58,6 +58,12 @@ class Algorithm:
     # auto_splits(problem, tiling, profile) -> K/V splits (`--splits auto`); None: the record does not split K/V
     auto_splits: Callable[[Problem, Tiling, object], int] | None = None
     layouts: tuple[str, ...] = ()  # input layouts beyond dense padded tensors: 'varlen', 'paged'
+    max_seqlen_q: int = 0  # queries per sequence it takes at most (decode: 16); 0: any
+
+    def takes(self, problem: Problem) -> bool:
+        """Whether the problem's query length is one this schedule is for (commands that run every algorithm
+        leave the others out)."""
+        return not self.max_seqlen_q or problem.seqlen_q <= self.max_seqlen_q
 
     @property
     def default_dtype(self) -> str:

@@ -105,9 +105,9 @@ def register(subparsers: Any) -> None:
         "--algos",
         nargs="+",
         choices=ALGORITHMS,
-        default=list(ALGORITHMS),
+        default=None,
         metavar="ALGO",
-        help="algorithms to compare (default: all)",
+        help="algorithms to compare (default: all that take the problem's query length)",
     )
     p.add_argument("--hws", nargs="+", default=None, metavar="NAME|PATH", help="profiles to compare (default: --hw)")
     add_problem_args(p)
@@ -229,8 +229,10 @@ def _cmd_compare(args) -> int:
     profiles = _profiles(args)
     jobs = []
     for profile in profiles:
-        for algo in args.algos:
-            jobs.append((algo, problem_from_args(args, algo), profile, args.splits))
+        for algo in args.algos or ALGORITHMS:
+            problem = problem_from_args(args, algo)
+            if args.algos or catalog.get(algo).takes(problem):
+                jobs.append((algo, problem, profile, args.splits))
     results, skipped = run_many(jobs, lambda prof: _sms(args, prof), args.json, "compare", args.extrapolate,
                                 _jobs(args), args.dask, _max_events(args))
     if not results:
@@ -411,7 +413,8 @@ def _cmd_tour(args) -> int:
     jobs = []
     for algo in ALGORITHMS:
         dtype = catalog.get(algo).default_dtype
-        jobs.append((algo, Problem(**TOUR_PROBLEM, dtype=dtype), profile))
+        if catalog.get(algo).takes(Problem(**TOUR_PROBLEM, dtype=dtype)):
+            jobs.append((algo, Problem(**TOUR_PROBLEM, dtype=dtype), profile))
     results, skipped = run_many(jobs, lambda prof: min(DEFAULT_SAMPLE_SMS, prof.sm_count), args.json, "tour",
                                 workers=_jobs(args))
     if not results:

@@ -250,3 +250,12 @@ def test_compare_takes_splits(tmp_path, capsys):
     results = json.loads(capsys.readouterr().out)["results"]
     assert [r["tiling"]["splits"] for r in results] == [3, 3]
     assert all(r["kernels"][-1]["name"] == COMBINE_KERNEL for r in results)
+
+
+def test_decode_is_left_out_of_prefill_runs():
+    """tour, and compare without --algos, run every record that takes the problem: decode takes 1 to 16
+    queries per sequence."""
+    from flashsim.algorithms import catalog
+
+    assert not catalog.get("decode").takes(Problem(1, 4, 4096, 64))
+    assert catalog.get("decode").takes(Problem(1, 4, 16, 64)) and catalog.get("v2").takes(Problem(1, 4, 4096, 64))

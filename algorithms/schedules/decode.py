@@ -271,6 +271,7 @@ ALGORITHM = Algorithm(
     loop_nest=loop_nest,
     hbm_tensors=hbm_tensors,
     layouts=("varlen", "paged"),
+    max_seqlen_q=MAX_QUERIES,
     auto_splits=auto,
     why="The K/V cache is read once per K/V head: the query heads that share it are rows of one tile, and "
         "its blocks are split over thread blocks so that batch x kv_heads tiles fill the GPU.",
