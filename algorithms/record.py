@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from flashsim.errors import FlashsimError
+
 from .mapping import Tiling
 from .problem import Problem
 
@@ -54,6 +56,15 @@ class Algorithm:
     # the tensors beyond Q, K, V and O it keeps in global memory, bytes by name (algorithms/memory.py)
     hbm_tensors: Callable[[Problem, Tiling], dict[str, int]] | None = None
     input_bytes: int | None = None  # bytes per element of Q, K, V as the caller passes them (None: the dtype's)
+    # auto_splits(problem, tiling, profile) -> K/V splits (`--splits auto`); None: the record does not split K/V
+    auto_splits: Callable[[Problem, Tiling, object], int] | None = None
+    layouts: tuple[str, ...] = ()  # input layouts beyond dense padded tensors: 'varlen', 'paged'
+    max_seqlen_q: int = 0  # queries per sequence it takes at most (decode: 16); 0: any
+
+    def takes(self, problem: Problem) -> bool:
+        """Whether the problem's query length is one this schedule is for (commands that run every algorithm
+        leave the others out)."""
+        return not self.max_seqlen_q or problem.seqlen_q <= self.max_seqlen_q
 
     @property
     def default_dtype(self) -> str:
@@ -61,4 +72,15 @@ class Algorithm:
 
     def schedule(self, problem: Problem, tiling: Tiling, **options):
         """build() with the options this algorithm takes (others are ignored)."""
+        for layout, used, what in (("varlen", problem.varlen, "variable-length batches (--seqlens)"),
+                                   ("paged", problem.page_size, "a paged K/V cache (--page-size)")):
+            if used and layout not in self.layouts:
+                takers = [r.name for r in _takers(layout)]
+                raise FlashsimError(f"{self.name} does not take {what}; {', '.join(takers)} do")
         return self.build(problem, tiling, **{k: v for k, v in options.items() if k in self.options})
+
+
+def _takers(layout: str) -> list[Algorithm]:
+    from .catalog import records
+
+    return [r for r in records() if layout in r.layouts]

@@ -50,7 +50,6 @@ MIN_REPS, MAX_REPS, BUDGET_S = 10, 30, 0.5
 CALL_OVERHEAD_S = 150e-6  # flush kernel and synchronisation around one call
 MEASUREMENT_OVERHEAD_S = 0.1  # profiler start and stop, allocation
 TEST_IMPLS = ("v2", "v3", "sdpa-flash", "sdpa-cudnn")
-V3_HEADDIMS = (64, 128, 256)  # the head dims our v3 kernels are built for; others are skipped, not timed
 
 
 def visible_pairs(nq: int, nk: int, causal: bool) -> int:
@@ -179,8 +178,12 @@ def committed(path: Path = FILE) -> list:
 
 
 def impls_for(cfg, impls: tuple[str, ...] = TEST_IMPLS) -> list[str]:
-    """The implementations that will be timed on cfg (v3 skips head dims it has no kernel for)."""
-    return [i for i in impls if i != "v3" or cfg.headdim in V3_HEADDIMS]
+    """The implementations that will be timed on cfg: our kernels skip head dims they are not built for (the
+    kernel registry says which); SDPA's backends decide for themselves when called."""
+    from flashsim.kernels import registry
+
+    ours = registry.families()
+    return [i for i in impls if i not in ours or cfg.headdim in ours[i].headdims]
 
 
 def call_seconds(flops: float, tflops: float = ESTIMATE_TFLOPS) -> float:

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from flashsim.algorithms import catalog
+from flashsim.algorithms.counting import count_io
 from flashsim.algorithms.parts import gemm_dtype
 from flashsim.algorithms.problem import Problem
 from flashsim.algorithms.schedules import build
@@ -57,10 +58,21 @@ class SimResult:
     kernel_time_s: float = 0.0  # time_s without the launch overheads
     sim: dict = field(default_factory=dict)
     hw_provenance: str = ""  # the profile's: calibrated, derived or datasheet-only (hw_profiles PROVENANCES)
+    hbm_peak_bytes_per_s: float = 0.0  # the profile's HBM bandwidth
+    # a variable-length batch: its thread blocks and FLOPs against the same batch padded to its longest sequence
+    padding: dict = field(default_factory=dict)
 
     @property
     def tflops(self) -> float:
         return self.problem.flops() / self.time_s / 1e12
+
+    @property
+    def hbm_bandwidth_fraction(self) -> float:
+        """HBM bytes (read and written) per second of kernel time, as a fraction of the profile's bandwidth."""
+        moved = self.bytes["hbm_read"] + self.bytes["hbm_write"]
+        if not self.hbm_peak_bytes_per_s or self.kernel_time_s <= 0:
+            return 0.0
+        return moved / self.kernel_time_s / self.hbm_peak_bytes_per_s
 
     def as_dict(self) -> dict:
         return {
@@ -76,6 +88,8 @@ class SimResult:
             "bytes": self.bytes,
             "utilization": self.utilization,
             "bound_by": self.bound_by,
+            "hbm_bandwidth_fraction": self.hbm_bandwidth_fraction,
+            **({"padding": self.padding} if self.padding else {}),
             "roofline_time_s": self.roofline_time_s,
             "roofline": self.roofline,
             "kernels": self.kernels,
@@ -91,12 +105,9 @@ def roofline(algo: str, problem: Problem, profile) -> dict:
     rate = profile.tensor_flops_per_clk_per_sm(instr, gemm_dtype(problem))
     exps = problem.flops() / (4 * problem.headdim)  # one exp per (visible) score
     in_bytes = 2 if problem.dtype == "fp8" else problem.elem_bytes
-    qkv = (
-        problem.batch
-        * problem.headdim
-        * in_bytes
-        * (problem.heads * problem.seqlen_q + 2 * problem.kv_heads * problem.seqlen_k)
-    )
+    q_rows = sum(problem.q_len(b) for b in range(problem.batch))  # a variable-length batch: its real rows
+    k_rows = sum(problem.k_len(b) for b in range(problem.batch))
+    qkv = problem.headdim * in_bytes * (problem.heads * q_rows + 2 * problem.kv_heads * k_rows)
     return {
         "tensor": problem.flops() / (rate * sms * clock),
         "sfu": exps / (profile.mufu_ops_per_clk_per_sm * sms * clock),
@@ -206,6 +217,8 @@ def simulate(
         roofline=roof,
         kernels=kernels,
         kernel_time_s=kernel_s,
+        hbm_peak_bytes_per_s=profile.hbm_bandwidth_bytes_per_s,
+        padding=padding_avoided(schedule, algo, problem, t),
         sim={
             "wall_s": time.perf_counter() - wall,
             "events": gpu.env.events,
@@ -215,6 +228,22 @@ def simulate(
             "launch_overhead_s": launch_s,
         },
     )
+
+
+def padding_avoided(schedule, algo: str, problem: Problem, t: Tiling) -> dict:
+    """For a variable-length batch: thread blocks of its first kernel, global-memory bytes and FLOPs against
+    the same batch padded to its longest sequence (a kernel without cu_seqlens), and the fraction of each
+    that packing avoids."""
+    if not problem.varlen:
+        return {}
+    padded = problem.padded()
+    other = build(algo, padded, t)
+    out = {}
+    for key, real, pad in (("blocks", len(schedule.kernels[0].ctas), len(other.kernels[0].ctas)),
+                           ("gmem_bytes", count_io(schedule).gmem_bytes, count_io(other).gmem_bytes),
+                           ("flops", problem.flops(), padded.flops())):
+        out.update({key: real, f"{key}_padded": pad, f"{key}_avoided": 1 - real / pad})
+    return out
 
 
 # V1 runs its outer K/V step Tc times per block. A loop of at least V1_PROBE_FROM steps is simulated with
@@ -265,6 +294,7 @@ def _outer_steps(algo: str, problem: Problem, profile, t: Tiling, sms: int | Non
         utilization=b.utilization, bound_by=b.bound_by,
         roofline_time_s=max(roof.values()), roofline=roof,
         kernels=[{**b.kernels[0], "cycles": cycles}], kernel_time_s=kernel_s,
+        hbm_peak_bytes_per_s=profile.hbm_bandwidth_bytes_per_s,
         sim={"wall_s": time.perf_counter() - wall, "events": sum(r.sim["events"] for r in runs),
              "ops": sum(r.sim["ops"] for r in runs),
              "sms_simulated": b.sim["sms_simulated"], "blocks_extrapolated": 0, "launch_overhead_s": launch_s,
@@ -301,7 +331,8 @@ def head_sample(groups: int, sm_count: int, sms: int, blocks_per_group: int = 0,
 def _machine(profile, problem: Problem, schedule, sms: int | None, trace, small_whole_chip: bool = True) -> Gpu:
     """The whole chip, or a sample of whole K/V heads on the matching share of it."""
     groups = problem.batch * problem.kv_heads
-    if not sms or small_whole_chip and _whole_chip(schedule, profile):
+    # a variable-length batch runs whole: a sample of its (batch, head) groups would not have its mix of lengths
+    if not sms or problem.varlen or small_whole_chip and _whole_chip(schedule, profile):
         return Gpu(profile, None, trace)
     kernel = max(schedule.kernels, key=lambda k: len(k.ctas))
     g, n = head_sample(groups, profile.sm_count, sms, len(kernel.ctas) // groups, blocks_per_sm(kernel, profile))

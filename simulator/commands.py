@@ -12,6 +12,7 @@ from flashsim.algorithms import catalog
 from flashsim.algorithms.cli_args import (
     add_algo_arg,
     add_problem_args,
+    add_splits_arg,
     add_tiling_args,
     problem_from_args,
     tiling_from_args,
@@ -104,12 +105,13 @@ def register(subparsers: Any) -> None:
         "--algos",
         nargs="+",
         choices=ALGORITHMS,
-        default=list(ALGORITHMS),
+        default=None,
         metavar="ALGO",
-        help="algorithms to compare (default: all)",
+        help="algorithms to compare (default: all that take the problem's query length)",
     )
     p.add_argument("--hws", nargs="+", default=None, metavar="NAME|PATH", help="profiles to compare (default: --hw)")
     add_problem_args(p)
+    add_splits_arg(p)
     add_profile_args(p)
     _add_run_args(p)
     p.add_argument("--out", default=None, help="directory for the bar chart (default ./flashsim-out)")
@@ -227,13 +229,15 @@ def _cmd_compare(args) -> int:
     profiles = _profiles(args)
     jobs = []
     for profile in profiles:
-        for algo in args.algos:
-            jobs.append((algo, problem_from_args(args, algo), profile))
+        for algo in args.algos or ALGORITHMS:
+            problem = problem_from_args(args, algo)
+            if args.algos or catalog.get(algo).takes(problem):
+                jobs.append((algo, problem, profile, args.splits))
     results, skipped = run_many(jobs, lambda prof: _sms(args, prof), args.json, "compare", args.extrapolate,
                                 _jobs(args), args.dask, _max_events(args))
     if not results:
         raise FlashsimError("nothing could be simulated: " + "; ".join(sorted({s["reason"] for s in skipped})))
-    title = "simulated forward throughput: " + problem_title((algo, prob) for algo, prob, _ in jobs)
+    title = "simulated forward throughput: " + problem_title((algo, prob) for algo, prob, *_ in jobs)
     plot = bar_chart(results, out_path(args.out, "compare.png"), title, skipped)
     if args.json:
         _report_skipped(skipped, quiet=True)
@@ -409,7 +413,8 @@ def _cmd_tour(args) -> int:
     jobs = []
     for algo in ALGORITHMS:
         dtype = catalog.get(algo).default_dtype
-        jobs.append((algo, Problem(**TOUR_PROBLEM, dtype=dtype), profile))
+        if catalog.get(algo).takes(Problem(**TOUR_PROBLEM, dtype=dtype)):
+            jobs.append((algo, Problem(**TOUR_PROBLEM, dtype=dtype), profile))
     results, skipped = run_many(jobs, lambda prof: min(DEFAULT_SAMPLE_SMS, prof.sm_count), args.json, "tour",
                                 workers=_jobs(args))
     if not results:

@@ -36,7 +36,7 @@ def results_table(results, title: str):
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1, 0, 0),
                   pad_edge=False, caption=provenance_line(results), caption_justify="left")
     cols = ["algo"] + (["hw"] if many_hw else []) + ([label] if many_problems else [])
-    cols += ["tiles", "time", "TFLOP/s", "HBM rd", "HBM wr", "L2 rd", "bound", "/roof"]
+    cols += ["tiles", "time", "TFLOP/s", "HBM rd", "HBM wr", "L2 rd", "HBM bw", "bound", "/roof"]
     for col in cols:
         left = col in ("algo", "hw", "problem", "dtype", "tiles", "bound")
         table.add_column(col, justify="left" if left else "right", no_wrap=col != "problem")
@@ -50,6 +50,7 @@ def results_table(results, title: str):
             format_bytes(r.bytes["hbm_read"]),
             format_bytes(r.bytes["hbm_write"]),
             format_bytes(r.bytes["l2_read"]),
+            f"{100 * r.hbm_bandwidth_fraction:.0f}%",
             r.bound_by,
             f"{r.time_s / r.roofline_time_s:.2f}x",
         ]
@@ -76,6 +77,13 @@ def detail_table(r):
     table.add_row("time", f"{format_time(r.time_s)} ({r.cycles:,} cycles)")
     table.add_row("throughput", f"{r.tflops:.1f} TFLOP/s")
     table.add_row("bound by", r.bound_by)
+    table.add_row("HBM bandwidth", f"{100 * r.hbm_bandwidth_fraction:.0f}% of {format_bytes(r.hbm_peak_bytes_per_s)}/s")
+    if r.padding:
+        pad = r.padding
+        table.add_row("padding avoided", f"{100 * pad['blocks_avoided']:.0f}% of thread blocks "
+                                         f"({pad['blocks']:,} vs {pad['blocks_padded']:,} padded to the longest), "
+                                         f"{100 * pad['gmem_bytes_avoided']:.0f}% of global-memory bytes, "
+                                         f"{100 * pad['flops_avoided']:.0f}% of FLOPs")
     table.add_row(
         "roofline bound",
         f"{format_time(r.roofline_time_s)} "

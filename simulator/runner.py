@@ -19,12 +19,14 @@ from .gpu import EventLimitReached
 DASK_CONNECT_TIMEOUT_S = 5
 
 
-def run_many(jobs: list[tuple[str, Problem, Any]], sms_of, quiet: bool, label: str, extrapolate: bool = True,
+def run_many(jobs: list[tuple], sms_of, quiet: bool, label: str, extrapolate: bool = True,
              workers: int | None = None, dask: str | None = None, max_events: int | None = None) -> tuple:
-    """Simulate each (algo, problem, profile) with a progress bar on stderr; returns (results, skipped), skipped
-    being what a profile can't run. `workers` local processes (default: the CPUs, at most 8; 1 runs here), or
-    the workers of the Dask scheduler at address `dask`. A run that reaches `max_events` stops them all."""
-    tasks = [(algo, problem, profile, sms_of(profile), extrapolate, max_events) for algo, problem, profile in jobs]
+    """Simulate each (algo, problem, profile[, splits]) with a progress bar on stderr; returns (results, skipped),
+    skipped being what a profile can't run. splits: the K/V splits (an int or 'auto'; default the record's
+    tiles). `workers` local processes (default: the CPUs, at most 8; 1 runs here), or the workers of the Dask
+    scheduler at address `dask`. A run that reaches `max_events` stops them all."""
+    tasks = [(algo, problem, profile, sms_of(profile), extrapolate, max_events, splits)
+             for algo, problem, profile, splits in (_with_splits(job) for job in jobs)]
     progress = _progress(label, quiet)
     if dask:
         outcomes = _run_dask(tasks, dask, progress)
@@ -35,14 +37,21 @@ def run_many(jobs: list[tuple[str, Problem, Any]], sms_of, quiet: bool, label: s
     return results, skipped
 
 
+def _with_splits(job: tuple) -> tuple[str, Problem, Any, int | str | None]:
+    return (*job, None) if len(job) == 3 else job
+
+
 def simulate_task(task: tuple):
     """One run (in a worker process or here): its SimResult, or a dict saying why it was skipped. A run
     stopped at its event limit is no skip: the limit error goes up to the caller."""
+    from flashsim.algorithms.tiling import resolve_tiling
+
     from .api import simulate
 
-    algo, problem, profile, sms, extrapolate, max_events = task
+    algo, problem, profile, sms, extrapolate, max_events, splits = task
     try:
-        return simulate(algo, problem, profile, sms=sms, extrapolate=extrapolate, max_events=max_events)
+        tiling = None if splits is None else resolve_tiling(algo, problem, profile, splits=splits)
+        return simulate(algo, problem, profile, tiling, sms=sms, extrapolate=extrapolate, max_events=max_events)
     except EventLimitReached:
         raise
     except FlashsimError as exc:

@@ -17,6 +17,7 @@ from flashsim.algorithms.ir import (
     Gemm,
     GemmWait,
     Load,
+    MergeSplits,
     Normalize,
     OnlineSoftmax,
     Quantize,
@@ -30,7 +31,7 @@ from flashsim.algorithms.ir import (
 )
 
 OPERAND_BYTES = {"fp8": 1, "fp16": 2, "bf16": 2, "fp32": 4}
-_ELEMENTWISE = frozenset((OnlineSoftmax, Normalize, Rescale, RescaleMerge, RowSoftmax, Quantize))
+_ELEMENTWISE = frozenset((OnlineSoftmax, Normalize, Rescale, RescaleMerge, RowSoftmax, Quantize, MergeSplits))
 
 
 def gemm_smem_bytes(op: Gemm) -> int:
@@ -146,7 +147,9 @@ class RoleTimer:
                 if op.via == "ld":
                     # plain loads are in flight together; the warp stalls at the first op that reads one
                     event = env.event()
-                    inflight[op.dst] = event
+                    earlier = inflight.get(op.dst) if op.dst_row is not None else None
+                    # parts of one buffer: a reader waits for all of them
+                    inflight[op.dst] = event if earlier is None else env.all_of([earlier, event])
                     gpu.load(op.src, now, to_smem, sm, self._landing(event.succeed, f"load {op.src.tensor}", now),
                              flow=self.flow)
                 else:

@@ -258,6 +258,7 @@ ALGORITHM = Algorithm(
     why="K_j, V_j cross global memory once; Q_i and the fp32 O_i, m_i, l_i once per kv-block: Tc = {tc} "
         "passes. Algorithm 1 sets Bc = M / 4d, so Tc = 4 N d / M and the bytes are Theta(N^2 d^2 / M).",
     paper_tiling=paper_tiling,
+    auto_splits=fa1_splits,
     warp_split="n",
     kv_outer_loop=True,
     probe_outer_steps=True,
