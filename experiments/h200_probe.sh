@@ -15,7 +15,7 @@ SECTIONS=(--section LaunchStats --section Occupancy --section WarpStateStats --s
           --section SchedulerStats)
 for d in 64 128; do
   for impl in v3 sdpa-cudnn; do
-    timeout 90 ncu --clock-control none --target-processes all -k "regex:flashsim|sdpa|fmha|flash|cudnn" \
+    timeout 90 ncu --clock-control none --target-processes all -k "regex:^v3_|flashsim|sdpa|fmha|flash|cudnn" \
       --launch-count 2 "${SECTIONS[@]}" \
       python3 -m flashsim.experiments.bench_kernels --profile-target "$impl,$d,1024,1" \
       >> "$OUT/ncu-short-d$d.txt" 2>&1
