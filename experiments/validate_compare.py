@@ -18,9 +18,11 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from flashsim.algorithms import catalog
 from flashsim.errors import FlashsimError
 
 from . import validate_store as store
+from .validate_impls import IMPLS, kernel_tiling
 from .validate_metrics import summarize, summarize_groups
 from .validate_sets import DEV, DataSet
 
@@ -45,6 +47,19 @@ QUANTITIES = {
 }
 
 
+def ran_tiling(rec: dict) -> dict | None:
+    """The tiling the measured kernel ran: the record's own, or, for one of our kernels measured before records
+    carried it, its tile table's entry for the head dim and mask (what the kernel picks when the caller names
+    no tiles; V1's split count is left to FA1's rule, which the kernel also follows)."""
+    if rec.get("tiling") or rec["impl"] not in IMPLS or IMPLS[rec["impl"]].kind != "ours":
+        return rec.get("tiling")
+    cfg = rec["config"]
+    tiling = kernel_tiling(rec["impl"], cfg["headdim"], cfg["causal"])
+    if catalog.get(rec["algo"]).kv_outer_loop:
+        tiling.pop("splits", None)
+    return tiling
+
+
 def rows_from(records: list[dict]) -> list[dict]:
     """One row per (implementation, configuration): its timing and, where ncu ran, its bytes."""
     rows: dict[tuple[str, str], dict] = {}
@@ -57,7 +72,7 @@ def rows_from(records: list[dict]) -> list[dict]:
                 "algo": rec["algo"],
                 "config_id": rec["config_id"],
                 "config": rec["config"],
-                "tiling": rec.get("tiling"),
+                "tiling": ran_tiling(rec),
                 "measured": {},
                 "status": {},
             },
