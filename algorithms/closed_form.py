@@ -141,6 +141,14 @@ def gemm(text: str, instr: str, dt: str, m: int, n: int, k: int, execs: int,
     return Step(text, "smem->rf" if a or b else "rf", execs, effects)
 
 
+def atomic(text: str, tensor: str, per: int, total: int, execs: int, tma: bool = False) -> Step:
+    """An fp32 reduce-add into global memory, done by the L2 (tma: staged in shared memory first)."""
+    effects = [Effect("gmem_atomic", tensor, per, total)]
+    if tma:
+        effects += [Effect("smem_write", tensor, per, total), Effect("smem_read", tensor, per, total)]
+    return Step(text, "rf->L2 atomic tma" if tma else "rf->L2 atomic", execs, effects)
+
+
 def work(text: str, execs: int, exps: int, alu: int, alu_total: int | None = None,
           smem: tuple[str, int, int] | None = None) -> Step:
     """Non-matmul work: exps and ALU FLOPs per execution (alu_total when masking adds to some);
@@ -203,7 +211,7 @@ def fold(algo: str, nests: list[KernelNest]) -> IOCounts:
                     setattr(io, ef.kind, getattr(io, ef.kind) + ef.total)
                 else:
                     getattr(io, ef.kind)[ef.key] += ef.total
-        for name in ("gmem_read", "gmem_write", "smem_read", "smem_write", "flops"):
+        for name in ("gmem_read", "gmem_write", "gmem_atomic", "smem_read", "smem_write", "flops"):
             setattr(io, name, Counter({k: v for k, v in getattr(io, name).items() if v}))
         kernels.append(io)
     return IOCounts(algo, kernels)

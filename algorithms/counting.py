@@ -8,6 +8,8 @@ about a second.
 What is counted, in bytes:
   gmem_read / gmem_write  every Load / Store, by global tensor (requests to global memory; how many reach
                           HBM rather than L2 is the timing simulator's question);
+  gmem_atomic             every AtomicAdd (the backward's fp32 dQ accumulation): bytes sent to the L2 to be
+                          added there (a reduce-add through TMA is staged in shared memory first);
   smem_write              Loads into shared memory (by tensor), partials a WarpReduce stages, the row
                           statistics a cross-warp softmax exchanges, and O staged for a TMA store;
   smem_read               GEMM operands read from shared memory, by the tensor loaded into the buffer.
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 from .ir import (
     FP32_BYTES,
     SMEM,
+    AtomicAdd,
     Gemm,
     Load,
     OnlineSoftmax,
@@ -51,6 +54,7 @@ class KernelIO:
     ctas: int
     gmem_read: Counter = field(default_factory=Counter)
     gmem_write: Counter = field(default_factory=Counter)
+    gmem_atomic: Counter = field(default_factory=Counter)
     smem_read: Counter = field(default_factory=Counter)
     smem_write: Counter = field(default_factory=Counter)
     flops: Counter = field(default_factory=Counter)
@@ -59,18 +63,20 @@ class KernelIO:
 
     @property
     def gmem_bytes(self) -> int:
-        return sum(self.gmem_read.values()) + sum(self.gmem_write.values())
+        return sum(self.gmem_read.values()) + sum(self.gmem_write.values()) + sum(self.gmem_atomic.values())
 
     @property
     def smem_bytes(self) -> int:
         return sum(self.smem_read.values()) + sum(self.smem_write.values())
 
     def as_dict(self) -> dict:
+        atomic = {"gmem_atomic": _plain(self.gmem_atomic)} if self.gmem_atomic else {}
         return {
             "name": self.name,
             "ctas": self.ctas,
             "gmem_read": _plain(self.gmem_read),
             "gmem_write": _plain(self.gmem_write),
+            **atomic,
             "smem_read": _plain(self.smem_read),
             "smem_write": _plain(self.smem_write),
             "flops": _plain(self.flops),
@@ -103,6 +109,10 @@ class IOCounts:
         return self._sum("gmem_write")
 
     @property
+    def gmem_atomic(self) -> Counter:
+        return self._sum("gmem_atomic")
+
+    @property
     def smem_read(self) -> Counter:
         return self._sum("smem_read")
 
@@ -132,12 +142,14 @@ class IOCounts:
         return sum(k.smem_bytes for k in self.kernels)
 
     def as_dict(self) -> dict:
+        atomic = self.gmem_atomic
         return {
             "algo": self.algo,
             "gmem_bytes": self.gmem_bytes,
             "smem_bytes": self.smem_bytes,
             "gmem_read": _plain(self.gmem_read),
             "gmem_write": _plain(self.gmem_write),
+            **({"gmem_atomic": _plain(atomic)} if atomic else {}),
             "smem_read": _plain(self.smem_read),
             "smem_write": _plain(self.smem_write),
             "flops": _plain(self.flops),
@@ -186,6 +198,12 @@ def _count_cta(roles, cta, k: int, io: KernelIO) -> None:
                     if scale in smem_tensor:  # fp8 block scales that travelled with their tiles
                         tensor, nbytes = smem_tensor[scale]
                         sr[tensor] += nbytes * k
+            elif kind is AtomicAdd:
+                n = op.dst.nbytes * k
+                io.gmem_atomic[op.dst.tensor] += n
+                if op.via == "tma":  # staged in shared memory for the TMA engine
+                    sw[op.dst.tensor] += n
+                    sr[op.dst.tensor] += n
             elif kind is WarpReduce:
                 half = op.smem_bytes // 2 * k
                 sw[WARP_REDUCE] += half

@@ -1,0 +1,124 @@
+"""Pieces the backward schedules share: which backward goes with which forward, the key blocks' Q ranges,
+and the small kernels around the main one (D = rowsum(dO * O), fp32 accumulators zeroed and converted).
+
+Tensors of the backward: dO (the output's gradient, input), O and LSE (saved by the forward), D (fp32 per
+row), dQ dK dV (the gradients, in the input dtype), dQaccum (fp32 dQ that the key blocks add into), and
+with GQA dKaccum dVaccum (fp32, the query heads of a group add into their K/V head's).
+"""
+
+from __future__ import annotations
+
+from flashsim.errors import FlashsimError
+
+from .ir import FP32_BYTES, RMEM, Fill, GTile, Kernel, Load, Role, RowDot, Store
+from .parts import causal_shift, cdiv, row_tile, stat_tile
+from .problem import Problem
+
+PASSES = ("fwd", "bwd", "fwd+bwd")
+# The backward schedule of each forward one that has one.
+BACKWARD_OF = {"standard": "standard-bwd", "v2": "v2-bwd", "v3": "v3-bwd"}
+FORWARD_OF = {bwd: fwd for fwd, bwd in BACKWARD_OF.items()}
+
+
+def check_pass(name: str) -> None:
+    if name not in PASSES:
+        raise FlashsimError(f"unknown pass {name!r}; choose one of {', '.join(PASSES)}")
+
+
+def pass_algos(algo: str, pass_: str) -> list[str]:
+    """The schedules a pass of `algo` runs: fwd: the forward; bwd: its backward; fwd+bwd: both. A
+    backward schedule named directly runs as itself for bwd."""
+    check_pass(pass_)
+    fwd = FORWARD_OF.get(algo, algo)
+    if pass_ == "fwd":
+        if algo in FORWARD_OF:
+            raise FlashsimError(f"{algo} is a backward schedule; use --pass bwd (or --algo {fwd})")
+        return [algo]
+    if fwd not in BACKWARD_OF:
+        raise FlashsimError(f"{algo} has no backward schedule; the backward exists for "
+                            f"{', '.join(BACKWARD_OF)}")
+    return [BACKWARD_OF[fwd]] if pass_ == "bwd" else [fwd, BACKWARD_OF[fwd]]
+
+
+def first_q_block(p: Problem, col0: int, block_m: int) -> int:
+    """The first Q block that sees key column col0 (0 without a causal mask): a Q block's last row r sees
+    keys up to r + shift, so blocks before this one never reach the key block (and contribute nothing)."""
+    if not p.causal:
+        return 0
+    return max(0, (col0 - causal_shift(p)) // block_m)
+
+
+def q_blocks(p: Problem, col0: int, block_m: int) -> range:
+    return range(first_q_block(p, col0, block_m), cdiv(p.seqlen_q, block_m))
+
+
+def accum_tile(p: Problem, tensor: str, b: int, head: int, row0: int, block: int, kv: bool = False) -> GTile:
+    """Rows of an fp32 accumulator (dQaccum, or with GQA dKaccum / dVaccum by K/V head)."""
+    n = p.seqlen_k if kv else p.seqlen_q
+    return GTile(tensor, b, head, row0, min(block, n - row0), 0, p.headdim, FP32_BYTES)
+
+
+def preprocess_kernel(p: Problem, block_m: int, warps: int, zero_dq: bool) -> Kernel:
+    """D = rowsum(dO * O) per query row (fp32), and dQaccum zeroed for the key blocks to add into (FA2's
+    and FA3's dot_do_o kernels do both)."""
+
+    def program(cta):
+        b, h, i = cta
+        row0 = i * block_m
+        yield Load(row_tile(p, "dO", b, h, row0, block_m), "do", RMEM)
+        yield Load(row_tile(p, "O", b, h, row0, block_m), "o", RMEM)
+        yield RowDot("D", "do", "o", block_m, p.headdim, warps)
+        yield Store("D", stat_tile(p, "D", b, h, row0, block_m), RMEM)
+        if zero_dq:
+            yield Fill("zero", block_m, p.headdim, 0.0)
+            yield Store("zero", accum_tile(p, "dQaccum", b, h, row0, block_m), RMEM)
+
+    ctas = [(b, h, i) for h in range(p.heads) for b in range(p.batch) for i in range(cdiv(p.seqlen_q, block_m))]
+    return Kernel("bwd_dot_do_o", ctas, (Role("warps", warps, program),), 0, 64, classes=lambda c: (c[2],),
+                  uniform=True)
+
+
+def convert_dq_kernel(p: Problem, block_m: int, warps: int) -> Kernel:
+    """dQ = dQaccum converted from fp32 to the input dtype."""
+
+    def program(cta):
+        b, h, i = cta
+        row0 = i * block_m
+        yield Load(accum_tile(p, "dQaccum", b, h, row0, block_m), "dq", RMEM)
+        yield Store("dq", row_tile(p, "dQ", b, h, row0, block_m), RMEM)
+
+    ctas = [(b, h, i) for h in range(p.heads) for b in range(p.batch) for i in range(cdiv(p.seqlen_q, block_m))]
+    return Kernel("bwd_convert_dq", ctas, (Role("warps", warps, program),), 0, 32, classes=lambda c: (c[2],),
+                  uniform=True)
+
+
+def _kv_grid(p: Problem, block_n: int) -> list[tuple]:
+    return [(b, hk, j) for hk in range(p.kv_heads) for b in range(p.batch) for j in range(cdiv(p.seqlen_k, block_n))]
+
+
+def zero_dkv_kernel(p: Problem, block_n: int, warps: int) -> Kernel:
+    """GQA: the fp32 dK and dV accumulators zeroed before the query heads of a group add into them."""
+
+    def program(cta):
+        b, hk, j = cta
+        yield Fill("zero", block_n, p.headdim, 0.0)
+        for tensor in ("dKaccum", "dVaccum"):
+            yield Store("zero", accum_tile(p, tensor, b, hk, j * block_n, block_n, kv=True), RMEM)
+
+    return Kernel("bwd_zero_dkv", _kv_grid(p, block_n), (Role("warps", warps, program),), 0, 32,
+                  classes=lambda c: (c[2],), uniform=True, kv_head_of=lambda c: (c[0], c[1]))
+
+
+def convert_dkv_kernel(p: Problem, block_n: int, warps: int) -> Kernel:
+    """GQA: dK and dV converted from their fp32 accumulators to the input dtype."""
+
+    def program(cta):
+        b, hk, j = cta
+        col0 = j * block_n
+        for acc, out in (("dKaccum", "dK"), ("dVaccum", "dV")):
+            yield Load(accum_tile(p, acc, b, hk, col0, block_n, kv=True), acc, RMEM)
+            yield Store(acc, GTile(out, b, hk, col0, min(block_n, p.seqlen_k - col0), 0, p.headdim,
+                                   p.elem_bytes), RMEM)
+
+    return Kernel("bwd_convert_dkv", _kv_grid(p, block_n), (Role("warps", warps, program),), 0, 32,
+                  classes=lambda c: (c[2],), uniform=True, kv_head_of=lambda c: (c[0], c[1]))
