@@ -21,9 +21,7 @@ from __future__ import annotations
 from flashsim.errors import FlashsimError
 
 from .. import backward as bw
-from .. import closed_form as cf
 from ..footprint import REG_OVERHEAD
-from ..ir import FP32_BYTES as F32
 from ..ir import (
     RMEM,
     SMEM,
