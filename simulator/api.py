@@ -176,6 +176,7 @@ def simulate(
             "hbm_write_back_after": round(dirty_end),
             "l2_read": round(totals["l2_read"]),
             "l2_write": round(totals["l2_write"]),
+            **({"l2_atomic": round(totals["l2_atomic"])} if totals["l2_atomic"] else {}),
             "smem_read": round(totals["smem"] - totals["smem_write"]),
             "smem_write": round(totals["smem_write"]),
         },
@@ -315,6 +316,7 @@ def _counters(gpu: Gpu) -> dict:
         "hbm_write": gpu.hbm_write_bytes,
         "l2_read": gpu.l2.read_bytes,
         "l2_write": gpu.l2.write_bytes,
+        "l2_atomic": gpu.atomic_bytes,
         "smem": smem,
         "smem_write": gpu.smem_write_bytes,
     }

@@ -13,16 +13,20 @@ from flashsim.algorithms.ir import (
     RMEM,
     SMEM,
     Arrive,
+    AtomicAdd,
     Fill,
     Gemm,
     GemmWait,
     Load,
+    LseExp,
     Normalize,
     OnlineSoftmax,
     Quantize,
     Rescale,
     RescaleMerge,
+    RowDot,
     RowSoftmax,
+    SoftmaxGrad,
     Store,
     SyncThreads,
     Wait,
@@ -30,7 +34,7 @@ from flashsim.algorithms.ir import (
 )
 
 OPERAND_BYTES = {"fp8": 1, "fp16": 2, "bf16": 2, "fp32": 4}
-_ELEMENTWISE = (OnlineSoftmax, Normalize, Rescale, RescaleMerge, RowSoftmax, Quantize)
+_ELEMENTWISE = (OnlineSoftmax, Normalize, Rescale, RescaleMerge, RowSoftmax, Quantize, RowDot, LseExp, SoftmaxGrad)
 
 
 def gemm_smem_bytes(op: Gemm) -> int:
@@ -127,6 +131,10 @@ class RoleTimer:
                     gpu.store(op.dst, now, op.level == SMEM, sm,
                               self._landing(event.succeed, f"store {op.dst.tensor}", now), self.flow)
                     yield event
+            elif kind is AtomicAdd:
+                tma = op.via == "tma"
+                gpu.atomic(op.dst, now, tma, sm, None if tma else self.flow)
+                yield env.timeout(p.tma_issue_cycles if tma else 1)
             elif kind is Gemm:
                 rate = p.tensor_flops_per_clk_per_sm(op.instr, op.dtype)
                 share = pipe_share(op.warps, p.sub_partitions_per_sm)
