@@ -12,8 +12,22 @@ The softmax scale is folded into dS, so the two GEMMs that read it need no furth
 
 from __future__ import annotations
 
-from .. import closed_form as cf
-from ..ir import RMEM, SMEM, Fill, Gemm, GTile, Kernel, Load, Role, RowDot, Schedule, SoftmaxGrad, Store, SyncThreads, Wait
+from ..ir import (
+    RMEM,
+    SMEM,
+    Fill,
+    Gemm,
+    GTile,
+    Kernel,
+    Load,
+    Role,
+    RowDot,
+    Schedule,
+    SoftmaxGrad,
+    Store,
+    SyncThreads,
+    Wait,
+)
 from ..mapping import Tiling
 from ..parts import cdiv, gemm_dtype
 from ..problem import Problem
