@@ -1,0 +1,182 @@
+"""FlashAttention-3's backward on Hopper (Shah et al. 2024, section 3 and the public hopper/ kernels):
+
+    bwd_dot_do_o   per Q block: D = rowsum(dO * O), and the fp32 dQ accumulator zeroed
+    flash_bwd_v3   one thread block per K/V block j, warp-specialised:
+                     producer:  TMA K_j and V_j once (one slice per consumer), then for each Q block i that
+                                sees block j, Q_i, dO_i, LSE_i and D_i into ring slot (n % stages) once every
+                                consumer has released the slot
+                     consumer c (a warpgroup) owns keys [c Bc/C, (c+1) Bc/C) of the block, with its dK and dV
+                                accumulators in registers; per Q block, with wgmma:
+                                S = Q_i K_c^T; P = exp(scale S - LSE_i); dP = dO_i V_c^T; dS = scale P (dP - D_i)
+                                dV_c += P^T dO_i; dK_c += dS^T Q_i; dQ_i += dS K_c, staged in shared memory and
+                                added by a TMA reduce-add (fp32 atomics in the L2)
+    bwd_convert_dq dQ = dQaccum in the input dtype.
+
+FA3 sums its warpgroups' dQ in shared memory before one reduce-add per Q block; here each consumer
+warpgroup issues its own (C reduce-adds of Br x d per step, the same tensor-core work). GQA: dK and dV
+added into fp32 accumulators per K/V head (zeroed first, converted last), as FA3 does.
+"""
+
+from __future__ import annotations
+
+from flashsim.errors import FlashsimError
+
+from .. import backward as bw
+from ..footprint import REG_OVERHEAD
+from ..ir import FP32_BYTES as F32
+from ..ir import (
+    RMEM,
+    SMEM,
+    Arrive,
+    AtomicAdd,
+    Fill,
+    Gemm,
+    Kernel,
+    Load,
+    LseExp,
+    Role,
+    Schedule,
+    SoftmaxGrad,
+    Store,
+    Wait,
+)
+from ..mapping import Tiling
+from ..parts import cdiv, gemm_dtype, row_tile, stat_tile, tile_mask
+from ..problem import Problem
+from ..record import Algorithm
+from .v3 import V3_CONSUMER_REGS, v3_launch_registers
+
+# FA3's sm90 backward tiles (hopper/flash_bwd_launch_template.h, run_mha_bwd_hdim*): head dim ->
+# (kBlockM, kBlockN, MMA warpgroups, stages of the Q/dO ring). d128 non-causal runs kBlockM = 80 there; a
+# wgmma accumulator here has 64-row multiples, so the model takes FA3's causal tile (64) for both.
+# d192 / d256 run a single dO stage (Stages_dO = 1) to fit shared memory.
+_FA3_BWD = {32: (128, 128, 2, 2), 64: (128, 128, 2, 2), 96: (64, 128, 2, 2), 128: (64, 128, 2, 2),
+            192: (64, 96, 3, 1), 256: (64, 80, 2, 1)}
+RING_TILES = 4  # Q_i, dO_i, LSE_i and D_i arrive on one slot's barrier
+
+
+def consumers(t: Tiling) -> int:
+    return t.warps // 4 - 1
+
+
+def mapper(p: Problem, profile) -> Tiling:
+    bm, bn, c, stages = _FA3_BWD[p.headdim]
+    return Tiling(bm, bn, 4 * (c + 1), stages)
+
+
+def smem_bytes(p: Problem, t: Tiling) -> int:
+    """K and V tiles, a ring of Q / dO tiles (+ LSE and D), dS for the dQ / dK GEMMs, and one fp32 dQ tile
+    staged for the reduce-add."""
+    d, e = p.headdim, p.elem_bytes
+    ring = t.stages * (2 * t.block_m * d * e + 2 * t.block_m * F32)
+    return 2 * t.block_n * d * e + ring + t.block_m * t.block_n * e + t.block_m * d * F32
+
+
+def registers(p: Problem, t: Tiling) -> int:
+    """A consumer warpgroup: its dK and dV accumulators (Bc/C x d) and S, dP (Br x Bc/C) over 128 threads."""
+    kc = t.block_n // max(1, consumers(t))
+    return REG_OVERHEAD - 8 + (2 * kc * p.headdim + 2 * t.block_m * kc) // 128
+
+
+def register_budget(t: Tiling, profile) -> tuple[int, int]:
+    c = consumers(t)
+    return V3_CONSUMER_REGS.get(c, 0), v3_launch_registers(c)
+
+
+def check_tiling(p: Problem, t: Tiling) -> None:
+    c = consumers(t)
+    if t.warps % 4 or c < 1:
+        raise FlashsimError(f"v3-bwd runs a producer warpgroup and at least one consumer: warps must be a "
+                            f"multiple of 4 and at least 8, got {t.warps}")
+    if t.block_n % c or (t.block_n // c) % 8:
+        raise FlashsimError(f"v3-bwd splits block_n={t.block_n} over {c} consumer warpgroups: each share must be "
+                            f"a multiple of 8")
+
+
+def build(p: Problem, t: Tiling) -> Schedule:
+    bm, bn, d, stages = t.block_m, t.block_n, p.headdim, t.stages
+    C = consumers(t)
+    kc = bn // C
+    dt, g = gemm_dtype(p), p.group
+
+    def producer(cta):
+        b, h, j = cta
+        col0 = j * bn
+        for c in range(C):
+            if col0 + c * kc < p.seqlen_k:
+                yield Load(row_tile(p, "K", b, h, col0 + c * kc, kc, kv=True), f"sK{c}", SMEM, "tma", "kv")
+                yield Load(row_tile(p, "V", b, h, col0 + c * kc, kc, kv=True), f"sV{c}", SMEM, "tma", "kv")
+        for n, i in enumerate(bw.q_blocks(p, col0, bm)):
+            s, use = n % stages, n // stages
+            if use:
+                yield Wait(f"empty{s}", C * use)
+            row0 = i * bm
+            yield Load(row_tile(p, "Q", b, h, row0, bm), f"sQ{s}", SMEM, "tma", f"full{s}")
+            yield Load(row_tile(p, "dO", b, h, row0, bm), f"sdO{s}", SMEM, "tma", f"full{s}")
+            yield Load(stat_tile(p, "LSE", b, h, row0, bm), f"sLSE{s}", SMEM, "tma", f"full{s}")
+            yield Load(stat_tile(p, "D", b, h, row0, bm), f"sD{s}", SMEM, "tma", f"full{s}")
+
+    def consumer_program(c: int):
+        def program(cta):
+            b, h, j = cta
+            k0 = j * bn + c * kc
+            if k0 >= p.seqlen_k:
+                for n, _ in enumerate(bw.q_blocks(p, j * bn, bm)):
+                    yield Arrive(f"empty{n % stages}")  # nothing to compute: release the slots at once
+                return
+            loads = 2 * sum(1 for cc in range(C) if j * bn + cc * kc < p.seqlen_k)
+            yield Wait("kv", loads)
+            yield Fill("dK", kc, d, 0.0)
+            yield Fill("dV", kc, d, 0.0)
+            for n, i in enumerate(bw.q_blocks(p, j * bn, bm)):
+                s, row0 = n % stages, i * bm
+                yield Wait(f"full{s}", RING_TILES * (n // stages + 1))
+                yield Gemm("S", f"sQ{s}", f"sK{c}", bm, kc, d, SMEM, SMEM, "wgmma", dt, 4, trans_b=True)
+                yield LseExp("S", "P", f"sLSE{s}", bm, kc, p.scale, tile_mask(p, row0, k0, bm, kc), 4)
+                yield Gemm("dP", f"sdO{s}", f"sV{c}", bm, kc, d, SMEM, SMEM, "wgmma", dt, 4, trans_b=True)
+                yield SoftmaxGrad("dS", "P", "dP", f"sD{s}", bm, kc, p.scale, 4)
+                yield Gemm("dV", "P", f"sdO{s}", kc, d, bm, RMEM, SMEM, "wgmma", dt, 4, accumulate=True,
+                           trans_a=True)
+                yield Gemm("dK", "dS", f"sQ{s}", kc, d, bm, RMEM, SMEM, "wgmma", dt, 4, accumulate=True,
+                           trans_a=True)
+                yield Gemm("dQ", "dS", f"sK{c}", bm, d, kc, RMEM, SMEM, "wgmma", dt, 4)
+                yield Arrive(f"empty{s}")
+                yield AtomicAdd("dQ", bw.accum_tile(p, "dQaccum", b, h, row0, bm), "tma")
+            if g > 1:
+                yield AtomicAdd("dK", bw.accum_tile(p, "dKaccum", b, h // g, k0, kc, kv=True), "tma")
+                yield AtomicAdd("dV", bw.accum_tile(p, "dVaccum", b, h // g, k0, kc, kv=True), "tma")
+            else:
+                yield Store("dK", row_tile(p, "dK", b, h, k0, kc, kv=True), RMEM, "tma")
+                yield Store("dV", row_tile(p, "dV", b, h, k0, kc, kv=True), RMEM, "tma")
+
+        return program
+
+    roles = (Role("producer", 4, producer),) + tuple(Role(f"consumer{c}", 4, consumer_program(c)) for c in range(C))
+    ctas = [(b, h, j) for b in range(p.batch) for h in range(p.heads) for j in range(cdiv(p.seqlen_k, bn))]
+    kernels = []
+    if g > 1:
+        kernels.append(bw.zero_dkv_kernel(p, bn, 4))
+    kernels.append(bw.preprocess_kernel(p, bm, 4, zero_dq=True))
+    kernels.append(Kernel("flash_bwd_v3", ctas, roles, smem_bytes(p, t), v3_launch_registers(C),
+                          classes=lambda c: (c[2],), uniform=not p.causal))
+    kernels.append(bw.convert_dq_kernel(p, bm, 4))
+    if g > 1:
+        kernels.append(bw.convert_dkv_kernel(p, bn, 4))
+    return Schedule("v3-bwd", p, t, tuple(kernels))
+
+
+ALGORITHM = Algorithm(
+    name="v3-bwd",
+    summary="FlashAttention-3's backward: TMA producer, wgmma consumers splitting the K/V block, dQ added by "
+            "TMA reduce-adds",
+    build=build,
+    mapper=mapper,
+    smem_bytes=smem_bytes,
+    registers=registers,
+    why="As v2-bwd: K_j, V_j once; Q, dO, LSE, D once per kv-block (Tc = {tc} passes), by TMA into a ring of "
+        "{stages} slots; dQ reduce-added in the L2 once per (kv-block, q-block, consumer).",
+    mma="wgmma",
+    features=("tma", "wgmma"),
+    register_budget=register_budget,
+    check_tiling=check_tiling,
+)
