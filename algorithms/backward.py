@@ -122,3 +122,82 @@ def convert_dkv_kernel(p: Problem, block_n: int, warps: int) -> Kernel:
 
     return Kernel("bwd_convert_dkv", _kv_grid(p, block_n), (Role("warps", warps, program),), 0, 32,
                   classes=lambda c: (c[2],), uniform=True, kv_head_of=lambda c: (c[0], c[1]))
+
+
+# -- closed forms (algorithms/closed_form.py) of the kernels above and the sums the main kernels need ------
+
+
+def q_rows_seen(x) -> list[int]:
+    """Per key block j: the query rows of the Q blocks that visit it (Nq - first_j Br)."""
+    return [max(0, x.Nq - first_q_block(x.p, j * x.bn, x.bm) * x.bm) for j in range(x.Tc)]
+
+
+def q_steps(x) -> list[int]:
+    """Per key block j: the Q blocks that visit it."""
+    return [max(0, x.Tr - first_q_block(x.p, j * x.bn, x.bm)) for j in range(x.Tc)]
+
+
+def masked_steps(x, col0: int, cols: int) -> int:
+    """Of the (Q block, key block) steps of a key block (cols keys from col0), those whose tile needs a mask:
+    every one past the key sequence's end, else those whose first row does not see the tile's last key."""
+    first = first_q_block(x.p, col0, x.bm)
+    if col0 + cols > x.Nk:
+        return max(0, x.Tr - first)
+    if not x.p.causal:
+        return 0
+    reach = col0 + cols - 1 - causal_shift(x.p)  # a tile starting at row0 < reach has a hidden element
+    return max(0, min(x.Tr, cdiv(reach, x.bm)) - first)
+
+
+def preprocess_nest(x, warps: int, zero_dq: bool):
+    from . import closed_form as cf
+
+    BH, Nq, d, e, bm = x.BH, x.Nq, x.d, x.e, x.bm
+    n = BH * x.Tr
+    rq = min(bm, Nq)
+    body = [
+        cf.load("load dO_i", "dO", rq * d * e, BH * Nq * d * e, n, smem=False),
+        cf.load("load O_i", "O", rq * d * e, BH * Nq * d * e, n, smem=False),
+        cf.work("D_i = rowsum(dO_i * O_i)", n, 0, 2 * bm * d),
+        cf.store("store D_i", "D", rq * FP32_BYTES, BH * Nq * FP32_BYTES, n),
+    ]
+    if zero_dq:
+        body.append(cf.store("store dQaccum_i = 0 (fp32)", "dQaccum", rq * d * FP32_BYTES,
+                             BH * Nq * d * FP32_BYTES, n))
+    return cf.KernelNest("bwd_dot_do_o", n, 32 * warps, [cf.bh_loop(x, [
+        cf.Loop(f"i in 0..{x.Tr}  q-block", x.Tr, n, body, grid=True)])])
+
+
+def convert_dq_nest(x, warps: int):
+    from . import closed_form as cf
+
+    BH, Nq, d, e = x.BH, x.Nq, x.d, x.e
+    n, rq = BH * x.Tr, min(x.bm, Nq)
+    return cf.KernelNest("bwd_convert_dq", n, 32 * warps, [cf.bh_loop(x, [
+        cf.Loop(f"i in 0..{x.Tr}  q-block", x.Tr, n, [
+            cf.load("load dQaccum_i (fp32)", "dQaccum", rq * d * FP32_BYTES, BH * Nq * d * FP32_BYTES, n,
+                    smem=False),
+            cf.store("store dQ_i", "dQ", rq * d * e, BH * Nq * d * e, n),
+        ], grid=True)])])
+
+
+def dkv_nests(x, warps: int):
+    """GQA: the zeroing and converting kernels of the fp32 dK, dV accumulators, per K/V head."""
+    from . import closed_form as cf
+
+    BK, Nk, d, e = x.B * x.Hkv, x.Nk, x.d, x.e
+    n, rk = BK * x.Tc, min(x.bn, Nk)
+    f32 = BK * Nk * d * FP32_BYTES
+    zero = cf.KernelNest("bwd_zero_dkv", n, 32 * warps, [cf.bh_loop(x, [
+        cf.Loop(f"j in 0..{x.Tc}  kv-block", x.Tc, n, [
+            *cf.merged([cf.store("store dKaccum_j = 0, dVaccum_j = 0", "dKaccum", rk * d * FP32_BYTES, f32, n),
+                        cf.store("", "dVaccum", rk * d * FP32_BYTES, f32, n)]),
+        ], grid=True)], heads=x.Hkv)])
+    convert = cf.KernelNest("bwd_convert_dkv", n, 32 * warps, [cf.bh_loop(x, [
+        cf.Loop(f"j in 0..{x.Tc}  kv-block", x.Tc, n, [
+            cf.load("load dKaccum_j (fp32)", "dKaccum", rk * d * FP32_BYTES, f32, n, smem=False),
+            cf.store("store dK_j", "dK", rk * d * e, BK * Nk * d * e, n),
+            cf.load("load dVaccum_j (fp32)", "dVaccum", rk * d * FP32_BYTES, f32, n, smem=False),
+            cf.store("store dV_j", "dV", rk * d * e, BK * Nk * d * e, n),
+        ], grid=True)], heads=x.Hkv)])
+    return zero, convert

@@ -180,14 +180,14 @@ def bh_loop(x: Dims, body: list, heads: int | None = None) -> Loop:
     return Loop(f"(b, h) in {x.B} x {h}", x.B * h, x.B * h, body, grid=True)
 
 
-def loop_nest(algo: str, p: Problem, t: Tiling, hadamard: bool = True) -> list[KernelNest]:
+def loop_nest(algo: str, p: Problem, t: Tiling, hadamard: bool = True, **more) -> list[KernelNest]:
     """The schedule of `algo` for this problem and tiling as one loop nest per kernel."""
     from .catalog import get
 
     rec = get(algo)
     if rec.loop_nest is None:
         raise FlashsimError(f"{algo} has no closed form (its record has no loop_nest)")
-    options = {"hadamard": hadamard}
+    options = {"hadamard": hadamard, **more}  # more: other schedule options (v2-bwd's dq)
     return rec.loop_nest(Dims(p, t), **{k: v for k, v in options.items() if k in rec.options})
 
 
@@ -217,6 +217,6 @@ def fold(algo: str, nests: list[KernelNest]) -> IOCounts:
     return IOCounts(algo, kernels)
 
 
-def closed_form(algo: str, p: Problem, t: Tiling, hadamard: bool = True) -> IOCounts:
+def closed_form(algo: str, p: Problem, t: Tiling, hadamard: bool = True, **more) -> IOCounts:
     """Every count of count_io(build(algo, p, t)), from formulas instead of walking the ops."""
-    return fold(algo, loop_nest(algo, p, t, hadamard))
+    return fold(algo, loop_nest(algo, p, t, hadamard, **more))

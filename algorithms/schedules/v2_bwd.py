@@ -21,7 +21,9 @@ from __future__ import annotations
 from flashsim.errors import FlashsimError
 
 from .. import backward as bw
+from .. import closed_form as cf
 from ..footprint import REG_OVERHEAD
+from ..ir import FP32_BYTES as F32
 from ..ir import (
     RMEM,
     SMEM,
@@ -185,6 +187,88 @@ def build(p: Problem, t: Tiling, dq: str = "atomic") -> Schedule:
     return Schedule("v2-bwd", p, t, tuple(kernels))
 
 
+def loop_nest(x: cf.Dims, dq: str = "atomic") -> list[cf.KernelNest]:
+    BH, Nq, Nk, d, e, eg, w, bm, bn = x.BH, x.Nq, x.Nk, x.d, x.e, x.eg, x.w, x.bm, x.bn
+    atomic = dq == "atomic"
+    steps = bw.q_steps(x)
+    P = BH * sum(steps)
+    rows = BH * sum(bw.q_rows_seen(x))  # query rows streamed past the key blocks
+    masked = BH * sum(bw.masked_steps(x, j * bn, bn) for j in range(x.Tc))
+    rq, rk = min(bm, Nq), min(bn, Nk)
+    mask_alu = cf.MASK_OPS_PER_ELEMENT * masked * bm * bn
+    kv = BH * Nk * d * e
+    inner = [
+        cf.load("load Q_i (double-buffered)", "Q", rq * d * e, rows * d * e, P),
+        cf.load("load dO_i", "dO", rq * d * e, rows * d * e, P),
+        cf.merged([cf.load("load LSE_i, D_i", "LSE", rq * F32, rows * F32, P, smem=False),
+                   cf.load("", "D", rq * F32, rows * F32, P, smem=False)])[0],
+        cf.gemm("S = Q_i K_j^T", "mma_sync", x.dt, bm, bn, d, P, ("Q", bm * d * eg), ("K", w * bn * d * eg)),
+        cf.work("P = exp(scale S - LSE_i)", P, bm * bn, 2 * bm * bn, 2 * bm * bn * P + mask_alu),
+        cf.gemm("dP = dO_i V_j^T", "mma_sync", x.dt, bm, bn, d, P, ("dO", bm * d * eg), ("V", w * bn * d * eg)),
+        cf.gemm("dV_j += P^T dO_i", "mma_sync", x.dt, bn, d, bm, P, None, ("dO", w * bm * d * eg)),
+        cf.work("dS = scale P (dP - D_i)", P, 0, 3 * bm * bn),
+        cf.gemm("dK_j += dS^T Q_i", "mma_sync", x.dt, bn, d, bm, P, None, ("Q", w * bm * d * eg)),
+    ]
+    if atomic:
+        inner += [
+            cf.gemm("dQ_i = dS K_j", "mma_sync", x.dt, bm, d, bn, P, None, ("K", w * bn * d * eg)),
+            cf.atomic("dQaccum_i += dQ_i  (fp32 red.global.add)", "dQaccum", rq * d * F32, rows * d * F32, P),
+        ]
+    if x.p.group > 1:
+        out = cf.merged([cf.atomic("dKaccum_j += dK_j, dVaccum_j += dV_j  (fp32)", "dKaccum", rk * d * F32,
+                                   BH * Nk * d * F32, BH * x.Tc),
+                         cf.atomic("", "dVaccum", rk * d * F32, BH * Nk * d * F32, BH * x.Tc)])
+    else:
+        out = [cf.store("store dK_j", "dK", rk * d * e, kv, BH * x.Tc),
+               cf.store("store dV_j", "dV", rk * d * e, kv, BH * x.Tc)]
+    body = [
+        cf.load("load K_j", "K", rk * d * e, kv, BH * x.Tc),
+        cf.load("load V_j", "V", rk * d * e, kv, BH * x.Tc),
+        cf.Loop(f"i in 0..{max(steps)}  q-block", max(steps), P, inner,
+                note="causal: from the diagonal" if x.p.causal else ""),
+        *out,
+    ]
+    nests = [bw.preprocess_nest(x, w, zero_dq=atomic)]
+    nests.append(cf.KernelNest("flash_bwd_v2", BH * x.Tc, 32 * w, [cf.bh_loop(x, [
+        cf.Loop(f"j in 0..{x.Tc}  kv-block", x.Tc, BH * x.Tc, body, grid=True)])]))
+    if atomic:
+        nests.append(bw.convert_dq_nest(x, w))
+    else:
+        nests.append(_dq_pass_nest(x))
+    if x.p.group > 1:
+        zero, convert = bw.dkv_nests(x, w)
+        nests = [zero, *nests, convert]
+    return nests
+
+
+def _dq_pass_nest(x: cf.Dims) -> cf.KernelNest:
+    BH, Nq, d, e, eg, w, bm, bn = x.BH, x.Nq, x.d, x.e, x.eg, x.w, x.bm, x.bn
+    n = [x.visible(i) for i in range(x.Tr)]
+    P = BH * sum(n)
+    kv = BH * sum(x.kv_rows(k) for k in n) * d * e
+    masked = BH * sum(x.masked(i * bm, n[i]) for i in range(x.Tr))
+    rq, rk, tr = min(bm, Nq), min(bn, x.Nk), x.Tr
+    body = [
+        cf.load("load Q_i", "Q", rq * d * e, BH * Nq * d * e, BH * tr),
+        cf.load("load dO_i", "dO", rq * d * e, BH * Nq * d * e, BH * tr),
+        *cf.merged([cf.load("load LSE_i, D_i", "LSE", rq * F32, BH * Nq * F32, BH * tr, smem=False),
+                    cf.load("", "D", rq * F32, BH * Nq * F32, BH * tr, smem=False)]),
+        cf.Loop(f"j in 0..{max(n)}  kv-block", max(n), P, [
+            cf.load("load K_j", "K", rk * d * e, kv, P),
+            cf.load("load V_j", "V", rk * d * e, kv, P),
+            cf.gemm("S = Q_i K_j^T", "mma_sync", x.dt, bm, bn, d, P, ("Q", bm * d * eg), ("K", w * bn * d * eg)),
+            cf.work("P = exp(scale S - LSE_i)", P, bm * bn, 2 * bm * bn,
+                    2 * bm * bn * P + cf.MASK_OPS_PER_ELEMENT * masked * bm * bn),
+            cf.gemm("dP = dO_i V_j^T", "mma_sync", x.dt, bm, bn, d, P, ("dO", bm * d * eg), ("V", w * bn * d * eg)),
+            cf.work("dS = scale P (dP - D_i)", P, 0, 3 * bm * bn),
+            cf.gemm("dQ_i += dS K_j", "mma_sync", x.dt, bm, d, bn, P, None, ("K", w * bn * d * eg)),
+        ], note="causal: to the diagonal" if x.p.causal else ""),
+        cf.store("store dQ_i", "dQ", rq * d * e, BH * Nq * d * e, BH * tr),
+    ]
+    return cf.KernelNest("flash_bwd_v2_dq", BH * tr, 32 * w, [cf.bh_loop(x, [
+        cf.Loop(f"i in 0..{tr}  q-block", tr, BH * tr, body, grid=True)])])
+
+
 ALGORITHM = Algorithm(
     name="v2-bwd",
     summary="FlashAttention-2's backward: a block per K/V tile, P recomputed from the LSE, dQ added in fp32 "
@@ -193,6 +277,7 @@ ALGORITHM = Algorithm(
     mapper=mapper,
     smem_bytes=smem_bytes,
     registers=registers,
+    loop_nest=loop_nest,
     why="K_j and V_j cross global memory once; Q, dO, LSE and D once per kv-block: Tc = {tc} passes, and dQ "
         "is added into an fp32 accumulator Tc times (atomics served by the L2).",
     options=("dq",),
