@@ -137,10 +137,11 @@ def q_steps(x) -> list[int]:
     return [max(0, x.Tr - first_q_block(x.p, j * x.bn, x.bm)) for j in range(x.Tc)]
 
 
-def masked_steps(x, col0: int, cols: int) -> int:
+def masked_steps(x, col0: int, cols: int, from_col: int | None = None) -> int:
     """Of the (Q block, key block) steps of a key block (cols keys from col0), those whose tile needs a mask:
-    every one past the key sequence's end, else those whose first row does not see the tile's last key."""
-    first = first_q_block(x.p, col0, x.bm)
+    every one past the key sequence's end, else those whose first row does not see the tile's last key.
+    from_col: the Q blocks run from the first that sees this column (default col0)."""
+    first = first_q_block(x.p, col0 if from_col is None else from_col, x.bm)
     if col0 + cols > x.Nk:
         return max(0, x.Tr - first)
     if not x.p.causal:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from flashsim.errors import FlashsimError
 
 from .. import backward as bw
+from .. import closed_form as cf
 from ..footprint import REG_OVERHEAD
 from ..ir import FP32_BYTES as F32
 from ..ir import (
@@ -165,6 +166,64 @@ def build(p: Problem, t: Tiling) -> Schedule:
     return Schedule("v3-bwd", p, t, tuple(kernels))
 
 
+def loop_nest(x: cf.Dims) -> list[cf.KernelNest]:
+    BH, Nq, Nk, d, e, eg, bm, bn = x.BH, x.Nq, x.Nk, x.d, x.e, x.eg, x.bm, x.bn
+    C = consumers(x.t)
+    kc = bn // C
+    steps, seen = bw.q_steps(x), bw.q_rows_seen(x)
+    active = [sum(1 for c in range(C) if j * bn + c * kc < Nk) for j in range(x.Tc)]  # consumers with keys
+    P, rows = BH * sum(steps), BH * sum(seen)
+    CP = BH * sum(a * s for a, s in zip(active, steps, strict=True))
+    crows = BH * sum(a * r for a, r in zip(active, seen, strict=True))
+    masked = BH * sum(bw.masked_steps(x, j * bn + c * kc, kc, j * bn) for j in range(x.Tc) for c in range(active[j]))
+    slices = BH * sum(active)
+    rq, rk = min(bm, Nq), min(kc, Nk)
+    kv = BH * Nk * d * e
+    producer = [
+        cf.load("load K_c, V_c (TMA, one slice per consumer)", "K", rk * d * e, kv, slices),
+        cf.load("", "V", rk * d * e, kv, slices),
+        cf.Loop(f"i in 0..{max(steps)}  q-block (ring of {x.t.stages} slots)", max(steps), P, [
+            cf.load("load Q_i (TMA)", "Q", rq * d * e, rows * d * e, P),
+            cf.load("load dO_i (TMA)", "dO", rq * d * e, rows * d * e, P),
+            *cf.merged([cf.load("load LSE_i, D_i (TMA)", "LSE", rq * F32, rows * F32, P),
+                        cf.load("", "D", rq * F32, rows * F32, P)]),
+        ]),
+    ]
+    producer[:2] = cf.merged(producer[:2])
+    inner = [
+        cf.gemm("S = Q_i K_c^T  wgmma", "wgmma", x.dt, bm, kc, d, CP, ("Q", bm * d * eg), ("K", kc * d * eg)),
+        cf.work("P = exp(scale S - LSE_i)", CP, bm * kc, 2 * bm * kc,
+                2 * bm * kc * CP + cf.MASK_OPS_PER_ELEMENT * masked * bm * kc),
+        cf.gemm("dP = dO_i V_c^T  wgmma", "wgmma", x.dt, bm, kc, d, CP, ("dO", bm * d * eg), ("V", kc * d * eg)),
+        cf.work("dS = scale P (dP - D_i)", CP, 0, 3 * bm * kc),
+        cf.gemm("dV_c += P^T dO_i  wgmma", "wgmma", x.dt, kc, d, bm, CP, None, ("dO", bm * d * eg)),
+        cf.gemm("dK_c += dS^T Q_i  wgmma", "wgmma", x.dt, kc, d, bm, CP, None, ("Q", bm * d * eg)),
+        cf.gemm("dQ_i = dS K_c  wgmma", "wgmma", x.dt, bm, d, kc, CP, None, ("K", kc * d * eg)),
+        cf.atomic("dQaccum_i += dQ_i  (TMA reduce-add, fp32)", "dQaccum", rq * d * F32, crows * d * F32, CP,
+                  tma=True),
+    ]
+    if x.p.group > 1:
+        out = cf.merged([cf.atomic("dKaccum_c += dK_c, dVaccum_c += dV_c  (TMA reduce-add)", "dKaccum",
+                                   rk * d * F32, BH * Nk * d * F32, slices, tma=True),
+                         cf.atomic("", "dVaccum", rk * d * F32, BH * Nk * d * F32, slices, tma=True)])
+    else:
+        out = cf.merged([cf.store("store dK_c, dV_c (TMA)", "dK", rk * d * e, kv, slices, tma=True),
+                         cf.store("", "dV", rk * d * e, kv, slices, tma=True)])
+    consumer = [cf.Loop(f"i in 0..{max(steps)}  q-block", max(steps), CP, inner,
+                        note="causal: from the diagonal" if x.p.causal else ""), *out]
+    body = [
+        cf.Loop("producer warpgroup (1)", 1, BH * x.Tc, producer),
+        cf.Loop(f"c in 0..{C}  consumer warpgroup (in parallel)", C, slices, consumer),
+    ]
+    main = cf.KernelNest("flash_bwd_v3", BH * x.Tc, 32 * x.w, [cf.bh_loop(x, [
+        cf.Loop(f"j in 0..{x.Tc}  kv-block", x.Tc, BH * x.Tc, body, grid=True)])])
+    nests = [bw.preprocess_nest(x, 4, zero_dq=True), main, bw.convert_dq_nest(x, 4)]
+    if x.p.group > 1:
+        zero, convert = bw.dkv_nests(x, 4)
+        nests = [zero, *nests, convert]
+    return nests
+
+
 ALGORITHM = Algorithm(
     name="v3-bwd",
     summary="FlashAttention-3's backward: TMA producer, wgmma consumers splitting the K/V block, dQ added by "
@@ -173,6 +232,7 @@ ALGORITHM = Algorithm(
     mapper=mapper,
     smem_bytes=smem_bytes,
     registers=registers,
+    loop_nest=loop_nest,
     why="As v2-bwd: K_j, V_j once; Q, dO, LSE, D once per kv-block (Tc = {tc} passes), by TMA into a ring of "
         "{stages} slots; dQ reduce-added in the L2 once per (kv-block, q-block, consumer).",
     mma="wgmma",
