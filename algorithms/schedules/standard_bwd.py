@@ -12,6 +12,7 @@ The softmax scale is folded into dS, so the two GEMMs that read it need no furth
 
 from __future__ import annotations
 
+from .. import closed_form as cf
 from ..ir import (
     RMEM,
     SMEM,
@@ -135,6 +136,60 @@ def build(p: Problem, t: Tiling) -> Schedule:
     return Schedule("standard-bwd", p, t, (dv, dp, sm, dq, dk))
 
 
+def loop_nest(x: cf.Dims) -> list[cf.KernelNest]:
+    B, BH, Nq, Nk, d, e, eg, w, bm, bn, g = x.B, x.BH, x.Nq, x.Nk, x.d, x.e, x.eg, x.w, x.bm, x.bn, x.p.group
+    BK = B * x.Hkv
+    tq, tk = x.Tr, x.Tc
+    dn = min(d, bn)
+    td = cf.cdiv(d, dn)
+    kq, kd, kn = cf.cdiv(Nq, K_CHUNK), cf.cdiv(d, K_CHUNK), cf.cdiv(Nk, K_CHUNK)
+    tkm = cf.cdiv(Nk, bm)  # key blocks of the dV / dK output tiles (bm rows each)
+    rq, rkm, cq, ck, cd = min(bm, Nq), min(bm, Nk), min(K_CHUNK, Nq), min(K_CHUNK, Nk), min(K_CHUNK, d)
+
+    def gemm_nest(name, out, text, a, b, outer, slices, out_bytes, a_tile, b_tile, n_tile):
+        """outer: [(loop text, trip)] of the output tiles; a, b: (tensor, total bytes); slices of K_CHUNK."""
+        ctas = 1
+        for _, trip in outer:
+            ctas *= trip
+        heads = BK if outer[0][0].startswith("j") else BH
+        n = heads * ctas * slices
+        step = cf.Loop(f"kc in 0..{slices}  {K_CHUNK}-wide slice", slices, n, [
+            cf.load(f"load {a[0]}[., kc]", a[0], a_tile, a[1], n),
+            cf.load(f"load {b[0]}[kc, .]", b[0], b_tile, b[1], n),
+            cf.gemm(f"{text}  mma_sync, split rows", "mma_sync", x.dt, bm, n_tile, K_CHUNK, n,
+                    (a[0], bm * K_CHUNK * eg), (b[0], w * K_CHUNK * n_tile * eg)),
+        ])
+        body = [step, cf.store(f"store {out}", out, out_bytes[0], out_bytes[1], heads * ctas)]
+        for var, trip in reversed(outer):
+            body = [cf.Loop(f"{var}", trip, heads * ctas, body, grid=True)]
+        loop = cf.bh_loop(x, body, heads=x.Hkv if heads == BK else None)
+        return cf.KernelNest(name, heads * ctas, 32 * w, [loop])
+
+    kv_outer = [(f"j in 0..{tkm}  key block", tkm), (f"c in 0..{td}  {dn}-wide slice of d", td)]
+    over_q = g * kq
+    dv = gemm_nest("gemm_dv", "dV", "dV += P^T dO", ("P", BH * td * Nq * Nk * e), ("dO", BH * tkm * Nq * d * e),
+                   kv_outer, over_q, (rkm * dn * e, BK * Nk * d * e), cq * rkm * e, cq * dn * e, dn)
+    dp = gemm_nest("gemm_dp", "dP", "dP += dO V^T", ("dO", BH * tk * Nq * d * e), ("V", BH * tq * Nk * d * e),
+                   [(f"i in 0..{tq}  q-block", tq), (f"j in 0..{tk}  k-block", tk)], kd,
+                   (rq * min(bn, Nk) * e, BH * Nq * Nk * e), rq * cd * e, min(bn, Nk) * cd * e, bn)
+    r = min(SOFTMAX_ROWS, Nq)
+    tr = cf.cdiv(Nq, SOFTMAX_ROWS)
+    n = BH * tr
+    softmax = cf.KernelNest("softmax_bwd", n, 32 * SOFTMAX_ROWS, [cf.bh_loop(x, [
+        cf.Loop(f"r in 0..{tr}  block of {SOFTMAX_ROWS} rows", tr, n, [
+            cf.load("load P[r, :]", "P", r * Nk * e, BH * Nq * Nk * e, n, smem=False),
+            cf.load("load dP[r, :]", "dP", r * Nk * e, BH * Nq * Nk * e, n, smem=False),
+            cf.work("D = rowsum(P dP); dS = scale P (dP - D)", n, 0, 5 * r * Nk, 5 * BH * Nq * Nk),
+            cf.store("store dS[r, :]", "dS", r * Nk * e, BH * Nq * Nk * e, n),
+        ], grid=True)])])
+    dq = gemm_nest("gemm_dq", "dQ", "dQ += dS K", ("dS", BH * td * Nq * Nk * e), ("K", BH * tq * Nk * d * e),
+                   [(f"i in 0..{tq}  q-block", tq), (f"c in 0..{td}  {dn}-wide slice of d", td)], kn,
+                   (rq * dn * e, BH * Nq * d * e), rq * ck * e, ck * dn * e, dn)
+    dk = gemm_nest("gemm_dk", "dK", "dK += dS^T Q", ("dS", BH * td * Nq * Nk * e), ("Q", BH * tkm * Nq * d * e),
+                   kv_outer, over_q, (rkm * dn * e, BK * Nk * d * e), cq * rkm * e, cq * dn * e, dn)
+    return [dv, dp, softmax, dq, dk]
+
+
 ALGORITHM = Algorithm(
     name="standard-bwd",
     summary="standard attention's backward: five launches, P, dP and dS (Nq x Nk) through global memory",
@@ -142,6 +197,7 @@ ALGORITHM = Algorithm(
     mapper=mapper,
     smem_bytes=smem_bytes,
     registers=registers,
+    loop_nest=loop_nest,
     why="P is read twice, dP written and read, dS written and read twice: Theta(N^2) bytes whatever M.",
     block_n_is_k=False,
 )
