@@ -146,7 +146,7 @@ def atomic(text: str, tensor: str, per: int, total: int, execs: int, tma: bool =
     effects = [Effect("gmem_atomic", tensor, per, total)]
     if tma:
         effects += [Effect("smem_write", tensor, per, total), Effect("smem_read", tensor, per, total)]
-    return Step(text, "rf->L2 atomic tma" if tma else "rf->L2 atomic", execs, effects)
+    return Step(text, "smem->L2 add" if tma else "rf->L2 add", execs, effects)
 
 
 def work(text: str, execs: int, exps: int, alu: int, alu_total: int | None = None,
