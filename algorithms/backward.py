@@ -40,6 +40,11 @@ def pass_algos(algo: str, pass_: str) -> list[str]:
     return [BACKWARD_OF[fwd]] if pass_ == "bwd" else [fwd, BACKWARD_OF[fwd]]
 
 
+def pass_of(algo: str) -> str:
+    """'bwd' for a backward schedule, else 'fwd'."""
+    return "bwd" if algo in FORWARD_OF else "fwd"
+
+
 def first_q_block(p: Problem, col0: int, block_m: int) -> int:
     """The first Q block that sees key column col0 (0 without a causal mask): a Q block's last row r sees
     keys up to r + shift, so blocks before this one never reach the key block (and contribute nothing)."""

@@ -11,6 +11,10 @@ from .ir import CAUSAL_ALIGNS
 # Bytes per element of each input dtype; fp8 means e4m3 (FA3's choice).
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 HEADDIMS = (32, 64, 96, 128, 192, 256)
+# FLOPs of each pass by the FA2 paper's convention (section 4.1): the backward runs 5 matmuls of the forward's
+# size (S recomputed, dV, dP, dQ, dK) where the forward runs 2 (S, O), so it counts 2.5x the forward's FLOPs.
+BACKWARD_FLOPS_RATIO = 2.5
+PASS_FLOPS_RATIO = {"fwd": 1.0, "bwd": BACKWARD_FLOPS_RATIO, "fwd+bwd": 1.0 + BACKWARD_FLOPS_RATIO}
 
 
 @dataclass(frozen=True)
@@ -59,9 +63,12 @@ class Problem:
     def scale(self) -> float:
         return self.headdim**-0.5
 
-    def flops(self) -> float:
-        """Forward FLOPs by the papers' convention: 4 B H Nq Nk d, halved for causal."""
-        f = 4.0 * self.batch * self.heads * self.seqlen_q * self.seqlen_k * self.headdim
+    def flops(self, pass_: str = "fwd") -> float:
+        """FLOPs by the papers' convention: forward 4 B H Nq Nk d, halved for causal; the backward 2.5x that
+        (BACKWARD_FLOPS_RATIO), fwd+bwd 3.5x."""
+        if pass_ not in PASS_FLOPS_RATIO:
+            raise FlashsimError(f"unknown pass {pass_!r}; choose one of {', '.join(PASS_FLOPS_RATIO)}")
+        f = 4.0 * self.batch * self.heads * self.seqlen_q * self.seqlen_k * self.headdim * PASS_FLOPS_RATIO[pass_]
         return f / 2 if self.causal else f
 
     def describe(self, dtype: bool = True) -> str:

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from flashsim.algorithms import catalog
+from flashsim.algorithms.backward import pass_of
 from flashsim.algorithms.parts import gemm_dtype
 from flashsim.algorithms.problem import Problem
 from flashsim.algorithms.schedules import build
@@ -54,10 +55,11 @@ class SimResult:
     kernels: list = field(default_factory=list)
     kernel_time_s: float = 0.0  # time_s without the launch overheads
     sim: dict = field(default_factory=dict)
+    pass_: str = "fwd"  # which pass's FLOPs the throughput counts: fwd, bwd (2.5x) or fwd+bwd
 
     @property
     def tflops(self) -> float:
-        return self.problem.flops() / self.time_s / 1e12
+        return self.problem.flops(self.pass_) / self.time_s / 1e12
 
     def as_dict(self) -> dict:
         return {
@@ -76,6 +78,7 @@ class SimResult:
             "roofline": self.roofline,
             "kernels": self.kernels,
             "sim": self.sim,
+            "pass": self.pass_,
         }
 
 
@@ -85,7 +88,8 @@ def roofline(algo: str, problem: Problem, profile) -> dict:
     instr = catalog.get(algo).mma
     clock, sms = profile.clock_hz(instr), profile.sm_count
     rate = profile.tensor_flops_per_clk_per_sm(instr, gemm_dtype(problem))
-    exps = problem.flops() / (4 * problem.headdim)  # one exp per (visible) score
+    flops = problem.flops(pass_of(algo))
+    exps = problem.flops() / (4 * problem.headdim)  # one exp per (visible) score, in either pass
     in_bytes = 2 if problem.dtype == "fp8" else problem.elem_bytes
     qkv = (
         problem.batch
@@ -94,7 +98,7 @@ def roofline(algo: str, problem: Problem, profile) -> dict:
         * (problem.heads * problem.seqlen_q + 2 * problem.kv_heads * problem.seqlen_k)
     )
     return {
-        "tensor": problem.flops() / (rate * sms * clock),
+        "tensor": flops / (rate * sms * clock),
         "sfu": exps / (profile.mufu_ops_per_clk_per_sm * sms * clock),
         "hbm": qkv / profile.hbm_bandwidth_bytes_per_s,
     }
@@ -186,6 +190,7 @@ def simulate(
         roofline=roof,
         kernels=kernels,
         kernel_time_s=kernel_s,
+        pass_=pass_of(algo),
         sim={
             "wall_s": time.perf_counter() - wall,
             "events": gpu.env.events,

@@ -12,10 +12,12 @@ from typing import Any
 from flashsim.algorithms import catalog
 from flashsim.algorithms.cli_args import (
     add_algo_arg,
+    add_pass_arg,
     add_problem_args,
     add_tiling_args,
     problem_from_args,
     tiling_from_args,
+    tiling_overridden,
 )
 from flashsim.algorithms.problem import Problem
 from flashsim.algorithms.tiling import ALGORITHMS
@@ -71,6 +73,7 @@ def register(subparsers: Any) -> None:
         description="Replay a schedule on a hardware profile, cycle by cycle.",
     )
     add_algo_arg(p)
+    add_pass_arg(p)
     add_problem_args(p)
     add_tiling_args(p)
     add_profile_args(p)
@@ -87,6 +90,7 @@ def register(subparsers: Any) -> None:
         help="algorithms to compare (default: all)",
     )
     p.add_argument("--hws", nargs="+", default=None, metavar="NAME|PATH", help="profiles to compare (default: --hw)")
+    add_pass_arg(p)
     add_problem_args(p)
     add_profile_args(p)
     _add_run_args(p)
@@ -105,6 +109,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--seqlens", nargs="+", type=int, default=list(FA2_SEQLENS), metavar="N")
     p.add_argument("--headdims", nargs="+", type=int, default=[64, 128], metavar="D")
     p.add_argument("--causal", choices=("off", "on", "both"), default="both")
+    add_pass_arg(p)
     add_profile_args(p)
     _add_run_args(p)
     p.add_argument("--csv", default=None, help="write the rows as CSV here")
@@ -114,6 +119,7 @@ def register(subparsers: Any) -> None:
 
     p = subparsers.add_parser("trace", help="timeline of one run as Chrome trace / Perfetto JSON")
     add_algo_arg(p)
+    add_pass_arg(p, ("fwd", "bwd"))
     add_problem_args(p, seqlen=1024, batch=1, heads=4)
     add_tiling_args(p)
     add_profile_args(p)
@@ -146,14 +152,19 @@ def _console():
 
 
 def _cmd_simulate(args) -> int:
-    from .api import check_features, simulate
+    from .passes import pass_algos, simulate_pass
     from .report import detail_table
 
     profile = profile_from_args(args)
     problem = problem_from_args(args)
-    check_features(args.algo, problem, profile)
-    tiling = tiling_from_args(args, args.algo, problem, profile)
-    result = simulate(args.algo, problem, profile, tiling, sms=_sms(args, profile), extrapolate=args.extrapolate)
+    algos = pass_algos(args.algo, args.pass_)
+    tiling = None
+    if len(algos) == 1:
+        tiling = tiling_from_args(args, algos[0], problem, profile)
+    elif tiling_overridden(args):
+        raise FlashsimError("tile options apply to one pass: use them with --pass fwd or --pass bwd")
+    result = simulate_pass(args.algo, problem, profile, args.pass_, tiling, sms=_sms(args, profile),
+                           extrapolate=args.extrapolate)
     if args.json:
         _print_json(result.as_dict())
     else:
@@ -226,18 +237,22 @@ def _simulate_task(task: tuple):
 
 
 def _cmd_compare(args) -> int:
+    from .passes import combine_runs, pass_jobs
     from .report import bar_chart, out_path, results_table
 
     profiles = _profiles(args)
+    algos, refused = pass_jobs(args.algos, args.pass_)
     jobs = []
     for profile in profiles:
-        for algo in args.algos:
+        for algo in algos:
             jobs.append((algo, problem_from_args(args, algo), profile))
     results, skipped = _run_many(jobs, lambda prof: _sms(args, prof), args.json, "compare", args.extrapolate,
-                                 _jobs(args))
+                                 _jobs(args)) if jobs else ([], [])
+    results = combine_runs(results, args.pass_)
+    skipped += [{"algo": a, "hw": "-", "reason": why} for a, why in refused]
     if not results:
         raise FlashsimError("nothing could be simulated: " + "; ".join(s["reason"] for s in skipped))
-    plot = bar_chart(results, out_path(args.out, "compare.png"), "simulated forward throughput")
+    plot = bar_chart(results, out_path(args.out, "compare.png"), f"simulated {_pass_words(args.pass_)} throughput")
     if args.json:
         _print_json({"results": [r.as_dict() for r in results], "skipped": skipped, "plot": str(plot)})
         return 0
@@ -267,12 +282,18 @@ def fa2_grid(seqlens, headdims, causal: str, algos) -> list[tuple[str, Problem]]
 
 
 def _cmd_sweep(args) -> int:
+    from .passes import combine_runs, pass_jobs
     from .report import out_path, sweep_plot
 
     profile = profile_from_args(args)
-    jobs = [(algo, prob, profile) for algo, prob in fa2_grid(args.seqlens, args.headdims, args.causal, args.algos)]
+    algos, refused = pass_jobs(args.algos, args.pass_)
+    jobs = [(algo, prob, profile) for algo, prob in fa2_grid(args.seqlens, args.headdims, args.causal, algos)]
     results, skipped = _run_many(jobs, lambda prof: _sms(args, prof), args.json, "sweep", args.extrapolate,
-                                 _jobs(args))
+                                 _jobs(args)) if jobs else ([], [])
+    results = combine_runs(results, args.pass_)
+    skipped += [{"algo": a, "hw": profile.name, "reason": why} for a, why in refused]
+    shown = [r.algo for r in results]
+    args.algos = list(dict.fromkeys(shown)) or args.algos
     rows = [
         {
             "algo": r.algo,
@@ -290,7 +311,8 @@ def _cmd_sweep(args) -> int:
         }
         for r in results
     ]
-    plot = sweep_plot(rows, out_path(args.out, "sweep.png"), f"simulated forward TFLOP/s on {profile.name}")
+    plot = sweep_plot(rows, out_path(args.out, "sweep.png"),
+                      f"simulated {_pass_words(args.pass_)} TFLOP/s on {profile.name}")
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["algo"])
@@ -330,9 +352,15 @@ def _estimated_intervals(problem: Problem, tiling, sms: int, profile) -> float:
     return 6 * blocks * min(1.0, sms / profile.sm_count) * (tiling.block_m / 64 if tiling.warps > 8 else 1)
 
 
+def _pass_words(pass_: str) -> str:
+    return {"fwd": "forward", "bwd": "backward", "fwd+bwd": "forward + backward"}[pass_]
+
+
 def _cmd_trace(args) -> int:
     from .api import check_features, simulate
+    from .passes import pass_algos
 
+    args.algo = pass_algos(args.algo, args.pass_)[0]
     profile = profile_from_args(args)
     problem = problem_from_args(args)
     check_features(args.algo, problem, profile)

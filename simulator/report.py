@@ -78,6 +78,14 @@ def detail_table(r):
     table.add_row("tiling", r.tiling.describe())
     table.add_row("time", f"{human_time(r.time_s)} ({r.cycles:,} cycles)")
     table.add_row("throughput", f"{r.tflops:.1f} TFLOP/s")
+    if "pass_time_s" in r.sim:
+        t, f = r.sim["pass_time_s"], r.sim["pass_tflops"]
+        table.add_row("passes", f"fwd {human_time(t['fwd'])} ({f['fwd']:.0f} TFLOP/s) + "
+                                f"bwd {human_time(t['bwd'])} ({f['bwd']:.0f} TFLOP/s)")
+    if getattr(r, "pass_", "fwd") != "fwd":
+        from .passes import FLOPS_NOTE
+
+        table.add_row("FLOP count", FLOPS_NOTE)
     table.add_row("bound by", r.bound_by)
     table.add_row(
         "roofline bound",
