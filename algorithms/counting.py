@@ -14,7 +14,8 @@ What is counted, in bytes:
                           statistics a cross-warp softmax exchanges, and O staged for a TMA store;
   smem_read               GEMM operands read from shared memory, by the tensor loaded into the buffer.
                           mma.sync warps each issue their own MMAs, so split 'm' (warps own rows) reads A
-                          once in all but B once per warp; split 'n' the other way round; split 'k' reads each
+                          once in all but B once per warp; split 'n' the other way round; a grid 'RxC' reads A C times
+                          and B R times; split 'k' reads each
                           once. A wgmma is issued by one warpgroup and reads each operand once. Plus the
                           WarpReduce / softmax-exchange / TMA-store read backs, and fp8 block scales a
                           GEMM reads from shared memory.
@@ -224,6 +225,9 @@ def operand_reads(op: Gemm) -> tuple[int, int]:
     """How many times the issuing warps read all of A and all of B (see the module docstring)."""
     if op.instr == "wgmma" or op.split == "k":
         return 1, 1
+    if "x" in op.split:  # a grid of warps: a row of warps shares A's rows, a column B's columns
+        rows, cols = map(int, op.split.split("x"))
+        return cols, rows
     if op.split == "m":
         return 1, op.warps
     return op.warps, 1

@@ -80,8 +80,9 @@ class Gemm:
     """dst (m x n, fp32) = a (m x k) @ b (k x n), or a @ b^T when trans_b (b stored n x k).
 
     instr: 'mma_sync' or 'wgmma'; dtype: operand type ('fp16', 'bf16', 'fp8', 'fp32' as tf32).
-    split: how the issuing role's warps divide the product: 'm' (rows: split-Q), 'n' (columns) or
-    'k' (split-K: each warp a slice of k; dst then holds `warps` partial sums, see WarpReduce).
+    split: how the issuing role's warps divide the product: 'm' (rows: split-Q), 'n' (columns),
+    'k' (split-K: each warp a slice of k; dst then holds `warps` partial sums, see WarpReduce), or a grid
+    'RxC' (R warps along the rows times C along the columns, as FA2's backward lays its warps out).
     async_token: issue without waiting (wgmma); GemmWait(token) waits for it."""
 
     dst: str

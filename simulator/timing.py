@@ -44,7 +44,10 @@ def gemm_smem_bytes(op: Gemm) -> int:
     a = op.m * op.k * e if op.a_level == SMEM else 0
     b = op.k * op.n * e if op.b_level == SMEM else 0
     if op.instr == "mma_sync" and op.warps > 1:
-        if op.split == "m":
+        if "x" in op.split:  # a grid of warps (counting.operand_reads)
+            rows, cols = map(int, op.split.split("x"))
+            a, b = a * cols, b * rows
+        elif op.split == "m":
             b *= op.warps
         elif op.split == "n":
             a *= op.warps

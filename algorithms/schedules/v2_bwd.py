@@ -67,6 +67,27 @@ def _fa2_bwd_tile(d: int, profile) -> tuple[int, int, int]:
     return (64, 64, 2) if profile.smem_per_block_max_bytes >= 176 * 1024 else (64, 64, 1)
 
 
+# The kernels' warp layouts (AtomLayoutMSdP, AtomLayoutNdKV, AtomLayoutMdQ of Flash_bwd_kernel_traits, same
+# source) by (d, kBlockM, kBlockN): warps along the rows of the S / dP, the dK / dV and the dQ products.
+_FA2_BWD_LAYOUTS = {(32, 128, 128): (4, 4, 4), (64, 128, 128): (4, 4, 4), (64, 64, 128): (2, 4, 4),
+                    (96, 64, 128): (2, 4, 4), (128, 64, 128): (2, 4, 2), (128, 64, 64): (4, 2, 2),
+                    (192, 64, 64): (4, 2, 2), (256, 64, 64): (4, 2, 2)}
+
+
+def warp_grids(d: int, t: Tiling) -> tuple[str, str, str]:
+    """Warp grids 'RxC' of the S / dP, dK / dV and dQ GEMMs: the kernels' layout for their own tiles, else
+    rows split in two (or one warp) and columns over the rest."""
+    w = t.warps
+    rows = _FA2_BWD_LAYOUTS.get((d, t.block_m, t.block_n), (min(2, w),) * 3)
+    return tuple(f"{r}x{w // r}" if w % r == 0 else f"1x{w}" for r in rows)
+
+
+def _reads(grid: str) -> tuple[int, int]:
+    """How many times a warp grid reads all of A and all of B (counting.operand_reads)."""
+    r, c = map(int, grid.split("x"))
+    return c, r
+
+
 def mapper(p: Problem, profile) -> Tiling:
     bm, bn, stages = _fa2_bwd_tile(p.headdim, profile)
     return Tiling(bm, bn, 8, stages)
@@ -94,6 +115,7 @@ def build(p: Problem, t: Tiling, dq: str = "atomic") -> Schedule:
     dt, g = gemm_dtype(p), p.group
     atomic = dq == "atomic"
     double_q = t.stages >= 2
+    g_sdp, g_dkv, g_dq = warp_grids(d, t)
 
     def main(cta):
         b, h, j = cta
@@ -123,17 +145,19 @@ def build(p: Problem, t: Tiling, dq: str = "atomic") -> Schedule:
                 yield from load_q(n + 1)
             yield Load(stat_tile(p, "LSE", b, h, row0, bm), "lse", RMEM)
             yield Load(stat_tile(p, "D", b, h, row0, bm), "delta", RMEM)
-            yield Gemm("S", sq, "sK", bm, bn, d, SMEM, SMEM, "mma_sync", dt, w, trans_b=True)
+            yield Gemm("S", sq, "sK", bm, bn, d, SMEM, SMEM, "mma_sync", dt, w, trans_b=True, split=g_sdp)
             yield LseExp("S", "P", "lse", bm, bn, p.scale, tile_mask(p, row0, col0, bm, bn), w)
-            yield Gemm("dP", "sdO", "sV", bm, bn, d, SMEM, SMEM, "mma_sync", dt, w, trans_b=True)
-            yield Gemm("dV", "P", "sdO", bn, d, bm, RMEM, SMEM, "mma_sync", dt, w, accumulate=True, trans_a=True)
+            yield Gemm("dP", "sdO", "sV", bm, bn, d, SMEM, SMEM, "mma_sync", dt, w, trans_b=True, split=g_sdp)
+            yield Gemm("dV", "P", "sdO", bn, d, bm, RMEM, SMEM, "mma_sync", dt, w, accumulate=True, trans_a=True,
+                       split=g_dkv)
             yield SyncThreads()  # every warp is done with dO_i
             if n + 1 < len(blocks):
                 yield Load(row_tile(p, "dO", b, h, blocks[n + 1] * bm, bm), "sdO", SMEM, "cp.async", "do")
             yield SoftmaxGrad("dS", "P", "dP", "delta", bm, bn, p.scale, w)
-            yield Gemm("dK", "dS", sq, bn, d, bm, RMEM, SMEM, "mma_sync", dt, w, accumulate=True, trans_a=True)
+            yield Gemm("dK", "dS", sq, bn, d, bm, RMEM, SMEM, "mma_sync", dt, w, accumulate=True, trans_a=True,
+                       split=g_dkv)
             if atomic:
-                yield Gemm("dQ", "dS", "sK", bm, d, bn, RMEM, SMEM, "mma_sync", dt, w)
+                yield Gemm("dQ", "dS", "sK", bm, d, bn, RMEM, SMEM, "mma_sync", dt, w, split=g_dq)
                 yield AtomicAdd("dQ", bw.accum_tile(p, "dQaccum", b, h, row0, bm))
             if not double_q and n + 1 < len(blocks):
                 yield SyncThreads()
@@ -160,11 +184,11 @@ def build(p: Problem, t: Tiling, dq: str = "atomic") -> Schedule:
             yield Load(row_tile(p, "V", b, h, col0, bn, kv=True), "sV", SMEM, "cp.async", "kv")
             yield Wait("kv", 2 * (j + 1))
             yield SyncThreads()
-            yield Gemm("S", "sQ", "sK", bm, bn, d, SMEM, SMEM, "mma_sync", dt, w, trans_b=True)
+            yield Gemm("S", "sQ", "sK", bm, bn, d, SMEM, SMEM, "mma_sync", dt, w, trans_b=True, split=g_sdp)
             yield LseExp("S", "P", "lse", bm, bn, p.scale, tile_mask(p, row0, col0, bm, bn), w)
-            yield Gemm("dP", "sdO", "sV", bm, bn, d, SMEM, SMEM, "mma_sync", dt, w, trans_b=True)
+            yield Gemm("dP", "sdO", "sV", bm, bn, d, SMEM, SMEM, "mma_sync", dt, w, trans_b=True, split=g_sdp)
             yield SoftmaxGrad("dS", "P", "dP", "delta", bm, bn, p.scale, w)
-            yield Gemm("dQ", "dS", "sK", bm, d, bn, RMEM, SMEM, "mma_sync", dt, w, accumulate=True)
+            yield Gemm("dQ", "dS", "sK", bm, d, bn, RMEM, SMEM, "mma_sync", dt, w, accumulate=True, split=g_dq)
             yield SyncThreads()  # K_j and V_j are refilled next
         yield Store("dQ", row_tile(p, "dQ", b, h, row0, bm), RMEM)
 
@@ -196,22 +220,23 @@ def loop_nest(x: cf.Dims, dq: str = "atomic") -> list[cf.KernelNest]:
     masked = BH * sum(bw.masked_steps(x, j * bn, bn) for j in range(x.Tc))
     rq, rk = min(bm, Nq), min(bn, Nk)
     mask_alu = cf.MASK_OPS_PER_ELEMENT * masked * bm * bn
+    (sa, sb), (_, kb), (_, qb) = (_reads(grid) for grid in warp_grids(d, x.t))
     kv = BH * Nk * d * e
     inner = [
         cf.load("load Q_i (double-buffered)", "Q", rq * d * e, rows * d * e, P),
         cf.load("load dO_i", "dO", rq * d * e, rows * d * e, P),
         cf.merged([cf.load("load LSE_i, D_i", "LSE", rq * F32, rows * F32, P, smem=False),
                    cf.load("", "D", rq * F32, rows * F32, P, smem=False)])[0],
-        cf.gemm("S = Q_i K_j^T", "mma_sync", x.dt, bm, bn, d, P, ("Q", bm * d * eg), ("K", w * bn * d * eg)),
+        cf.gemm("S = Q_i K_j^T", "mma_sync", x.dt, bm, bn, d, P, ("Q", sa * bm * d * eg), ("K", sb * bn * d * eg)),
         cf.work("P = exp(scale S - LSE_i)", P, bm * bn, 2 * bm * bn, 2 * bm * bn * P + mask_alu),
-        cf.gemm("dP = dO_i V_j^T", "mma_sync", x.dt, bm, bn, d, P, ("dO", bm * d * eg), ("V", w * bn * d * eg)),
-        cf.gemm("dV_j += P^T dO_i", "mma_sync", x.dt, bn, d, bm, P, None, ("dO", w * bm * d * eg)),
+        cf.gemm("dP = dO_i V_j^T", "mma_sync", x.dt, bm, bn, d, P, ("dO", sa * bm * d * eg), ("V", sb * bn * d * eg)),
+        cf.gemm("dV_j += P^T dO_i", "mma_sync", x.dt, bn, d, bm, P, None, ("dO", kb * bm * d * eg)),
         cf.work("dS = scale P (dP - D_i)", P, 0, 3 * bm * bn),
-        cf.gemm("dK_j += dS^T Q_i", "mma_sync", x.dt, bn, d, bm, P, None, ("Q", w * bm * d * eg)),
+        cf.gemm("dK_j += dS^T Q_i", "mma_sync", x.dt, bn, d, bm, P, None, ("Q", kb * bm * d * eg)),
     ]
     if atomic:
         inner += [
-            cf.gemm("dQ_i = dS K_j", "mma_sync", x.dt, bm, d, bn, P, None, ("K", w * bn * d * eg)),
+            cf.gemm("dQ_i = dS K_j", "mma_sync", x.dt, bm, d, bn, P, None, ("K", qb * bn * d * eg)),
             cf.atomic("dQaccum_i += dQ_i  (fp32 red.global.add)", "dQaccum", rq * d * F32, rows * d * F32, P),
         ]
     if x.p.group > 1:
@@ -248,6 +273,7 @@ def _dq_pass_nest(x: cf.Dims) -> cf.KernelNest:
     kv = BH * sum(x.kv_rows(k) for k in n) * d * e
     masked = BH * sum(x.masked(i * bm, n[i]) for i in range(x.Tr))
     rq, rk, tr = min(bm, Nq), min(bn, x.Nk), x.Tr
+    (sa, sb), _, (_, qb) = (_reads(grid) for grid in warp_grids(d, x.t))
     body = [
         cf.load("load Q_i", "Q", rq * d * e, BH * Nq * d * e, BH * tr),
         cf.load("load dO_i", "dO", rq * d * e, BH * Nq * d * e, BH * tr),
@@ -256,12 +282,13 @@ def _dq_pass_nest(x: cf.Dims) -> cf.KernelNest:
         cf.Loop(f"j in 0..{max(n)}  kv-block", max(n), P, [
             cf.load("load K_j", "K", rk * d * e, kv, P),
             cf.load("load V_j", "V", rk * d * e, kv, P),
-            cf.gemm("S = Q_i K_j^T", "mma_sync", x.dt, bm, bn, d, P, ("Q", bm * d * eg), ("K", w * bn * d * eg)),
+            cf.gemm("S = Q_i K_j^T", "mma_sync", x.dt, bm, bn, d, P, ("Q", sa * bm * d * eg), ("K", sb * bn * d * eg)),
             cf.work("P = exp(scale S - LSE_i)", P, bm * bn, 2 * bm * bn,
                     2 * bm * bn * P + cf.MASK_OPS_PER_ELEMENT * masked * bm * bn),
-            cf.gemm("dP = dO_i V_j^T", "mma_sync", x.dt, bm, bn, d, P, ("dO", bm * d * eg), ("V", w * bn * d * eg)),
+            cf.gemm("dP = dO_i V_j^T", "mma_sync", x.dt, bm, bn, d, P, ("dO", sa * bm * d * eg),
+                    ("V", sb * bn * d * eg)),
             cf.work("dS = scale P (dP - D_i)", P, 0, 3 * bm * bn),
-            cf.gemm("dQ_i += dS K_j", "mma_sync", x.dt, bm, d, bn, P, None, ("K", w * bn * d * eg)),
+            cf.gemm("dQ_i += dS K_j", "mma_sync", x.dt, bm, d, bn, P, None, ("K", qb * bn * d * eg)),
         ], note="causal: to the diagonal" if x.p.causal else ""),
         cf.store("store dQ_i", "dQ", rq * d * e, BH * Nq * d * e, BH * tr),
     ]
