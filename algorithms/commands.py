@@ -12,7 +12,15 @@ from typing import Any
 
 from flashsim.hw_profiles.commands import add_profile_args, profile_from_args
 
-from .cli_args import add_algo_arg, add_problem_args, add_tiling_args, problem_from_args, tiling_from_args
+from .cli_args import (
+    add_algo_arg,
+    add_pass_arg,
+    add_problem_args,
+    add_tiling_args,
+    problem_from_args,
+    tiling_from_args,
+    tiling_overridden,
+)
 
 PLOT_DIR = "flashsim-out"
 
@@ -41,9 +49,12 @@ def register(subparsers: Any) -> None:
         "The totals are checked against the op-by-op count.",
     )
     add_algo_arg(p, default=None)
+    add_pass_arg(p)
     add_profile_args(p)
     add_problem_args(p)
     add_tiling_args(p)
+    p.add_argument("--dq", choices=("atomic", "pass"), default="atomic",
+                   help="v2-bwd: dQ added by fp32 atomics (default, as FA2) or computed in a second pass per Q block")
     p.add_argument("--no-hadamard", action="store_true", help="v3-fp8: quantise without incoherent processing")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.set_defaults(func=_cmd_explain)
@@ -56,16 +67,25 @@ def _cmd_io(args: argparse.Namespace) -> int:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
+    from flashsim.errors import FlashsimError
+
+    from .backward import pass_algos
     from .catalog import check_dtype
     from .explain import explain
 
     profile = profile_from_args(args)
-    problem = problem_from_args(args, args.algo)
-    check_dtype(args.algo, problem)
-    tiling = tiling_from_args(args, args.algo, problem, profile)
-    result = explain(args.algo, problem, tiling, hadamard=not args.no_hadamard)
+    algos = pass_algos(args.algo, args.pass_)
+    if len(algos) > 1 and tiling_overridden(args):
+        raise FlashsimError("tile options apply to one pass: use them with --pass fwd or --pass bwd")
+    results = []
+    for algo in algos:
+        problem = problem_from_args(args, algo)
+        check_dtype(algo, problem)
+        tiling = tiling_from_args(args, algo, problem, profile)
+        results.append(explain(algo, problem, tiling, hadamard=not args.no_hadamard, dq=args.dq))
     if args.json:
-        sys.stdout.write(json.dumps(result.as_dict()) + "\n")
+        out = results[0].as_dict() if len(results) == 1 else {"passes": [r.as_dict() for r in results]}
+        sys.stdout.write(json.dumps(out) + "\n")
     else:
-        sys.stdout.write(result.text())
+        sys.stdout.write("\n".join(r.text() for r in results))
     return 0

@@ -99,9 +99,10 @@ class Explanation:
         }
 
 
-def explain(algo: str, problem: Problem, tiling: Tiling, hadamard: bool = True) -> Explanation:
-    nests = loop_nest(algo, problem, tiling, hadamard)
-    schedule = catalog.get(algo).schedule(problem, tiling, hadamard=hadamard)
+def explain(algo: str, problem: Problem, tiling: Tiling, hadamard: bool = True, **options) -> Explanation:
+    """options: other schedule options (v2-bwd's dq), passed to the records that take them."""
+    nests = loop_nest(algo, problem, tiling, hadamard, **options)
+    schedule = catalog.get(algo).schedule(problem, tiling, hadamard=hadamard, **options)
     return Explanation(algo, problem, tiling, nests, fold(algo, nests), count_io(schedule),
                        [critical_path(k) for k in schedule.kernels])
 
