@@ -26,13 +26,11 @@ def check_pass(name: str) -> None:
 
 
 def pass_algos(algo: str, pass_: str) -> list[str]:
-    """The schedules a pass of `algo` runs: fwd: the forward; bwd: its backward; fwd+bwd: both. A
-    backward schedule named directly runs as itself for bwd."""
+    """The schedules a pass of `algo` runs: fwd: the forward; bwd: its backward; fwd+bwd: both. A backward
+    schedule named directly runs as itself for fwd (the default) and bwd."""
     check_pass(pass_)
     fwd = FORWARD_OF.get(algo, algo)
     if pass_ == "fwd":
-        if algo in FORWARD_OF:
-            raise FlashsimError(f"{algo} is a backward schedule; use --pass bwd (or --algo {fwd})")
         return [algo]
     if fwd not in BACKWARD_OF:
         raise FlashsimError(f"{algo} has no backward schedule; the backward exists for "

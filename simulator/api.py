@@ -114,13 +114,14 @@ def simulate(
     trace: list | None = None,
     extrapolate: bool = True,
     small_whole_chip: bool = True,
+    options: dict | None = None,
 ) -> SimResult:
     """Replay `algo`'s schedule for `problem` on `profile`.
 
     sms: SMs simulated (sampling, see simulator/gpu.py); None simulates the whole chip.
     extrapolate: let uniform kernels skip periods of waves (simulator/gpu.py) and long V1 loops be probed.
     small_whole_chip: run grids small enough for it on the whole chip even when `sms` asks for a sample (V1's
-    probes turn it off: they take the machine their full loop gets)."""
+    probes turn it off: they take the machine their full loop gets). options: the schedule's own (v2-bwd's dq)."""
     rec = catalog.get(algo)
     check_features(algo, problem, profile)
     if tiling is not None:
@@ -131,7 +132,7 @@ def simulate(
         result = _outer_steps(algo, problem, profile, t, sms, steps)
         if result is not None:
             return result
-    schedule = build(algo, problem, t)
+    schedule = build(algo, problem, t, **(options or {}))
     wall = time.perf_counter()
     gpu = _machine(profile, problem, schedule, sms, trace, small_whole_chip)
     cycles = 0

@@ -74,6 +74,8 @@ def register(subparsers: Any) -> None:
     )
     add_algo_arg(p)
     add_pass_arg(p)
+    p.add_argument("--dq", choices=("atomic", "pass"), default="atomic",
+                   help="v2-bwd: dQ added by fp32 atomics (default, as FA2) or computed in a second pass")
     add_problem_args(p)
     add_tiling_args(p)
     add_profile_args(p)
@@ -164,7 +166,7 @@ def _cmd_simulate(args) -> int:
     elif tiling_overridden(args):
         raise FlashsimError("tile options apply to one pass: use them with --pass fwd or --pass bwd")
     result = simulate_pass(args.algo, problem, profile, args.pass_, tiling, sms=_sms(args, profile),
-                           extrapolate=args.extrapolate)
+                           extrapolate=args.extrapolate, options={"dq": args.dq})
     if args.json:
         _print_json(result.as_dict())
     else:

@@ -184,10 +184,11 @@ class Gpu:
         if from_smem:
             sm.smem.release(sm.smem.submit(now, tile.nbytes))
 
-    def atomic(self, tile, now: int, from_smem: bool, sm: Sm, flow=None) -> None:
+    def atomic(self, tile, now: int, from_smem: bool, sm: Sm, then=None, flow=None) -> None:
         """An fp32 reduce-add into a tile: its bytes cross the L2 port, then the L2 reads the lines (a miss
         fetches them from HBM), adds at the slices' atomic rate and keeps them dirty (written back to HBM when
-        evicted). Nobody waits: red.global and a TMA reduce-add are fire-and-forget."""
+        evicted). then(cycle) runs once the L2 has performed it: the warps go on at once (red.global and a TMA
+        reduce-add are fire-and-forget), but a block is not done before its reductions are."""
         if flow is None:
             flow = sm.index
         p = self.profile
@@ -205,7 +206,7 @@ class Gpu:
         self.atomic_bytes += tile.nbytes
         self._charge_evictions(now, sm.index)
         self.l2_port.submit(now, tile.nbytes, None, flow)
-        self.l2_atomic.submit(now, tile.nbytes, None, flow)
+        self.l2_atomic.submit(now, tile.nbytes, then, flow)
         if from_smem:
             sm.smem.release(sm.smem.submit(now, tile.nbytes))
 

@@ -102,6 +102,7 @@ class RoleTimer:
         env, gpu, sm, p = self.env, self.gpu, self.sm, self.p
         tracing = self.trace is not None
         inflight: dict[str, object] = {}  # register or SMEM buffer -> event: a plain load into it landed
+        reductions = []  # events: an atomic add the L2 has performed (the block ends after the last)
         for op in program:
             gpu.ops += 1
             kind = type(op)
@@ -136,7 +137,10 @@ class RoleTimer:
                     yield event
             elif kind is AtomicAdd:
                 tma = op.via == "tma"
-                gpu.atomic(op.dst, now, tma, sm, None if tma else self.flow)
+                event = env.event()
+                reductions.append(event)
+                gpu.atomic(op.dst, now, tma, sm, self._landing(event.succeed, f"atomic {op.dst.tensor}", now),
+                           None if tma else self.flow)
                 yield env.timeout(p.tma_issue_cycles if tma else 1)
             elif kind is Gemm:
                 rate = p.tensor_flops_per_clk_per_sm(op.instr, op.dtype)
@@ -201,7 +205,7 @@ class RoleTimer:
                 yield from self._until([(sm.alu, sm.alu.submit(now, op.rows * op.cols))], 1)
             else:
                 raise TypeError(f"timing interpreter has no rule for {kind.__name__}")
-        for event in inflight.values():
+        for event in [*inflight.values(), *reductions]:
             if not event.processed:
                 yield event
 
