@@ -36,37 +36,60 @@ def _sizes(p: Problem) -> dict[str, int]:
     return {"q": q, "kv": kv, "rows": rows, "scores": p.batch * p.heads * p.seqlen_q * p.seqlen_k, "e": e}
 
 
-def forward_tensors(algo: str, p: Problem, block: int = 128) -> dict[str, int]:
-    """Bytes of each tensor a forward schedule keeps in HBM (block: v3-fp8's scale block rows)."""
-    s = _sizes(p)
-    e = 2 if algo == "v3-fp8" else s["e"]  # v3-fp8 takes bf16 inputs and quantises them itself
-    out = {"Q": s["q"] * e, "K": s["kv"] * e, "V": s["kv"] * e, "O": s["q"] * out_bytes(p)}
-    if algo == "standard":
-        out.update(S=s["scores"] * e, P=s["scores"] * e)
-    elif algo == "v1":
-        out.update(O_fp32=s["q"] * FP32_BYTES, m=s["rows"] * FP32_BYTES, l=s["rows"] * FP32_BYTES)
-    else:
-        out["LSE"] = s["rows"] * FP32_BYTES
-    if algo == "v3-fp8":
-        blocks = -(-p.seqlen_q // block) * p.batch * p.heads + 2 * -(-p.seqlen_k // block) * p.batch * p.kv_heads
-        out.update(Qq=s["q"], Kq=s["kv"], Vq=s["kv"], scales=blocks * FP32_BYTES)
+def _flash_forward(p: Problem, s: dict) -> dict[str, int]:
+    return {"LSE": s["rows"] * FP32_BYTES}
+
+
+def _standard_forward(p: Problem, s: dict) -> dict[str, int]:
+    return {"S": s["scores"] * s["e"], "P": s["scores"] * s["e"]}
+
+
+def _v1_forward(p: Problem, s: dict) -> dict[str, int]:
+    return {"O_fp32": s["q"] * FP32_BYTES, "m": s["rows"] * FP32_BYTES, "l": s["rows"] * FP32_BYTES}
+
+
+def _fp8_forward(p: Problem, s: dict, block: int = 128) -> dict[str, int]:
+    """e4m3 copies of Q, K, V and an fp32 scale per block of `block` rows, beside the LSE."""
+    blocks = -(-p.seqlen_q // block) * p.batch * p.heads + 2 * -(-p.seqlen_k // block) * p.batch * p.kv_heads
+    return {**_flash_forward(p, s), "Qq": s["q"], "Kq": s["kv"], "Vq": s["kv"], "scales": blocks * FP32_BYTES}
+
+
+def _flash_backward(p: Problem, s: dict) -> dict[str, int]:
+    """The saved LSE, D = rowsum(dO * O) and the fp32 accumulators the key blocks add into."""
+    out = {"O": s["q"] * s["e"], "LSE": s["rows"] * FP32_BYTES, "D": s["rows"] * FP32_BYTES,
+           "dQaccum": s["q"] * FP32_BYTES}
+    if p.group > 1:
+        out.update(dKaccum=s["kv"] * FP32_BYTES, dVaccum=s["kv"] * FP32_BYTES)
     return out
+
+
+def _standard_backward(p: Problem, s: dict) -> dict[str, int]:
+    """The saved P (not O), and dP and dS materialised."""
+    return {"P": s["scores"] * s["e"], "dP": s["scores"] * s["e"], "dS": s["scores"] * s["e"]}
+
+
+# What each schedule keeps beyond its inputs and outputs (default: a flash kernel's), and the element size of
+# inputs a schedule quantises itself.
+FORWARD_EXTRAS = {"standard": _standard_forward, "v1": _v1_forward, "v3-fp8": _fp8_forward}
+BACKWARD_EXTRAS = {"standard-bwd": _standard_backward}
+INPUT_BYTES = {"v3-fp8": 2}
+
+
+def forward_tensors(algo: str, p: Problem) -> dict[str, int]:
+    """Bytes of each tensor a forward schedule keeps in HBM."""
+    s = _sizes(p)
+    e = INPUT_BYTES.get(algo, s["e"])
+    out = {"Q": s["q"] * e, "K": s["kv"] * e, "V": s["kv"] * e, "O": s["q"] * out_bytes(p)}
+    return {**out, **FORWARD_EXTRAS.get(algo, _flash_forward)(p, s)}
 
 
 def backward_tensors(algo: str, p: Problem) -> dict[str, int]:
     """Bytes of each tensor a backward schedule (standard-bwd, v2-bwd, v3-bwd) keeps in HBM."""
     s = _sizes(p)
     e = s["e"]
-    out = {"Q": s["q"] * e, "K": s["kv"] * e, "V": s["kv"] * e, "O": s["q"] * e, "dO": s["q"] * e,
+    out = {"Q": s["q"] * e, "K": s["kv"] * e, "V": s["kv"] * e, "dO": s["q"] * e,
            "dQ": s["q"] * e, "dK": s["kv"] * e, "dV": s["kv"] * e}
-    if algo == "standard-bwd":
-        out.update(P=s["scores"] * e, dP=s["scores"] * e, dS=s["scores"] * e)
-        del out["O"]  # the unfused backward needs P, not O
-        return out
-    out.update(LSE=s["rows"] * FP32_BYTES, D=s["rows"] * FP32_BYTES, dQaccum=s["q"] * FP32_BYTES)
-    if p.group > 1:
-        out.update(dKaccum=s["kv"] * FP32_BYTES, dVaccum=s["kv"] * FP32_BYTES)
-    return out
+    return {**out, **BACKWARD_EXTRAS.get(algo, _flash_backward)(p, s)}
 
 
 def pass_tensors(algo: str, p: Problem, pass_: str) -> dict[str, int]:
