@@ -308,6 +308,7 @@ ALGORITHM = Algorithm(
     why="K_j and V_j cross global memory once; Q, dO, LSE and D once per kv-block: Tc = {tc} passes, and dQ "
         "is added into an fp32 accumulator Tc times (atomics served by the L2).",
     options=("dq",),
+    dtypes=("bf16", "fp16"),  # FA2's backward takes 16-bit inputs
     warp_split="n",  # the kernels' 2 x 4 warp grids: block_n a multiple of 8 x warps with S's n
     block_n_is_k=False,
 )

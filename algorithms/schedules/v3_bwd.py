@@ -60,6 +60,16 @@ def consumers(t: Tiling) -> int:
     return t.warps // 4 - 1
 
 
+def share(t: Tiling) -> int:
+    """Keys of a block each consumer warpgroup owns: Bc / C rounded up to the MMA's 8 (the last share may
+    be shorter, or empty when shrunk tiles leave fewer keys than warpgroups)."""
+    return 8 * -(-t.block_n // (8 * max(1, consumers(t))))
+
+
+def share_keys(t: Tiling, c: int) -> int:
+    return max(0, min(share(t), t.block_n - c * share(t)))
+
+
 def mapper(p: Problem, profile) -> Tiling:
     bm, bn, c, stages = _FA3_BWD[p.headdim]
     return Tiling(bm, bn, 4 * (c + 1), stages)
@@ -75,7 +85,7 @@ def smem_bytes(p: Problem, t: Tiling) -> int:
 
 def registers(p: Problem, t: Tiling) -> int:
     """A consumer warpgroup: its dK and dV accumulators (Bc/C x d) and S, dP (Br x Bc/C) over 128 threads."""
-    kc = t.block_n // max(1, consumers(t))
+    kc = share(t)
     return REG_OVERHEAD - 8 + (2 * kc * p.headdim + 2 * t.block_m * kc) // 128
 
 
@@ -89,24 +99,25 @@ def check_tiling(p: Problem, t: Tiling) -> None:
     if t.warps % 4 or c < 1:
         raise FlashsimError(f"v3-bwd runs a producer warpgroup and at least one consumer: warps must be a "
                             f"multiple of 4 and at least 8, got {t.warps}")
-    if t.block_n % c or (t.block_n // c) % 8:
-        raise FlashsimError(f"v3-bwd splits block_n={t.block_n} over {c} consumer warpgroups: each share must be "
-                            f"a multiple of 8")
 
 
 def build(p: Problem, t: Tiling) -> Schedule:
     bm, bn, d, stages = t.block_m, t.block_n, p.headdim, t.stages
     C = consumers(t)
-    kc = bn // C
+    kc = share(t)
     dt, g = gemm_dtype(p), p.group
+
+    def owns(j: int, c: int) -> bool:
+        return share_keys(t, c) > 0 and j * bn + c * kc < p.seqlen_k
 
     def producer(cta):
         b, h, j = cta
         col0 = j * bn
         for c in range(C):
-            if col0 + c * kc < p.seqlen_k:
-                yield Load(row_tile(p, "K", b, h, col0 + c * kc, kc, kv=True), f"sK{c}", SMEM, "tma", "kv")
-                yield Load(row_tile(p, "V", b, h, col0 + c * kc, kc, kv=True), f"sV{c}", SMEM, "tma", "kv")
+            if owns(j, c):
+                keys = share_keys(t, c)
+                yield Load(row_tile(p, "K", b, h, col0 + c * kc, keys, kv=True), f"sK{c}", SMEM, "tma", "kv")
+                yield Load(row_tile(p, "V", b, h, col0 + c * kc, keys, kv=True), f"sV{c}", SMEM, "tma", "kv")
         for n, i in enumerate(bw.q_blocks(p, col0, bm)):
             s, use = n % stages, n // stages
             if use:
@@ -120,12 +131,12 @@ def build(p: Problem, t: Tiling) -> Schedule:
     def consumer_program(c: int):
         def program(cta):
             b, h, j = cta
-            k0 = j * bn + c * kc
-            if k0 >= p.seqlen_k:
+            k0, keys = j * bn + c * kc, share_keys(t, c)
+            if not owns(j, c):
                 for n, _ in enumerate(bw.q_blocks(p, j * bn, bm)):
                     yield Arrive(f"empty{n % stages}")  # nothing to compute: release the slots at once
                 return
-            loads = 2 * sum(1 for cc in range(C) if j * bn + cc * kc < p.seqlen_k)
+            loads = 2 * sum(1 for cc in range(C) if owns(j, cc))
             yield Wait("kv", loads)
             yield Fill("dK", kc, d, 0.0)
             yield Fill("dV", kc, d, 0.0)
@@ -133,7 +144,7 @@ def build(p: Problem, t: Tiling) -> Schedule:
                 s, row0 = n % stages, i * bm
                 yield Wait(f"full{s}", RING_TILES * (n // stages + 1))
                 yield Gemm("S", f"sQ{s}", f"sK{c}", bm, kc, d, SMEM, SMEM, "wgmma", dt, 4, trans_b=True)
-                yield LseExp("S", "P", f"sLSE{s}", bm, kc, p.scale, tile_mask(p, row0, k0, bm, kc), 4)
+                yield LseExp("S", "P", f"sLSE{s}", bm, kc, p.scale, tile_mask(p, row0, k0, bm, keys), 4)
                 yield Gemm("dP", f"sdO{s}", f"sV{c}", bm, kc, d, SMEM, SMEM, "wgmma", dt, 4, trans_b=True)
                 yield SoftmaxGrad("dS", "P", "dP", f"sD{s}", bm, kc, p.scale, 4)
                 yield Gemm("dV", "P", f"sdO{s}", kc, d, bm, RMEM, SMEM, "wgmma", dt, 4, accumulate=True,
@@ -144,11 +155,11 @@ def build(p: Problem, t: Tiling) -> Schedule:
                 yield Arrive(f"empty{s}")
                 yield AtomicAdd("dQ", bw.accum_tile(p, "dQaccum", b, h, row0, bm), "tma")
             if g > 1:
-                yield AtomicAdd("dK", bw.accum_tile(p, "dKaccum", b, h // g, k0, kc, kv=True), "tma")
-                yield AtomicAdd("dV", bw.accum_tile(p, "dVaccum", b, h // g, k0, kc, kv=True), "tma")
+                yield AtomicAdd("dK", bw.accum_tile(p, "dKaccum", b, h // g, k0, keys, kv=True), "tma")
+                yield AtomicAdd("dV", bw.accum_tile(p, "dVaccum", b, h // g, k0, keys, kv=True), "tma")
             else:
-                yield Store("dK", row_tile(p, "dK", b, h, k0, kc, kv=True), RMEM, "tma")
-                yield Store("dV", row_tile(p, "dV", b, h, k0, kc, kv=True), RMEM, "tma")
+                yield Store("dK", row_tile(p, "dK", b, h, k0, keys, kv=True), RMEM, "tma")
+                yield Store("dV", row_tile(p, "dV", b, h, k0, keys, kv=True), RMEM, "tma")
 
         return program
 
@@ -169,13 +180,15 @@ def build(p: Problem, t: Tiling) -> Schedule:
 def loop_nest(x: cf.Dims) -> list[cf.KernelNest]:
     BH, Nq, Nk, d, e, eg, bm, bn = x.BH, x.Nq, x.Nk, x.d, x.e, x.eg, x.bm, x.bn
     C = consumers(x.t)
-    kc = bn // C
+    kc = share(x.t)
     steps, seen = bw.q_steps(x), bw.q_rows_seen(x)
-    active = [sum(1 for c in range(C) if j * bn + c * kc < Nk) for j in range(x.Tc)]  # consumers with keys
+    owners = [[c for c in range(C) if share_keys(x.t, c) and j * bn + c * kc < Nk] for j in range(x.Tc)]
+    active = [len(o) for o in owners]  # consumers with keys in block j
     P, rows = BH * sum(steps), BH * sum(seen)
     CP = BH * sum(a * s for a, s in zip(active, steps, strict=True))
     crows = BH * sum(a * r for a, r in zip(active, seen, strict=True))
-    masked = BH * sum(bw.masked_steps(x, j * bn + c * kc, kc, j * bn) for j in range(x.Tc) for c in range(active[j]))
+    masked = BH * sum(bw.masked_steps(x, j * bn + c * kc, share_keys(x.t, c), j * bn)
+                      for j in range(x.Tc) for c in owners[j])
     slices = BH * sum(active)
     rq, rk = min(bm, Nq), min(kc, Nk)
     kv = BH * Nk * d * e
@@ -237,6 +250,7 @@ ALGORITHM = Algorithm(
         "{stages} slots; dQ reduce-added in the L2 once per (kv-block, q-block, consumer).",
     mma="wgmma",
     features=("tma", "wgmma"),
+    dtypes=("bf16", "fp16"),  # FA3's backward takes 16-bit inputs
     register_budget=register_budget,
     check_tiling=check_tiling,
 )
