@@ -10,7 +10,8 @@ What is counted, in bytes:
                           HBM rather than L2 is the timing simulator's question);
   gmem_atomic             every AtomicAdd (the backward's fp32 dQ accumulation): bytes sent to the L2 to be
                           added there (a reduce-add through TMA is staged in shared memory first);
-  smem_write              Loads into shared memory (by tensor), partials a WarpReduce stages, the row
+  smem_write              Loads into shared memory (by tensor), tiles a role stages for another (StoreShared,
+                          by its label), partials a WarpReduce stages, the row
                           statistics a cross-warp softmax exchanges, and O staged for a TMA store;
   smem_read               GEMM operands read from shared memory, by the tensor loaded into the buffer.
                           mma.sync warps each issue their own MMAs, so split 'm' (warps own rows) reads A
@@ -36,6 +37,7 @@ from .ir import (
     OnlineSoftmax,
     Schedule,
     Store,
+    StoreShared,
     WarpReduce,
 )
 
@@ -170,6 +172,9 @@ def _count_cta(roles, cta, k: int, io: KernelIO) -> None:
     gr, gw, sr, sw, fl = io.gmem_read, io.gmem_write, io.smem_read, io.smem_write, io.flops
     exps = alu = 0
     smem_tensor: dict[str, tuple] = {}  # shared-memory buffer -> (global tensor loaded into it, bytes)
+    # operand reads of buffers no role has filled yet (another role stages them: roles run one after another
+    # here), named once every role has run
+    unnamed: Counter = Counter()
     for role in roles:
         for op in role.program(cta):
             kind = type(op)
@@ -192,13 +197,22 @@ def _count_cta(roles, cta, k: int, io: KernelIO) -> None:
                 a_reads, b_reads = operand_reads(op)
                 e = OPERAND_BYTES[op.dtype] * k
                 if op.a_level == SMEM:
-                    sr[smem_tensor.get(op.a, (op.a,))[0]] += a_reads * op.m * op.k * e
+                    if op.a in smem_tensor:
+                        sr[smem_tensor[op.a][0]] += a_reads * op.m * op.k * e
+                    else:
+                        unnamed[op.a] += a_reads * op.m * op.k * e
                 if op.b_level == SMEM:
-                    sr[smem_tensor.get(op.b, (op.b,))[0]] += b_reads * op.k * op.n * e
+                    if op.b in smem_tensor:
+                        sr[smem_tensor[op.b][0]] += b_reads * op.k * op.n * e
+                    else:
+                        unnamed[op.b] += b_reads * op.k * op.n * e
                 for scale in (op.a_scale, op.b_scale):
                     if scale in smem_tensor:  # fp8 block scales that travelled with their tiles
                         tensor, nbytes = smem_tensor[scale]
                         sr[tensor] += nbytes * k
+            elif kind is StoreShared:
+                sw[op.label] += op.nbytes * k
+                smem_tensor[op.dst] = op.label, op.nbytes
             elif kind is AtomicAdd:
                 n = op.dst.nbytes * k
                 io.gmem_atomic[op.dst.tensor] += n
@@ -216,6 +230,8 @@ def _count_cta(roles, cta, k: int, io: KernelIO) -> None:
                     sr[SOFTMAX_STATS] += SOFTMAX_STAT_COUNT * softmax_exchange_reads(w, rows) * k
                 exps += getattr(op, "exps", 0)
                 alu += getattr(op, "alu_flops", 0)
+    for buffer, n in unnamed.items():
+        sr[smem_tensor.get(buffer, (buffer,))[0]] += n
     io.ctas += k
     io.exps += exps * k
     io.alu_flops += alu * k

@@ -365,6 +365,23 @@ class AtomicAdd:
 
 
 @dataclass(frozen=True, slots=True)
+class StoreShared:
+    """Registers -> a shared-memory buffer that other warp roles read (FA3's dS, the operand of the dQ GEMM
+    another warpgroup issues), in the GEMM operand type. label: what the bytes are counted as."""
+
+    src: str
+    dst: str
+    rows: int
+    cols: int
+    elem_bytes: int
+    label: str
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows * self.cols * self.elem_bytes
+
+
+@dataclass(frozen=True, slots=True)
 class RowDot:
     """dst (rows x 1) = rowsum(a * b): the backward's D = rowsum(dO * O) (= rowsum(P * dP))."""
 
@@ -432,7 +449,7 @@ class SoftmaxGrad:
 
 Op = (
     Load | Store | Gemm | GemmWait | OnlineSoftmax | Rescale | RescaleMerge | WarpReduce | Normalize | RowSoftmax
-    | Quantize | Fill | Arrive | Wait | SyncThreads | AtomicAdd | RowDot | LseExp | SoftmaxGrad
+    | Quantize | Fill | Arrive | Wait | SyncThreads | AtomicAdd | StoreShared | RowDot | LseExp | SoftmaxGrad
 )
 
 

@@ -35,6 +35,7 @@ from .ir import (
     Schedule,
     SoftmaxGrad,
     Store,
+    StoreShared,
     SyncThreads,
     Wait,
     WarpReduce,
@@ -211,6 +212,8 @@ class _Cta:
         elif isinstance(op, AtomicAdd):
             view = self.mem.view(op.dst)
             view += self.get(regs, op.src)[: view.shape[0], : view.shape[1]]
+        elif isinstance(op, StoreShared):
+            self.smem[op.dst] = self.get(regs, op.src).clone()
         elif isinstance(op, RowDot):
             a, b = self.get(regs, op.a), self.get(regs, op.b)
             regs[op.dst] = (a * b).sum(1, keepdim=True)

@@ -28,6 +28,7 @@ from flashsim.algorithms.ir import (
     RowSoftmax,
     SoftmaxGrad,
     Store,
+    StoreShared,
     SyncThreads,
     Wait,
     WarpReduce,
@@ -135,6 +136,8 @@ class RoleTimer:
                     gpu.store(op.dst, now, op.level == SMEM, sm,
                               self._landing(event.succeed, f"store {op.dst.tensor}", now), self.flow)
                     yield event
+            elif kind is StoreShared:
+                yield from self._until([(sm.smem, sm.smem.submit(now, op.nbytes))], p.smem_latency_cycles)
             elif kind is AtomicAdd:
                 tma = op.via == "tma"
                 event = env.event()

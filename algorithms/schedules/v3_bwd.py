@@ -8,13 +8,14 @@
                      consumer c (a warpgroup) owns keys [c Bc/C, (c+1) Bc/C) of the block, with its dK and dV
                                 accumulators in registers; per Q block, with wgmma:
                                 S = Q_i K_c^T; P = exp(scale S - LSE_i); dP = dO_i V_c^T; dS = scale P (dP - D_i)
-                                dV_c += P^T dO_i; dK_c += dS^T Q_i; dQ_i += dS K_c, staged in shared memory and
-                                added by a TMA reduce-add (fp32 atomics in the L2)
+                                dV_c += P^T dO_i; dK_c += dS^T Q_i; dS_c to shared memory; the warpgroups
+                                take turns to compute dQ_i = sum_c dS_c K_c and add it to the fp32 dQ with a
+                                TMA reduce-add (atomics in the L2), one per (K/V block, Q block)
     bwd_convert_dq dQ = dQaccum in the input dtype.
 
-FA3 sums its warpgroups' dQ in shared memory before one reduce-add per Q block; here each consumer
-warpgroup issues its own (C reduce-adds of Br x d per step, the same tensor-core work). GQA: dK and dV
-added into fp32 accumulators per K/V head (zeroed first, converted last), as FA3 does.
+FA3 splits the dQ GEMM over its warpgroups; here one warpgroup per step issues it (they take turns), with the
+same tensor-core work, shared-memory traffic and one reduce-add per step. GQA: dK and dV added into fp32
+accumulators per K/V head (zeroed first, converted last), as FA3 does.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from flashsim.errors import FlashsimError
 
 from .. import backward as bw
 from .. import closed_form as cf
+from ..counting import OPERAND_BYTES
 from ..footprint import REG_OVERHEAD
 from ..ir import FP32_BYTES as F32
 from ..ir import (
@@ -39,6 +41,7 @@ from ..ir import (
     Schedule,
     SoftmaxGrad,
     Store,
+    StoreShared,
     Wait,
 )
 from ..mapping import Tiling
@@ -75,12 +78,18 @@ def mapper(p: Problem, profile) -> Tiling:
     return Tiling(bm, bn, 4 * (c + 1), stages)
 
 
+def dS_buffers(t: Tiling) -> int:
+    """dS tiles in shared memory: double-buffered, single with a single-stage ring (FA3's d192 / d256)."""
+    return min(2, t.stages)
+
+
 def smem_bytes(p: Problem, t: Tiling) -> int:
-    """K and V tiles, a ring of Q / dO tiles (+ LSE and D), dS for the dQ / dK GEMMs, and one fp32 dQ tile
-    staged for the reduce-add."""
+    """K and V tiles, a ring of Q / dO tiles (+ LSE and D), the dS buffers the dQ GEMM reads, and one fp32 dQ
+    tile staged for the reduce-add."""
     d, e = p.headdim, p.elem_bytes
     ring = t.stages * (2 * t.block_m * d * e + 2 * t.block_m * F32)
-    return 2 * t.block_n * d * e + ring + t.block_m * t.block_n * e + t.block_m * d * F32
+    ds = dS_buffers(t) * t.block_m * t.block_n * e
+    return 2 * t.block_n * d * e + ring + ds + t.block_m * d * F32
 
 
 def registers(p: Problem, t: Tiling) -> int:
@@ -106,6 +115,7 @@ def build(p: Problem, t: Tiling) -> Schedule:
     C = consumers(t)
     kc = share(t)
     dt, g = gemm_dtype(p), p.group
+    ds_bufs = dS_buffers(t)
 
     def owns(j: int, c: int) -> bool:
         return share_keys(t, c) > 0 and j * bn + c * kc < p.seqlen_k
@@ -136,12 +146,12 @@ def build(p: Problem, t: Tiling) -> Schedule:
                 for n, _ in enumerate(bw.q_blocks(p, j * bn, bm)):
                     yield Arrive(f"empty{n % stages}")  # nothing to compute: release the slots at once
                 return
-            loads = 2 * sum(1 for cc in range(C) if owns(j, cc))
-            yield Wait("kv", loads)
+            owners = [cc for cc in range(C) if owns(j, cc)]
+            yield Wait("kv", 2 * len(owners))
             yield Fill("dK", kc, d, 0.0)
             yield Fill("dV", kc, d, 0.0)
             for n, i in enumerate(bw.q_blocks(p, j * bn, bm)):
-                s, row0 = n % stages, i * bm
+                s, row0, half = n % stages, i * bm, n % ds_bufs
                 yield Wait(f"full{s}", RING_TILES * (n // stages + 1))
                 yield Gemm("S", f"sQ{s}", f"sK{c}", bm, kc, d, SMEM, SMEM, "wgmma", dt, 4, trans_b=True)
                 yield LseExp("S", "P", f"sLSE{s}", bm, kc, p.scale, tile_mask(p, row0, k0, bm, keys), 4)
@@ -151,9 +161,19 @@ def build(p: Problem, t: Tiling) -> Schedule:
                            trans_a=True)
                 yield Gemm("dK", "dS", f"sQ{s}", kc, d, bm, RMEM, SMEM, "wgmma", dt, 4, accumulate=True,
                            trans_a=True)
-                yield Gemm("dQ", "dS", f"sK{c}", bm, d, kc, RMEM, SMEM, "wgmma", dt, 4)
                 yield Arrive(f"empty{s}")
-                yield AtomicAdd("dQ", bw.accum_tile(p, "dQaccum", b, h, row0, bm), "tma")
+                # dS_c to shared memory once the dQ that last read the buffer is done
+                if n >= ds_bufs:
+                    yield Wait(f"dsfree{half}", n // ds_bufs)
+                yield StoreShared("dS", f"sdS{c}_{half}", bm, kc, OPERAND_BYTES[dt], "dS")
+                yield Arrive(f"ds{half}")
+                if c == owners[n % len(owners)]:  # the warpgroups take turns at dQ_i = sum_c dS_c K_c
+                    yield Wait(f"ds{half}", len(owners) * (n // ds_bufs + 1))
+                    for first, cc in enumerate(owners):
+                        yield Gemm("dQ", f"sdS{cc}_{half}", f"sK{cc}", bm, d, kc, SMEM, SMEM, "wgmma", dt, 4,
+                                   accumulate=first > 0)
+                    yield Arrive(f"dsfree{half}")
+                    yield AtomicAdd("dQ", bw.accum_tile(p, "dQaccum", b, h, row0, bm), "tma")
             if g > 1:
                 yield AtomicAdd("dK", bw.accum_tile(p, "dKaccum", b, h // g, k0, keys, kv=True), "tma")
                 yield AtomicAdd("dV", bw.accum_tile(p, "dVaccum", b, h // g, k0, keys, kv=True), "tma")
@@ -186,7 +206,6 @@ def loop_nest(x: cf.Dims) -> list[cf.KernelNest]:
     active = [len(o) for o in owners]  # consumers with keys in block j
     P, rows = BH * sum(steps), BH * sum(seen)
     CP = BH * sum(a * s for a, s in zip(active, steps, strict=True))
-    crows = BH * sum(a * r for a, r in zip(active, seen, strict=True))
     masked = BH * sum(bw.masked_steps(x, j * bn + c * kc, share_keys(x.t, c), j * bn)
                       for j in range(x.Tc) for c in owners[j])
     slices = BH * sum(active)
@@ -211,9 +230,12 @@ def loop_nest(x: cf.Dims) -> list[cf.KernelNest]:
         cf.work("dS = scale P (dP - D_i)", CP, 0, 3 * bm * kc),
         cf.gemm("dV_c += P^T dO_i  wgmma", "wgmma", x.dt, kc, d, bm, CP, None, ("dO", bm * d * eg)),
         cf.gemm("dK_c += dS^T Q_i  wgmma", "wgmma", x.dt, kc, d, bm, CP, None, ("Q", bm * d * eg)),
-        cf.gemm("dQ_i = dS K_c  wgmma", "wgmma", x.dt, bm, d, kc, CP, None, ("K", kc * d * eg)),
-        cf.atomic("dQaccum_i += dQ_i  (TMA reduce-add, fp32)", "dQaccum", rq * d * F32, crows * d * F32, CP,
-                  tma=True),
+        cf.Step("dS_c -> shared memory", "rf->smem", CP,
+                [cf.Effect("smem_write", "dS", bm * kc * eg, CP * bm * kc * eg)]),
+        cf.gemm("dQ_i += dS_c K_c  wgmma (one warpgroup per step, in turns)", "wgmma", x.dt, bm, d, kc, CP,
+                ("dS", bm * kc * eg), ("K", kc * d * eg)),
+        cf.atomic("dQaccum_i += dQ_i  (TMA reduce-add, fp32, once per step)", "dQaccum", rq * d * F32,
+                  rows * d * F32, P, tma=True),
     ]
     if x.p.group > 1:
         out = cf.merged([cf.atomic("dKaccum_c += dK_c, dVaccum_c += dV_c  (TMA reduce-add)", "dKaccum",
