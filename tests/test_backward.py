@@ -228,3 +228,20 @@ def test_memory_cli(capsys):
     assert main(["memory", "--algos", "v1", "--pass", "bwd"]) == 2
     assert main(["memory", "--seqlen", "4096"]) == 0
     assert "longest seqlen that fits" in capsys.readouterr().out
+
+
+def test_flash_backward_bytes_grow_as_n_squared_over_the_key_block():
+    """v2-bwd re-reads Q, dO, LSE and D and adds dQ once per key block: for long sequences its global-memory
+    bytes grow as N^2 and fall as 1 / Bc (N^2 d^2 / M with Bc ~ M / d, as the forward)."""
+    from flashsim.algorithms.mapping import Tiling
+
+    def gmem(n: int, block_n: int) -> int:
+        p = Problem(1, 4, n, 64)
+        return closed_form("v2-bwd", p, Tiling(64, block_n, 8, 2)).gmem_bytes
+
+    assert gmem(16384, 128) / gmem(8192, 128) == pytest.approx(4, rel=0.03)  # less the N d terms
+    assert gmem(16384, 64) / gmem(16384, 128) == pytest.approx(2, rel=0.02)
+    # standard-bwd's P, dP and dS are N^2 whatever the tiles
+    p = Problem(1, 4, 4096, 64)
+    both = [closed_form("standard-bwd", p, Tiling(128, n, 4, 2)).gmem_read["dS"] for n in (64, 128)]
+    assert both[0] == both[1]
