@@ -38,6 +38,13 @@ def pass_algos(algo: str, pass_: str) -> list[str]:
     return [BACKWARD_OF[fwd]] if pass_ == "bwd" else [fwd, BACKWARD_OF[fwd]]
 
 
+def forward_names() -> tuple[str, ...]:
+    """The catalog's forward schedules (what `tour` and `compare` run by default)."""
+    from .catalog import names
+
+    return tuple(n for n in names() if n not in FORWARD_OF)
+
+
 def pass_of(algo: str) -> str:
     """'bwd' for a backward schedule, else 'fwd'."""
     return "bwd" if algo in FORWARD_OF else "fwd"

@@ -10,6 +10,7 @@ import sys
 from typing import Any
 
 from flashsim.algorithms import catalog
+from flashsim.algorithms.backward import forward_names
 from flashsim.algorithms.cli_args import (
     add_algo_arg,
     add_pass_arg,
@@ -87,9 +88,9 @@ def register(subparsers: Any) -> None:
         "--algos",
         nargs="+",
         choices=ALGORITHMS,
-        default=list(ALGORITHMS),
+        default=list(forward_names()),
         metavar="ALGO",
-        help="algorithms to compare (default: all)",
+        help="algorithms to compare (default: every forward schedule; --pass bwd maps them to their backward)",
     )
     p.add_argument("--hws", nargs="+", default=None, metavar="NAME|PATH", help="profiles to compare (default: --hw)")
     add_pass_arg(p)
@@ -423,7 +424,7 @@ def _cmd_tour(args) -> int:
 
     profile = profile_from_args(args)
     jobs = []
-    for algo in ALGORITHMS:
+    for algo in forward_names():
         dtype = catalog.get(algo).default_dtype
         jobs.append((algo, Problem(**TOUR_PROBLEM, dtype=dtype), profile))
     results, skipped = _run_many(jobs, lambda prof: DEFAULT_SAMPLE_SMS, args.json, "tour", workers=_jobs(args))
