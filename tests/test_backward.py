@@ -245,3 +245,16 @@ def test_flash_backward_bytes_grow_as_n_squared_over_the_key_block():
     p = Problem(1, 4, 4096, 64)
     both = [closed_form("standard-bwd", p, Tiling(128, n, 4, 2)).gmem_read["dS"] for n in (64, 128)]
     assert both[0] == both[1]
+
+
+def test_compare_pass_bwd_and_fwd_plus_bwd(capsys, tmp_path):
+    base = ["compare", "--algos", "v1", "v2", "--seqlen", "256", "--batch", "1", "--heads", "2", "--json",
+            "--jobs", "1", "--full", "--out", str(tmp_path)]
+    assert main([*base, "--pass", "bwd"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["algo"] for r in out["results"]] == ["v2-bwd"]
+    assert out["skipped"][0]["algo"] == "v1"
+    assert main([*base, "--pass", "fwd+bwd"]) == 0
+    (both,) = json.loads(capsys.readouterr().out)["results"]
+    assert both["algo"] == "v2 fwd+bwd" and both["pass"] == "fwd+bwd"
+    assert both["time_s"] == pytest.approx(sum(both["sim"]["pass_time_s"].values()))
