@@ -317,6 +317,7 @@ def _counters(gpu: Gpu) -> dict:
     return {
         **busy,
         "busy_l2": gpu.l2_port.busy_cycles(now),
+        "busy_l2_atomic": gpu.l2_atomic.busy_cycles(now),
         "busy_hbm": gpu.hbm.busy_cycles(now),
         "hbm_read": gpu.l2.miss_bytes,
         "hbm_write": gpu.hbm_write_bytes,
@@ -333,5 +334,7 @@ def _utilization(gpu: Gpu, cycles: int, totals: dict) -> dict:
         return dict.fromkeys(UNIT_NAMES, 0.0)
     out = {name: min(1.0, totals[f"busy_{name}"] / (cycles * gpu.n_sms)) for name in ("tensor", "sfu", "alu", "smem")}
     out["l2"] = min(1.0, totals["busy_l2"] / cycles)
+    if totals.get("busy_l2_atomic"):  # only schedules with atomics (the backward's dQ) use the L2's reduce units
+        out["l2_atomic"] = min(1.0, totals["busy_l2_atomic"] / cycles)
     out["hbm"] = min(1.0, totals["busy_hbm"] / cycles)
     return out
