@@ -14,6 +14,7 @@ COMMAND_MODULES = (
     "flashsim.hw_profiles.commands",
     "flashsim.algorithms.commands",
     "flashsim.simulator.commands",
+    "flashsim.simulator.guide_commands",
     "flashsim.kernels.commands",
     "flashsim.experiments.commands",
     "flashsim.experiments.lab.commands",

@@ -11,13 +11,22 @@ from __future__ import annotations
 from flashsim.errors import FlashsimError
 
 from .ir import FP32_BYTES, RMEM, Fill, GTile, Kernel, Load, Role, RowDot, Store
-from .parts import causal_shift, cdiv, row_tile, stat_tile
+from .parts import causal_shift, cdiv, lse_tensor, q_rows, row_tile, stat_tile
 from .problem import Problem
 
 PASSES = ("fwd", "bwd", "fwd+bwd")
-# The backward schedule of each forward one that has one.
-BACKWARD_OF = {"standard": "standard-bwd", "v2": "v2-bwd", "v3": "v3-bwd"}
-FORWARD_OF = {bwd: fwd for fwd, bwd in BACKWARD_OF.items()}
+
+
+def backward_of() -> dict[str, str]:
+    """Forward schedule -> its backward, from the backward records' `forward` field."""
+    from .catalog import records
+
+    return {r.forward: r.name for r in records() if r.forward}
+
+
+def forward_of() -> dict[str, str]:
+    """Backward schedule -> the forward it belongs to."""
+    return {bwd: fwd for fwd, bwd in backward_of().items()}
 
 
 def check_pass(name: str) -> None:
@@ -29,25 +38,52 @@ def pass_algos(algo: str, pass_: str) -> list[str]:
     """The schedules a pass of `algo` runs: fwd: the forward; bwd: its backward; fwd+bwd: both. A backward
     schedule named directly runs as itself for fwd (the default) and bwd."""
     check_pass(pass_)
-    fwd = FORWARD_OF.get(algo, algo)
+    backward = backward_of()
+    fwd = forward_of().get(algo, algo)
     if pass_ == "fwd":
         return [algo]
-    if fwd not in BACKWARD_OF:
-        raise FlashsimError(f"{algo} has no backward schedule; the backward exists for "
-                            f"{', '.join(BACKWARD_OF)}")
-    return [BACKWARD_OF[fwd]] if pass_ == "bwd" else [fwd, BACKWARD_OF[fwd]]
+    if fwd not in backward:
+        raise FlashsimError(f"{algo} has no backward schedule; the backward exists for {', '.join(backward)}")
+    return [backward[fwd]] if pass_ == "bwd" else [fwd, backward[fwd]]
 
 
 def forward_names() -> tuple[str, ...]:
     """The catalog's forward schedules (what `tour` and `compare` run by default)."""
-    from .catalog import names
+    from .catalog import records
 
-    return tuple(n for n in names() if n not in FORWARD_OF)
+    return tuple(r.name for r in records() if not r.forward)
 
 
 def pass_of(algo: str) -> str:
     """'bwd' for a backward schedule, else 'fwd'."""
-    return "bwd" if algo in FORWARD_OF else "fwd"
+    from .catalog import get
+
+    return get(algo).pass_
+
+
+def _gradients(p: Problem) -> dict[str, int]:
+    """dO (an input of the backward) and the gradients dQ, dK, dV, in the input dtype (O, Q, K, V are counted
+    by algorithms/memory.py as for every schedule)."""
+    q = q_rows(p) * p.headdim * p.elem_bytes
+    kv = p.batch * p.kv_heads * p.seqlen_k * p.headdim * p.elem_bytes
+    return {"dO": q, "dQ": q, "dK": kv, "dV": kv}
+
+
+def flash_backward_tensors(p: Problem, t=None) -> dict[str, int]:
+    """v2-bwd, v3-bwd: the gradients, the forward's LSE, D = rowsum(dO * O) (fp32 per row) and the fp32 dQ
+    accumulator the key blocks add into; with GQA fp32 dK, dV accumulators per K/V head too."""
+    out = {**_gradients(p), **lse_tensor(p), "D": q_rows(p) * FP32_BYTES,
+           "dQaccum": q_rows(p) * p.headdim * FP32_BYTES}
+    if p.group > 1:
+        acc = p.batch * p.kv_heads * p.seqlen_k * p.headdim * FP32_BYTES
+        out.update(dKaccum=acc, dVaccum=acc)
+    return out
+
+
+def standard_backward_tensors(p: Problem, t=None) -> dict[str, int]:
+    """standard-bwd: the gradients, the forward's P, and dP and dS materialised, (B, H, Nq, Nk) each."""
+    scores = q_rows(p) * p.seqlen_k * p.elem_bytes
+    return {**_gradients(p), "P": scores, "dP": scores, "dS": scores}
 
 
 def first_q_block(p: Problem, col0: int, block_m: int) -> int:

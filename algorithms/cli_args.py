@@ -7,7 +7,7 @@ import argparse
 from . import catalog
 from .backward import PASSES
 from .ir import CAUSAL_ALIGNS
-from .problem import DTYPE_BYTES, Problem
+from .problem import DTYPE_BYTES, PAGE_SIZES, Problem
 from .tiling import Tiling, resolve_tiling
 
 
@@ -18,13 +18,20 @@ def add_problem_args(
     g.add_argument("--batch", "-b", type=int, default=batch, help=f"batch size (default {batch})")
     g.add_argument("--heads", type=int, default=heads, help=f"query heads (default {heads})")
     g.add_argument("--kv-heads", type=int, default=0, help="K/V heads for GQA/MQA (default: --heads)")
-    g.add_argument("--seqlen", "-n", type=int, default=seqlen, help=f"query sequence length (default {seqlen})")
+    g.add_argument("--seqlen", "-n", type=int, default=None,
+                   help=f"query sequence length (default {seqlen}; with --seqlens, the longest)")
+    parser.set_defaults(seqlen_default=seqlen)
     g.add_argument("--seqlen-kv", type=int, default=0, help="key/value sequence length (default: --seqlen)")
     g.add_argument("--headdim", "-d", type=int, default=headdim, help=f"head dimension (default {headdim})")
     g.add_argument("--causal", action="store_true", help="causal mask (bottom-right aligned unless --causal-align)")
     g.add_argument("--causal-align", choices=CAUSAL_ALIGNS, default="bottom-right",
                    help="with --causal and seqlen != seqlen-kv: bottom-right (FlashAttention, default: the last "
                         "query sees every key) or top-left (PyTorch SDPA's is_causal: query i sees keys 0..i)")
+    g.add_argument("--seqlens", type=_lengths, default=(),
+                   help="variable-length batch (cu_seqlens packing): K/V length of each sequence, e.g. 512,3000,8000; "
+                        "sets the batch, and each sequence has min(--seqlen, its length) queries")
+    g.add_argument("--page-size", type=int, default=0, choices=PAGE_SIZES,
+                   help="paged K/V cache: tokens per page, found through a block table (default: contiguous)")
     g.add_argument(
         "--dtype", choices=tuple(DTYPE_BYTES), default=None, help="input dtype (default bf16; fp8 with --algo v3-fp8)"
     )
@@ -36,10 +43,36 @@ def add_tiling_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--block-n", type=int, default=None, help="key rows per tile (Bc)")
     g.add_argument("--warps", type=int, default=None, help="warps per thread block")
     g.add_argument("--stages", type=int, default=None, help="K/V shared-memory pipeline stages")
-    g.add_argument("--splits", type=int, default=None,
-                   help="v1: thread blocks per (batch, head) (default: as the released FA1 kernel picks them)")
+    add_splits_arg(g)
     g.add_argument("--paper-tiles", action="store_true",
                    help="v1: Algorithm 1's blocks Bc = M/4d, Br = min(Bc, d) instead of the released kernel's")
+
+
+def add_splits_arg(parser) -> None:
+    parser.add_argument(
+        "--splits", type=_splits, default=None,
+        help="v1: thread blocks per (batch, head) (default: as the released FA1 kernel picks them); v2, v3, "
+             "decode: split-KV, thread blocks per Q tile, each a contiguous share of the K/V blocks, merged by a "
+             "combine kernel (N or auto: FA2's heuristic; default 1, decode auto)")
+
+
+def _splits(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or auto, got {text!r}") from None
+
+
+def _lengths(text: str) -> tuple[int, ...]:
+    try:
+        lens = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated lengths, got {text!r}") from None
+    if not lens or min(lens) <= 0:
+        raise argparse.ArgumentTypeError(f"expected positive lengths, got {text!r}")
+    return lens
 
 
 def add_algo_arg(parser: argparse.ArgumentParser, *, default: str | None = "v2") -> None:
@@ -56,12 +89,18 @@ def add_algo_arg(parser: argparse.ArgumentParser, *, default: str | None = "v2")
 def problem_from_args(args: argparse.Namespace, algo: str | None = None) -> Problem:
     algo = algo or getattr(args, "algo", None)
     dtype = args.dtype or (catalog.get(algo).default_dtype if algo else "bf16")
+    seqlens = tuple(getattr(args, "seqlens", ()) or ())
+    seqlen = args.seqlen
+    if seqlen is None:
+        seqlen = max(seqlens) if seqlens else getattr(args, "seqlen_default", 4096)
     return Problem(
-        args.batch,
+        len(seqlens) if seqlens else args.batch,
         args.heads,
-        args.seqlen,
+        seqlen,
         args.headdim,
-        seqlen_k=args.seqlen_kv,
+        seqlen_k=max(seqlens) if seqlens else args.seqlen_kv,
+        seqlens=seqlens,
+        page_size=getattr(args, "page_size", 0),
         kv_heads=args.kv_heads,
         causal=args.causal,
         dtype=dtype,

@@ -13,6 +13,7 @@ Notation: e input element bytes (1 for fp8 after quantisation), eo output bytes,
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from flashsim.errors import FlashsimError
@@ -112,6 +113,15 @@ class Dims:
         """K (or V) rows of the first n blocks."""
         return min(n * self.bn, self.Nk)
 
+    def kv_rows_from(self, first: int, n: int) -> int:
+        """K (or V) rows of blocks first .. first + n - 1 (a split's range)."""
+        return self.kv_rows(first + n) - first * self.bn if n else 0
+
+    def masked_from(self, row0: int, first: int, n: int) -> int:
+        """Of kv tiles first .. first + n - 1 of a tile row starting at row0, those needing a mask."""
+        limit = min(self.Nk, row0 + causal_shift(self.p) + 1) if self.p.causal else self.Nk
+        return max(0, first + n - max(first, limit // self.bn))
+
 
 # -- step builders --------------------------------------------------------------------------------------
 
@@ -175,9 +185,35 @@ def merged(steps: list[Step]) -> list[Step]:
     return [Step(steps[0].text, steps[0].path, steps[0].execs, [e for s in steps for e in s.effects])]
 
 
-def bh_loop(x: Dims, body: list, heads: int | None = None) -> Loop:
+def bh_loop(x: Dims, body: list, heads: int | None = None, var: str = "h") -> Loop:
     h = x.H if heads is None else heads
-    return Loop(f"(b, h) in {x.B} x {h}", x.B * h, x.B * h, body, grid=True)
+    return Loop(f"(b, {var}) in {x.B} x {h}", x.B * h, x.B * h, body, grid=True)
+
+
+def per_sequence(x: Dims, nest: Callable[[Dims], KernelNest]) -> KernelNest:
+    """nest(x), or for a variable-length batch the sum of each sequence's nest (its own Dims, batch 1): loops
+    and steps keep the longest sequence's text and trips, executions and totals add up."""
+    if not x.p.varlen:
+        return nest(x)
+    p = x.p
+    longest = max(range(p.batch), key=p.k_len)
+    parts = [nest(Dims(p.sequence(b), x.t)) for b in range(p.batch)]
+    total = parts[longest]
+    total.ctas = sum(n.ctas for n in parts)
+    for other in (n for b, n in enumerate(parts) if b != longest):
+        _add_body(total.body, other.body)
+    return total
+
+
+def _add_body(into: list, other: list) -> None:
+    for a, b in zip(into, other, strict=True):
+        a.execs += b.execs
+        if isinstance(a, Loop):
+            a.trip = max(a.trip, b.trip)
+            _add_body(a.body, b.body)
+        else:
+            a.effects = [Effect(e.kind, e.key, e.per_iter, e.total + f.total)
+                         for e, f in zip(a.effects, b.effects, strict=True)]
 
 
 def loop_nest(algo: str, p: Problem, t: Tiling, hadamard: bool = True, **more) -> list[KernelNest]:

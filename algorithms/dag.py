@@ -30,6 +30,7 @@ from .ir import (
     Kernel,
     Load,
     LseExp,
+    MergeSplits,
     Normalize,
     OnlineSoftmax,
     Quantize,
@@ -71,6 +72,8 @@ def reads_writes(op) -> tuple[tuple[str, ...], tuple[str, ...]]:
         return (op.acc, op.m, op.l), (op.acc, *((op.lse,) if op.lse else ()))
     if isinstance(op, RowSoftmax):
         return (op.s,), (op.p,)
+    if isinstance(op, MergeSplits):
+        return (op.o_parts, op.lse_parts), (op.o, op.lse)
     if isinstance(op, Quantize):
         return (op.src,), (op.dst, op.scale)
     if isinstance(op, Fill):

@@ -10,11 +10,14 @@ from __future__ import annotations
 import textwrap
 from dataclasses import dataclass
 
+from flashsim.units import format_bytes
+
 from . import catalog
 from .closed_form import KernelNest, Loop, Step, fold, loop_nest
 from .counting import IOCounts, count_io
 from .dag import CriticalPath, critical_path
 from .problem import Problem
+from .splitkv import COMBINE_KERNEL
 from .tiling import Tiling
 
 _W = 46  # width of the loop-nest column; with the others a line stays within 120 columns
@@ -22,13 +25,8 @@ _GMEM = ("gmem_read", "gmem_write", "gmem_atomic")  # atomics: the backward's fp
 _SMEM = ("smem_read", "smem_write")
 
 def human_bytes(n: float) -> str:
-    if n == 0:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
-        n /= 1024
-    return ""
+    """A size for the loop-nest columns: "-" for nothing moved."""
+    return format_bytes(n) if n else "-"
 
 
 def human_count(n: float) -> str:
@@ -80,10 +78,20 @@ class Explanation:
                     f"smem {human_bytes(tot.smem_bytes)} ({tot.smem_bytes} B), "
                     f"{human_count(sum(tot.flops.values()))} tensor FLOPs, {human_count(tot.exps)} exps",
                 textwrap.fill(catalog.get(self.algo).why.format(tc=-(-p.seqlen_k // t.block_n),
-                                                     tr=-(-p.seqlen_q // t.block_m), stages=t.stages), 118),
+                                                     tr=-(-p.seqlen_q // t.block_m), stages=t.stages)
+                              + self.split_why(), 118),
                 "totals agree with the op-by-op count" if self.agrees
                 else "WARNING: totals differ from the op-by-op count (a bug in the nest or the schedule)"]
         return "\n".join(out) + "\n"
+
+    def split_why(self) -> str:
+        """Split-KV's line: how the K/V range is cut and what the combine costs in global memory."""
+        if self.nests[-1].name != COMBINE_KERNEL:
+            return ""
+        combine = self.totals.kernels[-1]
+        return (f" Split-KV: each q-block's K/V blocks are cut into {self.tiling.splits} contiguous ranges, one "
+                f"thread block each, whose fp32 partial O and LSE cross global memory twice (written, then read "
+                f"by the combine: {human_bytes(combine.gmem_bytes)} in the combine kernel).")
 
     def as_dict(self) -> dict:
         return {

@@ -55,6 +55,9 @@ class Load:
     level: str = SMEM
     via: str = "ld"
     barrier: str | None = None
+    # Place the tile at this row of dst (None: dst is the tile). Packed GQA tiles gather several heads' rows
+    # into one buffer, and a combine gathers every split's partial; the loads stay separate requests.
+    dst_row: int | None = None
 
     @property
     def nbytes(self) -> int:
@@ -69,6 +72,7 @@ class Store:
     dst: GTile
     level: str = RMEM  # where src lives
     via: str = "st"  # 'st' or 'tma'
+    src_row: int = 0  # the first row of src it writes (a packed GQA tile stores each head's rows apart)
 
     @property
     def nbytes(self) -> int:
@@ -134,10 +138,18 @@ class Mask:
     seqlen_k: int
     causal: bool
     align: str = "bottom-right"
+    # A packed GQA tile stacks `packed` query rows per head: tile row r is query (row0 + r) % packed.
+    packed: int = 0
 
     @property
     def shift(self) -> int:
         return causal_offset(self.align, self.seqlen_q, self.seqlen_k)
+
+    def first_query(self, rows: int) -> int:
+        """The smallest query index among the tile's rows (the one that sees the fewest keys)."""
+        if not self.packed:
+            return self.row0
+        return 0 if rows >= self.packed else min((self.row0 + r) % self.packed for r in range(rows))
 
     def needed(self, rows: int, cols: int) -> bool:
         """Whether a rows x cols tile at (row0, col0) has any masked element."""
@@ -145,7 +157,7 @@ class Mask:
             return True
         if not self.causal:
             return False
-        return self.col0 + cols - 1 > self.row0 + self.shift
+        return self.col0 + cols - 1 > self.first_query(rows) + self.shift
 
 
 MASK_OPS_PER_ELEMENT = 3
@@ -268,6 +280,32 @@ class Normalize:
     @property
     def alu_flops(self) -> int:
         return self.rows * self.cols + self.rows
+
+
+@dataclass(frozen=True, slots=True)
+class MergeSplits:
+    """Flash-Decoding's combine: `splits` partial results of the same rows, each normalised over its own
+    K/V range (O_s, fp32, stacked split-major in `o_parts`; LSE_s in `lse_parts`), merged exactly:
+    LSE = log sum_s e^(LSE_s), O = sum_s e^(LSE_s - LSE) O_s. A split that saw no key (LSE_s = +inf, as
+    Normalize leaves it) weighs nothing."""
+
+    o_parts: str
+    lse_parts: str
+    o: str
+    lse: str
+    splits: int
+    rows: int
+    cols: int
+    warps: int
+
+    @property
+    def exps(self) -> int:
+        return self.splits * self.rows + self.rows  # e^(LSE_s - max) per split and row, and the log
+
+    @property
+    def alu_flops(self) -> int:
+        # max, subtract and sum over the splits per row; a scale and add per split and element
+        return 3 * self.splits * self.rows + 2 * self.splits * self.rows * self.cols
 
 
 @dataclass(frozen=True, slots=True)
@@ -448,8 +486,9 @@ class SoftmaxGrad:
 
 
 Op = (
-    Load | Store | Gemm | GemmWait | OnlineSoftmax | Rescale | RescaleMerge | WarpReduce | Normalize | RowSoftmax
-    | Quantize | Fill | Arrive | Wait | SyncThreads | AtomicAdd | StoreShared | RowDot | LseExp | SoftmaxGrad
+    Load | Store | Gemm | GemmWait | OnlineSoftmax | Rescale | RescaleMerge | WarpReduce | Normalize | MergeSplits
+    | RowSoftmax | Quantize | Fill | Arrive | Wait | SyncThreads | AtomicAdd | StoreShared | RowDot | LseExp
+    | SoftmaxGrad
 )
 
 
@@ -500,3 +539,6 @@ class Schedule:
     tiling: object
     kernels: tuple[Kernel, ...]
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # (B, heads, rows, cols) of global tensors whose shape the problem alone does not give (split-KV
+    # workspace, a paged K/V cache, its page table), for the numeric interpreter
+    shapes: dict = field(default_factory=dict)

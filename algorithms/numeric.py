@@ -25,6 +25,7 @@ from .ir import (
     Load,
     LseExp,
     Mask,
+    MergeSplits,
     Normalize,
     OnlineSoftmax,
     Quantize,
@@ -96,13 +97,15 @@ def global_shape(p: Problem, name: str) -> tuple[int, int, int, int]:
 class _Memory:
     """Global tensors, allocated on first touch."""
 
-    def __init__(self, p: Problem, inputs: dict[str, torch.Tensor]):
+    def __init__(self, p: Problem, inputs: dict[str, torch.Tensor], shapes: dict | None = None):
         self.p = p
+        self.shapes = shapes or {}
         self.t = {k: v.to(torch.float32) for k, v in inputs.items()}
 
     def view(self, g: GTile) -> torch.Tensor:
         if g.tensor not in self.t:
-            self.t[g.tensor] = torch.full(global_shape(self.p, g.tensor), float("nan"))
+            shape = self.shapes.get(g.tensor) or global_shape(self.p, g.tensor)
+            self.t[g.tensor] = torch.full(shape, float("nan"))
         return self.t[g.tensor][g.batch, g.head, g.row:g.row + g.rows, g.col:g.col + g.cols]
 
 
@@ -110,6 +113,8 @@ def _masked(s: torch.Tensor, mask: Mask | None) -> torch.Tensor:
     if mask is None:
         return s
     rows = torch.arange(s.shape[0])[:, None] + mask.row0
+    if mask.packed:
+        rows = rows % mask.packed
     cols = torch.arange(s.shape[1])[None, :] + mask.col0
     hidden = cols >= mask.seqlen_k
     if mask.causal:
@@ -172,13 +177,15 @@ class _Cta:
         p = self.p
         if isinstance(op, Load):
             tile = self.mem.view(op.src).clone()
-            (regs if op.level == RMEM else self.smem)[op.dst] = tile
+            where = regs if op.level == RMEM else self.smem
+            where[op.dst] = tile if op.dst_row is None else _placed(where.get(op.dst), op.dst_row, tile)
             if op.barrier:
                 self.barriers[op.barrier] = self.barriers.get(op.barrier, 0) + 1
         elif isinstance(op, Store):
             value = self.get(regs, op.src)
             view = self.mem.view(op.dst)
-            view.copy_(round_to(value[: view.shape[0], : view.shape[1]], _elem_dtype(p, op.dst.elem_bytes)))
+            value = value[op.src_row: op.src_row + view.shape[0], : view.shape[1]]
+            view.copy_(round_to(value, _elem_dtype(p, op.dst.elem_bytes)))
         elif isinstance(op, Gemm):
             self._gemm(op, regs)
         elif isinstance(op, OnlineSoftmax):
@@ -194,6 +201,8 @@ class _Cta:
             regs[op.acc] = torch.where(l > 0, regs[op.acc] / torch.where(l > 0, l, 1.0), 0.0)
             if op.lse:
                 regs[op.lse] = torch.where(l > 0, regs[op.m] + torch.log(l), math.inf)
+        elif isinstance(op, MergeSplits):
+            self._merge_splits(op, regs)
         elif isinstance(op, RowSoftmax):
             s = _masked(self.get(regs, op.s) * op.scale, op.mask)
             m = s.amax(1, keepdim=True)
@@ -277,6 +286,17 @@ class _Cta:
         elif op.acc:
             regs[op.acc] = regs[op.acc][:rows] * corr
 
+    def _merge_splits(self, op: MergeSplits, regs: dict) -> None:
+        lse = self.get(regs, op.lse_parts).reshape(op.splits, -1, 1)
+        o = self.get(regs, op.o_parts).reshape(op.splits, lse.shape[1], -1)
+        seen = torch.isfinite(lse)
+        top = torch.where(seen, lse, -math.inf).amax(0)
+        safe_top = torch.where(torch.isfinite(top), top, 0.0)
+        weight = torch.where(seen, torch.exp(torch.where(seen, lse, 0.0) - safe_top), 0.0)
+        total = weight.sum(0)
+        regs[op.o] = torch.where(total > 0, (weight * torch.where(seen, o, 0.0)).sum(0) / total.clamp_min(1e-30), 0.0)
+        regs[op.lse] = torch.where(total > 0, safe_top + torch.log(total.clamp_min(1e-30)), math.inf)
+
     def _rescale_merge(self, op: RescaleMerge, regs: dict) -> None:
         m_t, l_t, pv = regs[op.m_tile], regs[op.l_tile], regs[op.pv]
         rows = pv.shape[0]  # a ragged last Q block has fewer rows than the tile
@@ -290,12 +310,24 @@ class _Cta:
         regs[op.m], regs[op.l] = m_new, l_new
 
 
+def _placed(buffer: torch.Tensor | None, row: int, tile: torch.Tensor) -> torch.Tensor:
+    """buffer with tile written at `row`, grown (zero rows) to hold it."""
+    rows = row + tile.shape[0]
+    if buffer is None or buffer.shape[0] < rows:
+        grown = torch.zeros(rows, tile.shape[1])
+        if buffer is not None:
+            grown[: buffer.shape[0]] = buffer
+        buffer = grown
+    buffer[row:rows] = tile
+    return buffer
+
+
 def run_numeric(schedule: Schedule, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Run every kernel of the schedule over its whole grid; returns the global tensors afterwards.
 
     Tiles are small, so torch's thread pool costs more than it saves: run single-threaded."""
     p = schedule.problem
-    mem = _Memory(p, inputs)
+    mem = _Memory(p, inputs, schedule.shapes)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -57,6 +57,16 @@ def flash_epilogue(p: Problem, b: int, h: int, row0: int, block: int, acc: str, 
     yield Store("lse", stat_tile(p, "LSE", b, h, row0, block), RMEM)
 
 
+def q_rows(p: Problem) -> int:
+    """Query rows of the whole problem (batch x heads x Nq): one LSE or running statistic each."""
+    return p.batch * p.heads * p.seqlen_q
+
+
+def lse_tensor(p: Problem, t=None) -> dict[str, int]:
+    """The fp32 log-sum-exp per query row that flash kernels leave in global memory for the backward pass."""
+    return {"LSE": q_rows(p) * FP32_BYTES}
+
+
 def out_bytes(p: Problem) -> int:
     """O is written in the input dtype, except fp8 inputs, whose output is bf16 (as FA3)."""
     return 2 if p.dtype == "fp8" else p.elem_bytes

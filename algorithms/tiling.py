@@ -57,12 +57,20 @@ def check_fits(algo: str, problem: Problem, t: Tiling, profile) -> None:
 
 def resolve_tiling(algo: str, problem: Problem, profile, paper: bool = False, **overrides) -> Tiling:
     """The default tiling (with `paper`: the paper's own blocks, where the record has them) with any of
-    block_m/block_n/warps/stages/splits overridden, checked against the SM."""
+    block_m/block_n/warps/stages/splits overridden, checked against the SM. splits="auto": the record's
+    own rule (FA2's split-KV heuristic for v2, v3 and decode; FA1's for v1)."""
     rec = catalog.get(algo)
     if paper and rec.paper_tiling is None:
         raise FlashsimError(f"--paper-tiles applies to v1 only (Algorithm 1's block sizes), not {algo}")
     t = rec.paper_tiling(problem, profile) if paper else default_tiling(algo, problem, profile)
     given = {k: v for k, v in overrides.items() if v is not None}
+    splits = given.get("splits")
+    if splits is not None and rec.auto_splits is None and splits != 1:
+        raise FlashsimError(f"{algo} does not split its work over more thread blocks (--splits); "
+                            f"{', '.join(r.name for r in catalog.records() if r.auto_splits)} do")
+    if splits == "auto":
+        given["splits"] = rec.auto_splits(problem, replace(t, **{k: v for k, v in given.items() if k != "splits"}),
+                                          profile)
     if given:
         t = replace(t, **given)
         if rec.complete_tiling and "warps" not in given:

@@ -1,7 +1,9 @@
-"""`flashsim accuracy`: the simulator's accuracy as committed in validation.json (no GPU needed).
+"""`flashsim accuracy`: the simulator's accuracy as committed in validation.json and testset.json (no GPU).
 
-One table per quantity (time, HBM read and write bytes, L2 bytes): MAPE, max error and bias per measured
-implementation and the algorithm it is simulated as; the provenance of the measurements; the plot's path.
+For the development set (validation.json) and, beside it, the held-out test set (testset.json): one table
+per quantity (time, HBM read and write bytes, L2 bytes) with MAPE, max error and bias per measured
+implementation and the algorithm it is simulated as, the provenance of the measurements and the plot's
+path; then the GPU busy time of both sets side by side. A missing test report is one line, not an error.
 """
 
 from __future__ import annotations
@@ -9,9 +11,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from flashsim.console import make_console
 from flashsim.errors import FlashsimError
 
-DEFAULT_FILE = Path("experiments/results/h200/validation.json")
+from .validate_sets import TEST
+
+# Packaged with flashsim.experiments (package data), so found from any working directory.
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+DEFAULT_FILE = RESULTS_DIR / "h200" / "validation.json"
+
+
+SIDE_BY_SIDE = "kernel_time_s"  # the quantity compared across the sets: GPU busy time
+NO_TEST = "test set: no measurements committed yet (run `flashsim validate --grid test` on a GPU)"
 
 
 def load(path: Path) -> dict:
@@ -42,11 +53,73 @@ def summary(report: dict, path: Path) -> dict:
     }
 
 
-def render(report: dict, path: Path, console=None) -> None:
-    from rich.console import Console
+def test_path(path: Path) -> Path:
+    """The test-set report that goes with a development report."""
+    return path.parent / TEST.report
+
+
+def load_test(path: Path) -> dict | None:
+    """The test-set report beside `path`, or None when none is committed."""
+    return load(test_path(path)) if test_path(path).is_file() else None
+
+
+def side_by_side(dev: dict | None, test: dict | None, q: str = SIDE_BY_SIDE) -> dict[str, dict]:
+    """impl -> {"dev": summary, "test": summary} of quantity q; a set without that implementation: None."""
+    impls = sorted({*(dev or {}).get("summary", {}), *(test or {}).get("summary", {})})
+    out = {}
+    for impl in impls:
+        cells = {name: (r or {}).get("summary", {}).get(impl, {}).get(q) for name, r in (("dev", dev), ("test", test))}
+        if any(c and c.get("n") for c in cells.values()):
+            out[impl] = {name: c if c and c.get("n") else None for name, c in cells.items()}
+    return out
+
+
+def summary_sets(dev: dict, path: Path, test: dict | None) -> dict:
+    """--json: the development set's summary at the top level, the test set's under "test" (or why it is
+    missing), and both sets' GPU busy-time errors side by side."""
+    out = {**summary(dev, path), "set": "dev"}
+    out["test"] = summary(test, test_path(path)) if test else {"file": str(test_path(path)), "missing": NO_TEST}
+    out["dev_vs_test"] = {"quantity": SIDE_BY_SIDE, "impls": side_by_side(dev, test)}
+    return out
+
+
+def render_sets(dev: dict | None, path: Path, test: dict | None, console=None) -> None:
+    """Each set's tables under its title, then the GPU busy time of both side by side."""
+    console = console or _console()
+    for report, where in ((dev, path), (test, test_path(path))):
+        if report is None:
+            continue
+        title = report.get("set", {}).get("title", "development set")
+        console.print(f"\n[bold]{title}[/bold]: {where.name}")
+        render(report, where, console)
+    if test is None:
+        console.print(NO_TEST, soft_wrap=True, markup=False)
+        return
+    rows = side_by_side(dev, test)
+    if not rows:
+        return
     from rich.table import Table
 
-    console = console or Console()
+    table = Table(title="GPU busy time, development set against test set (error %)")
+    for col in ("implementation", "dev n", "dev MAPE", "dev max", "test n", "test MAPE", "test max"):
+        table.add_column(col, justify="left" if col == "implementation" else "right")
+    for impl, cells in rows.items():
+        row = [impl]
+        for name in ("dev", "test"):
+            c = cells[name]
+            row += [str(c["n"]), _pct(c["mape"]), _pct(c["max_err"])] if c else ["0", "-", "-"]
+        table.add_row(*row)
+    console.print(table)
+
+
+def _console():
+    return make_console()
+
+
+def render(report: dict, path: Path, console=None) -> None:
+    from rich.table import Table
+
+    console = console or _console()
     prov = report["provenance"].get("measured", {})
     console.print(
         f"Measured on {prov.get('gpu', '?')} (driver {prov.get('driver', '?')}, CUDA {prov.get('cuda_runtime', '?')}, "
@@ -71,7 +144,8 @@ def render(report: dict, path: Path, console=None) -> None:
         console.print(table)
     failed = report.get("failed", [])
     if failed:
-        console.print(f"{len(failed)} measurements or predictions failed; see validation.md")
+        md = Path(report.get("plot", "validation.png")).with_suffix(".md").name
+        console.print(f"{len(failed)} measurements or predictions failed or were skipped; see {md}")
     console.print(f"plot: {path.parent / report.get('plot', 'validation.png')}")
 
 
@@ -82,10 +156,10 @@ def _pct(x: float | None, signed: bool = False) -> str:
 
 
 def main(args) -> int:
-    path = Path(args.file)
-    report = load(path)
+    path = Path(args.file) if args.file else DEFAULT_FILE
+    report, test = load(path), load_test(path)
     if args.json:
-        print(json.dumps(summary(report, path), indent=2))
+        print(json.dumps(summary_sets(report, path, test), indent=2))
         return 0
-    render(report, path)
+    render_sets(report, path, test)
     return 0

@@ -1,5 +1,5 @@
 """The GPU side shared by `calibrate` and `validate`: finding the device, provenance, and the microbenchmark
-cubins (nvcc -> cubin -> cupy.RawModule).
+cubins (built by kernels/build.py's one nvcc path, loaded as cupy.RawModule).
 
 Nothing here imports cupy or torch at module import time: the CLI loads every command module on machines
 without a GPU, where these commands must fail with one line instead.
@@ -17,23 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flashsim.errors import FlashsimError
+from flashsim.kernels.build import MICROBENCH_DIR, MICROBENCH_TARGETS
 
 ROOT = Path(__file__).resolve().parents[1]
-MICROBENCH_DIR = ROOT / "kernels" / "microbench"
-BUILD_DIR = ROOT / "build" / "microbench"
 
-# Each microbenchmark source and the targets it is built for. Hopper-only instructions (wgmma, bulk copies
-# on mbarriers) need sm_90a; the rest also builds for sm_80 so an A100 can be calibrated.
-SOURCES: dict[str, tuple[str, ...]] = {
-    "membw": ("sm_80", "sm_90a"),
-    "compute": ("sm_80", "sm_90a"),
-    "tma": ("sm_90a",),
-    "wgmma": ("sm_90a",),
-}
-GENCODE = {
-    "sm_80": "-gencode=arch=compute_80,code=sm_80",
-    "sm_90a": "-gencode=arch=compute_90a,code=sm_90a",
-}
+# Each microbenchmark source and the targets it is built for (kernels/build.py owns the list).
+SOURCES = MICROBENCH_TARGETS
 
 
 def arch_for(major: int, minor: int) -> str:
@@ -45,31 +34,16 @@ def arch_for(major: int, minor: int) -> str:
     raise FlashsimError(f"no microbenchmark build for compute capability {major}.{minor} (8.x and 9.x are supported)")
 
 
-def nvcc_path() -> str:
-    path = shutil.which("nvcc")
-    if path is None:
-        raise FlashsimError("nvcc not found on PATH: the microbenchmarks are compiled with nvcc")
-    return path
+def compile_cubin(name: str, arch: str, out_dir: Path | None = None, force: bool = False) -> Path:
+    """kernels/microbench/<name>.cu -> its cubin in the kernels' build directory (kernels.build.compile_source;
+    out_dir overrides that directory), rebuilt only when a source changed."""
+    from flashsim.kernels.build import compile_source
 
-
-def compile_cubin(name: str, arch: str, out_dir: Path = BUILD_DIR, force: bool = False) -> Path:
-    """kernels/microbench/<name>.cu -> <out_dir>/<name>.<arch>.cubin, rebuilt only when a source is newer."""
     if name not in SOURCES:
         raise FlashsimError(f"unknown microbenchmark source {name!r}; known: {', '.join(SOURCES)}")
     if arch not in SOURCES[name]:
         raise FlashsimError(f"{name}.cu is not built for {arch} (targets: {', '.join(SOURCES[name])})")
-    src = MICROBENCH_DIR / f"{name}.cu"
-    out = out_dir / f"{name}.{arch}.cubin"
-    inputs = [src, *MICROBENCH_DIR.glob("*.cuh")]
-    if not force and out.is_file() and out.stat().st_mtime >= max(p.stat().st_mtime for p in inputs):
-        return out
-    out_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [nvcc_path(), "-cubin", GENCODE[arch], "-O3", "-std=c++17", "-o", str(out), str(src)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        first = next((ln for ln in proc.stderr.splitlines() if "error" in ln), proc.stderr.strip()[:300])
-        raise FlashsimError(f"nvcc failed on kernels/microbench/{name}.cu for {arch}: {first}")
-    return out
+    return compile_source(MICROBENCH_DIR / f"{name}.cu", arch, out_dir, force)
 
 
 @dataclass(frozen=True)
@@ -100,7 +74,9 @@ def require_gpu(what: str):
     try:
         import cupy as cp
     except ImportError:
-        raise FlashsimError(f"{what} needs a CUDA GPU and cupy (cupy-cuda12x/13x); cupy is not installed") from None
+        raise FlashsimError(
+            f"{what} needs a CUDA GPU and cupy, which is not installed: pip install 'flashsim[gpu]' (cupy-cuda12x)"
+        ) from None
     try:
         count = cp.cuda.runtime.getDeviceCount()
     except Exception as exc:  # cupy raises CUDARuntimeError (or a driver error) when no driver or device

@@ -34,13 +34,18 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "validate",
         help="time real attention kernels on this GPU and compare with the simulator",
-        description="Sweep configurations (the FA2 benchmark grid plus ragged shapes) over our kernels and "
-        "PyTorch SDPA's flash, cuDNN and math backends; time them, measure bytes with ncu for a subset, and "
-        "compare with simulator predictions. Measurements are appended as they finish; a rerun resumes.",
+        description="Sweep configurations (the FA2 benchmark grid plus ragged shapes, or the held-out test set) "
+        "over our kernels and PyTorch SDPA's flash, cuDNN and math backends; time them, measure bytes with ncu "
+        "for a subset, and compare with simulator predictions. Measurements are appended as they finish (the "
+        "test set's to their own file); a rerun resumes. The comparison reports the development and test sets "
+        "apart.",
     )
     p.add_argument("--out-dir", default="experiments/results/h200", help="where the validation files go")
-    p.add_argument("--grid", default="fa2", help="configurations: fa2 (FA2 grid + ragged) or smoke")
-    p.add_argument("--impls", metavar="NAMES", help="comma-separated implementations (default: all)")
+    p.add_argument("--grid", default="fa2",
+                   help="configurations: fa2 (FA2 grid + ragged: the development set), test (the held-out test "
+                   "set, timed only, into testset-measured.jsonl) or smoke")  # fmt: skip
+    p.add_argument("--impls", metavar="NAMES",
+                   help="comma-separated implementations (default: all; for --grid test v2,v3,sdpa-flash,sdpa-cudnn)")
     p.add_argument("--seqlens", metavar="N,...", help="keep only these sequence lengths")
     p.add_argument("--max-minutes", type=float, default=8.0, help="time limit of the measuring (timing + ncu)")
     p.add_argument("--min-reps", type=int, default=10, help="timed calls per measurement, at least")
@@ -63,9 +68,11 @@ def register(subparsers: Any) -> None:
         "accuracy",
         help="the simulator's accuracy from the committed validation results",
         description="MAPE, max error and bias of the simulator per implementation and quantity, read from "
-        "validation.json (made by `flashsim validate`), and the path of the predicted-vs-measured plot.",
+        "validation.json (made by `flashsim validate`), and the path of the predicted-vs-measured plot; the "
+        "held-out test set's testset.json beside it the same way, and both sets' GPU busy time side by side.",
     )
-    p.add_argument("--file", default="experiments/results/h200/validation.json", help="a validation.json")
+    p.add_argument("--file", default=None,
+                   help="a validation.json (default: the H200 results that ship with flashsim)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.set_defaults(func=_accuracy)
 
@@ -96,25 +103,26 @@ def _validate(args: argparse.Namespace) -> int:
     from .calibrate_gpu import argv_tail, command_line
 
     out_dir = Path(args.out_dir)
-    measured = out_dir / v.MEASURED_NAME
     if args.grid not in v.GRIDS:
         raise FlashsimError(f"unknown grid {args.grid!r}; choose one of {', '.join(v.GRIDS)}")
-    impls = [s.strip() for s in args.impls.split(",") if s.strip()] if args.impls else list(v.IMPLS)
+    measured = out_dir / v.measured_name(args.grid)
+    default_impls = v.DEFAULT_IMPLS.get(args.grid, list(v.IMPLS))
+    impls = [s.strip() for s in args.impls.split(",") if s.strip()] if args.impls else default_impls
     for name in impls:
         if name not in v.IMPLS:
             raise FlashsimError(f"unknown implementation {name!r}; choose from {', '.join(v.IMPLS)}")
     if args.max_minutes <= 0 or args.budget_s < 0 or args.min_reps < 1 or args.max_reps < args.min_reps:
         raise FlashsimError("need --max-minutes > 0, --budget-s >= 0 and 1 <= --min-reps <= --max-reps")
-    configs = v.GRIDS[args.grid]()
-    seqlens = _csv_ints(args.seqlens, "--seqlens")
-    if seqlens:
-        configs = [c for c in configs if c.seqlen_q in seqlens]
     if not args.compare_only:
+        configs = v.GRIDS[args.grid]()
+        seqlens = _csv_ints(args.seqlens, "--seqlens")
+        if seqlens:
+            configs = [c for c in configs if c.seqlen_q in seqlens]
         deadline = time.monotonic() + args.max_minutes * 60
         opts = v.SweepOptions(impls, configs, out_dir, args.max_minutes, args.min_reps, args.max_reps,
-                              args.budget_s, args.retry_failed)  # fmt: skip
+                              args.budget_s, args.retry_failed, measured.name)  # fmt: skip
         v.measure(opts, deadline=deadline)
-        if not args.no_ncu:
+        if not args.no_ncu and args.grid != "test":  # the test set is timed only
             v.measure_bytes(opts, _csv_ints(args.ncu_seqlens, "--ncu-seqlens") or [], deadline)
         print(f"measurements in {measured}")
         if args.measure_only:
@@ -125,9 +133,14 @@ def _validate(args: argparse.Namespace) -> int:
         raise FlashsimError(
             f"the simulator cannot be imported here ({exc}); run `flashsim validate --compare-only` where it can"
         ) from None
-    from .accuracy import render
-    from .validate_compare import JSON_NAME, compare
+    from .accuracy import render_sets
+    from .validate_compare import compare
+    from .validate_sets import DEV, SETS
 
-    report = compare(out_dir, measured, args.hw, args.hw_set, args.jobs, command_line(["validate", *argv_tail()[1:]]))
-    render(report, out_dir / JSON_NAME)
+    command = command_line(["validate", *argv_tail()[1:]])
+    reports = {s.name: compare(out_dir, out_dir / s.measured, args.hw, args.hw_set, args.jobs, command, data_set=s)
+               for s in SETS if (out_dir / s.measured).is_file()}  # fmt: skip
+    if not reports:
+        raise FlashsimError(f"no measurements in {out_dir}; run `flashsim validate` on a GPU first")
+    render_sets(reports.get("dev"), out_dir / DEV.report, reports.get("test"))
     return 0

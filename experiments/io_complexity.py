@@ -28,7 +28,9 @@ from flashsim.algorithms.counting import count_io
 from flashsim.algorithms.problem import DTYPE_BYTES
 from flashsim.algorithms.schedules import build
 from flashsim.algorithms.tiling import Tiling, default_tiling, sram_elements, v1_blocks
+from flashsim.console import make_console
 from flashsim.errors import FlashsimError
+from flashsim.units import format_bytes
 
 ALGOS = ("standard", "v1", "v2")
 THEORY = {
@@ -194,14 +196,6 @@ def _progress(enabled: bool):
 # -- presentation ---------------------------------------------------------------------------------------
 
 
-def _human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
-        n /= 1024
-    return ""
-
-
 def print_report(result: dict, console) -> None:
     from rich import box
     from rich.table import Table
@@ -221,10 +215,10 @@ def print_report(result: dict, console) -> None:
             sweep,
             str(n),
             str(d),
-            _human(m_bytes),
+            format_bytes(m_bytes),
             f"{m / (n * d):.3g}",
             f"{v1['block_m']} x {v1['block_n']}",
-            *(_human(by_algo[a]["hbm_bytes"]) for a in ALGOS),
+            *(format_bytes(by_algo[a]["hbm_bytes"]) for a in ALGOS),
             f"{v1['hbm_bytes'] / (n * n * d * d / m):.3g} B",
         )
     console.print(table)
@@ -298,11 +292,7 @@ def main(args) -> int:
     if args.json:
         sys.stdout.write(json.dumps(result) + "\n")
         return 0
-    from rich.console import Console
-
-    console = Console()
-    if not console.is_terminal:  # a pipe or a file: rich's 80 columns would squash the table
-        console = Console(width=130)
+    console = make_console()
     print_report(result, console)
     if not args.no_plot:
         console.print("plots: " + ", ".join(result["plots"]))

@@ -9,15 +9,15 @@ line to the end would show 0 below the L2 size.
 
 from __future__ import annotations
 
-import cupy as cp
 import numpy as np
-from flashsim.experiments.calibrate_gpu import compile_cubin
+from flashsim.experiments.calibrate_gpu import compile_cubin, require_gpu
 
 MiB = 1 << 20
 FOOTPRINTS_MIB = (8, 16, 32, 48, 64, 96, 128)
 
 
 def main() -> None:
+    cp = require_gpu("the L2 write-back probe")  # cupy, imported here: a clear error where it is missing
     module = cp.RawModule(path=str(compile_cubin("membw", "sm_90a")))
     write = module.get_function("write_cg")
     read = module.get_function("read_cg")

@@ -13,7 +13,6 @@ can run on another machine with --compare-only.
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import time
 import warnings
@@ -25,51 +24,17 @@ import numpy as np
 from flashsim.errors import FlashsimError
 
 from . import validate_store as store
+from . import validate_support as support
+from .validate_impls import IMPLS, Config, Impl, impl_context, inputs, key, make_call, our_tiling  # noqa: F401
+from .validate_sets import DEV, TEST
 
 DEFAULT_OUT_DIR = Path("experiments/results/h200")
-MEASURED_NAME = "validation-measured.jsonl"
+# Development and test measurements live in separate files, so that neither is ever scored as the other.
+MEASURED_NAME = DEV.measured
+TEST_MEASURED_NAME = TEST.measured
 FLUSH_BYTES = 256 << 20  # written between timed calls: every call starts with a cold L2, like the simulator
 FLUSH_KERNEL = "write_cg"  # the microbenchmark kernel that writes it (its name separates calls in profiles)
 WRONG_REL_ERR = 0.1  # above this relative error against SDPA a kernel computes something else: not timed
-
-
-@dataclass(frozen=True)
-class Config:
-    batch: int
-    heads: int
-    seqlen_q: int
-    headdim: int
-    causal: bool = False
-    seqlen_k: int = 0
-    kv_heads: int = 0
-
-    @property
-    def nk(self) -> int:
-        return self.seqlen_k or self.seqlen_q
-
-    @property
-    def hkv(self) -> int:
-        return self.kv_heads or self.heads
-
-    @property
-    def id(self) -> str:
-        nk = f"-k{self.nk}" if self.nk != self.seqlen_q else ""
-        kv = f"-kv{self.hkv}" if self.hkv != self.heads else ""
-        causal = "-causal" if self.causal else ""
-        return f"b{self.batch}-h{self.heads}{kv}-n{self.seqlen_q}{nk}-d{self.headdim}{causal}"
-
-    def problem_dict(self, dtype: str) -> dict:
-        """The arguments of algorithms.Problem for this configuration."""
-        return {
-            "batch": self.batch,
-            "heads": self.heads,
-            "kv_heads": self.hkv,
-            "seqlen_q": self.seqlen_q,
-            "seqlen_k": self.nk,
-            "headdim": self.headdim,
-            "causal": self.causal,
-            "dtype": dtype,
-        }
 
 
 def fa2_grid() -> list[Config]:
@@ -100,102 +65,23 @@ def smoke() -> list[Config]:
     return [Config(8, 32, 512, 64), Config(4, 16, 1024, 128, causal=True), Config(2, 16, 1000, 128)]
 
 
-GRIDS: dict[str, Callable[[], list[Config]]] = {"fa2": lambda: fa2_grid() + ragged(), "smoke": smoke}
+def test_set() -> list[Config]:
+    """The held-out test set (experiments/testset.py): LLM-shaped problems the model was never tuned on."""
+    from .testset import committed
+
+    return committed()
 
 
-@dataclass(frozen=True)
-class Impl:
-    """A measured implementation and what the simulator runs for it."""
-
-    name: str
-    algo: str  # simulator algorithm
-    sim_dtype: str  # dtype of the simulated problem
-    kind: str  # "ours" | "sdpa"
-    backend: str = ""  # SDPA backend name
-    note: str = ""
+GRIDS: dict[str, Callable[[], list[Config]]] = {"fa2": lambda: fa2_grid() + ragged(), "smoke": smoke,
+                                                "test": test_set}  # fmt: skip
+# The measurement file of each grid: the test set's own, everything else the development set's.
+MEASURED_NAMES = {"test": TEST_MEASURED_NAME}
+# What the test grid times unless --impls says otherwise.
+DEFAULT_IMPLS = {"test": ["v2", "v3", "sdpa-flash", "sdpa-cudnn"]}
 
 
-IMPLS: dict[str, Impl] = {
-    i.name: i
-    for i in (
-        Impl("standard", "standard", "bf16", "ours"),
-        Impl("v1", "v1", "bf16", "ours"),
-        Impl("v2", "v2", "bf16", "ours"),
-        Impl("v3", "v3", "bf16", "ours"),
-        Impl("v3-fp8", "v3-fp8", "fp8", "ours", note="bf16 inputs, fp8 e4m3 inside"),
-        Impl("sdpa-flash", "v2", "bf16", "sdpa", "FLASH_ATTENTION", "FA2 kernels, FA2 tiles"),
-        Impl("sdpa-cudnn", "v3", "bf16", "sdpa", "CUDNN_ATTENTION", "cuDNN Hopper kernel, FA3 tiles assumed"),
-        Impl("sdpa-math", "standard", "fp32", "sdpa", "MATH", "unfused, upcast to fp32, cuBLAS FFMA SGEMMs"),
-        Impl("sdpa-math-bf16", "standard", "bf16", "sdpa", "MATH", "unfused, bf16 cuBLAS GEMMs and softmax"),
-    )
-}
-
-
-def key(kind: str, impl: str, cfg: Config) -> str:
-    return f"{kind}|{impl}|{cfg.id}"
-
-
-# -- running one implementation ---------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def impl_context(impl: Impl):
-    """The SDPA backend selection (and math's bf16 switch) around a run; nothing for our kernels."""
-    if impl.kind != "sdpa":
-        yield
-        return
-    import torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    allow = torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()
-    torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(impl.name == "sdpa-math-bf16")
-    try:
-        with sdpa_kernel([getattr(SDPBackend, impl.backend)]):
-            yield
-    finally:
-        torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(allow)
-
-
-def make_call(impl: Impl, q, k, v, cfg: Config) -> Callable[[], object]:
-    if impl.kind == "ours":
-        from flashsim import kernels
-
-        return lambda: kernels.attention(q, k, v, algo=impl.name, causal=cfg.causal)
-    import torch.nn.functional as F
-
-    gqa = cfg.hkv != cfg.heads
-    return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=cfg.causal, enable_gqa=gqa)
-
-
-def our_tiling(impl: Impl, cfg: Config, q, k, v) -> dict | None:
-    """The tiling our kernel picks for this head dim (kernels' registry), to simulate the same one."""
-    if impl.kind != "ours":
-        return None
-    try:
-        from flashsim.kernels import registry
-        from flashsim.kernels.launch import device_limits
-
-        tiling = registry.family(impl.name).default_tiling(cfg.headdim, device_limits(q.device)).as_dict()
-        if impl.name == "v1":
-            from flashsim.kernels.api import v1_splits
-
-            tiling["splits"] = v1_splits(q, k, v)
-        return tiling
-    except Exception:  # an older kernels package: the simulator's default tiling is used
-        return None
-
-
-def inputs(cfg: Config, seed: int = 0):
-    """q, k, v as SDPA lays them out, (B, H, N, D) bf16, N(0,1) entries."""
-    import torch
-
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    shape_q = (cfg.batch, cfg.heads, cfg.seqlen_q, cfg.headdim)
-    shape_kv = (cfg.batch, cfg.hkv, cfg.nk, cfg.headdim)
-    q = torch.randn(shape_q, generator=g, device="cuda", dtype=torch.bfloat16)
-    k = torch.randn(shape_kv, generator=g, device="cuda", dtype=torch.bfloat16)
-    v = torch.randn(shape_kv, generator=g, device="cuda", dtype=torch.bfloat16)
-    return q, k, v
+def measured_name(grid: str) -> str:
+    return MEASURED_NAMES.get(grid, MEASURED_NAME)
 
 
 def time_call(fn: Callable[[], object], flush, min_reps: int, max_reps: int, budget_s: float) -> list[float]:
@@ -267,6 +153,7 @@ class SweepOptions:
     max_reps: int = 30
     budget_s: float = 0.5
     retry_failed: bool = False
+    measured: str = MEASURED_NAME  # the file name under out_dir (measured_name(grid))
 
 
 def sweep(
@@ -316,20 +203,23 @@ def measure(opts: SweepOptions, deadline: float | None = None, log=print) -> Pat
 
     if not torch.cuda.is_available():
         raise FlashsimError("flashsim validate needs PyTorch with CUDA; torch.cuda.is_available() is False")
-    path = opts.out_dir / MEASURED_NAME
+    path = opts.out_dir / opts.measured
     profiled = {r["impl"] for r in store.load(path) if r.get("launched")}
     store.append(path, {"type": "session", **provenance(cp, read_gpu(cp), ["validate", *argv_tail()[1:]])})
     flush = make_flush(cp, read_gpu(cp))
 
     def run_config(cfg: Config, names: list[str]) -> Iterator[dict]:
         q, k, v = inputs(cfg)
-        ref = _reference(q, k, v, cfg)
+        refs: dict[str, object] = {}  # by causal alignment, made when an implementation needs it
         for name in names:
-            rec = _measure_one(IMPLS[name], cfg, q, k, v, ref, flush, opts, name not in profiled)
+            align = support.causal_align(IMPLS[name])
+            if align not in refs:
+                refs[align] = support.reference(q, k, v, cfg, align)
+            rec = _measure_one(IMPLS[name], cfg, q, k, v, refs.get(align), flush, opts, name not in profiled)
             if rec.get("launched"):
                 profiled.add(name)
             yield rec
-        del q, k, v, ref
+        del q, k, v, refs
         torch.cuda.empty_cache()
 
     deadline = deadline or time.monotonic() + opts.max_minutes * 60
@@ -369,17 +259,21 @@ def _reference(q, k, v, cfg: Config):
 def _measure_one(impl: Impl, cfg: Config, q, k, v, ref, flush, opts: SweepOptions, profile_it: bool) -> dict:
     import torch
 
+    align = support.causal_align(impl)
     rec = {
         "type": "time",
         "key": key("time", impl.name, cfg),
         "impl": impl.name,
         "algo": impl.algo,
-        "config": cfg.problem_dict(impl.sim_dtype),
+        "config": cfg.problem_dict(impl.sim_dtype, align),
         "config_id": cfg.id,
-        "tiling": our_tiling(impl, cfg, q, k, v),
+        "tiling": None,
+        "causal_align": align,
         "status": "ok",
     }
     try:
+        # inside the try: a kernel that refuses the shape (a head dim it is not built for) is a skipped result
+        rec["tiling"] = our_tiling(impl, cfg, q, k, v)
         with impl_context(impl):
             fn = make_call(impl, q, k, v, cfg)
             out = fn()
@@ -400,8 +294,8 @@ def _measure_one(impl: Impl, cfg: Config, q, k, v, ref, flush, opts: SweepOption
                 rec.update(kernel_time_s=statistics.median(busy), kernels_per_call=len(names))
             if profile_it:
                 rec["launched"] = names
-    except Exception as exc:  # a missing or failing kernel is a result, and the sweep goes on
-        rec["status"] = "failed"
+    except Exception as exc:  # a refused, missing or failing kernel is a result, and the sweep goes on
+        rec["status"] = support.SKIPPED if support.is_refusal(exc) else "failed"
         rec["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
         try:
             torch.cuda.synchronize()
@@ -427,7 +321,7 @@ def measure_bytes(opts: SweepOptions, seqlens: list[int], deadline: float, log=p
 
     from . import validate_ncu
 
-    path = opts.out_dir / MEASURED_NAME
+    path = opts.out_dir / opts.measured
     records = store.load(path)
     done = store.done_keys(records, opts.retry_failed)
     timed = store.latest(records, "time")

@@ -1,11 +1,12 @@
 """Predictions for validate's measurements, their errors, and the report files.
 
-Reads validation-measured.jsonl, runs simulator.simulate for every measured (implementation, configuration)
-with the algorithm, dtype and tiling the measurement names, and writes validation.json (every row, and MAPE /
-max error / bias per implementation and quantity), validation.md (the same as tables) and validation.png
-(predicted against measured). Needs no GPU. Predictions already in validation.json for the same profile
-and the same model sources are reused, so a rerun after a resumed sweep simulates only the new rows, and
-any change to the model predicts everything again.
+Reads one set's measurements (validation-measured.jsonl for the development set, testset-measured.jsonl for
+the test set: validate_sets.py), runs simulator.simulate for every measured (implementation, configuration)
+with the algorithm, dtype and tiling the measurement names, and writes <stem>.json (every row, and MAPE /
+max error / bias per implementation and quantity), <stem>.md (the same as tables) and <stem>.png
+(predicted against measured), stem "validation" or "testset". Needs no GPU. Predictions already in the
+report for the same profile and the same model sources are reused, so a rerun after a resumed sweep
+simulates only the new rows, and any change to the model predicts everything again.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from flashsim.errors import FlashsimError
 
 from . import validate_store as store
 from .validate_metrics import summarize, summarize_groups
+from .validate_sets import DEV, DataSet
 
-JSON_NAME = "validation.json"
+JSON_NAME = DEV.report
 # SDPA's math backend upcasts bf16 to fp32 and runs cuBLAS's FFMA SGEMMs (its kernel names say ffma): the
 # simulator's fp32 GEMMs run on the tf32 tensor-core rate, so for it that rate is the FP32 FMA rate.
 SIM_SWAPS = {
@@ -31,8 +33,6 @@ SIM_SWAPS = {
         "wgmma_tf32_flops_per_clk_per_sm": "fp32_flops_per_clk_per_sm",
     }
 }
-MD_NAME = "validation.md"
-PNG_NAME = "validation.png"
 # Quantity -> (label, short label for plots, unit, scale for display). Both times are compared with the
 # simulated time (the GPU busy time with the simulated launch overheads left out); l2_bytes compares ncu's
 # lts__t_bytes with the simulated L2 reads + writes.
@@ -119,6 +119,10 @@ def _simulate(job: tuple) -> dict:
         profile = load_profile(hw, overrides)
         if swaps:
             profile = profile.with_overrides({k: getattr(profile, v) for k, v in swaps.items()})
+        if "causal_align" in problem and not hasattr(Problem, "causal_align"):
+            # a row measured with another causal mask than the simulator's (top-left): until Problem takes
+            # causal_align it cannot be simulated as it ran
+            return {"predict_error": f"this simulator has no causal_align; the row ran {problem['causal_align']}"}
         prob = Problem(**problem)
         if algo == "v1" and tiling and "splits" not in tiling:
             # a record without the launched splits: the model's default, FA1's rule, which the kernel also
@@ -171,7 +175,7 @@ def predict(rows: list[dict], hw: str, overrides: list[str], jobs: int, cached: 
 
 
 def _problem_args(config: dict) -> dict:
-    keys = ("batch", "heads", "kv_heads", "seqlen_q", "seqlen_k", "headdim", "causal", "dtype")
+    keys = ("batch", "heads", "kv_heads", "seqlen_q", "seqlen_k", "headdim", "causal", "dtype", "causal_align")
     return {k: config[k] for k in keys if k in config}
 
 
@@ -199,8 +203,9 @@ def _cache_key(row: dict) -> tuple:
 
 
 def compare(out_dir: Path, measured: Path, hw: str = "h200", overrides: list[str] | None = None, jobs: int = 0,
-            command: str = "", log=print) -> dict:  # fmt: skip
-    """Predict, score and write validation.json / .md / .png into out_dir. Returns the report."""
+            command: str = "", log=print, data_set: DataSet = DEV) -> dict:  # fmt: skip
+    """Predict, score and write the set's report (validation.json / .md / .png for the development set,
+    testset.* for the test set) into out_dir. Returns the report."""
     from flashsim.hw_profiles import load_profile
 
     from .calibrate_gpu import today
@@ -212,13 +217,15 @@ def compare(out_dir: Path, measured: Path, hw: str = "h200", overrides: list[str
     fingerprint = profile_fingerprint(profile)
     rows = rows_from(records)
     jobs = jobs or max(1, min(8, (os.cpu_count() or 1)))
-    predict(rows, hw, overrides or [], jobs, _cached(out_dir / JSON_NAME, fingerprint), log)
+    json_path, md_path, png_path = (out_dir / f"{data_set.stem}{ext}" for ext in (".json", ".md", ".png"))
+    predict(rows, hw, overrides or [], jobs, _cached(json_path, fingerprint), log)
     scored = [r for r in rows if r.get("predicted")]
     summary = summarize_groups(scored, "impl", QUANTITIES)
     by_algo = summarize_groups(scored, "algo", QUANTITIES)
     overall = {q: summarize(_pairs(scored, q)) for q in QUANTITIES}
     sessions = [r for r in records if r["type"] == "session"]
     report = {
+        "set": {"name": data_set.name, "title": data_set.title, "measured": measured.name},
         "provenance": {
             "measured": sessions[-1] if sessions else {},
             "sessions": [{k: r.get(k) for k in ("date", "command", "driver", "torch")} for r in sessions],
@@ -243,12 +250,12 @@ def compare(out_dir: Path, measured: Path, hw: str = "h200", overrides: list[str
             for r in rows
             if r.get("predict_error")
         ],
-        "plot": PNG_NAME,
+        "plot": png_path.name,
     }
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / JSON_NAME).write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
-    (out_dir / MD_NAME).write_text(markdown(report))
-    plot(scored, out_dir / PNG_NAME)
+    json_path.write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
+    md_path.write_text(markdown(report))
+    plot(scored, png_path)
     return report
 
 
@@ -284,8 +291,9 @@ def _sessions(prov: dict) -> str:
 
 def markdown(report: dict) -> str:
     prov = report["provenance"]["measured"]
+    title = report.get("set", {}).get("title")
     out = [
-        "# Simulator validation",
+        "# Simulator validation" + (f": {title}" if title else ""),
         "",
         f"Measured on {prov.get('gpu', '?')} (driver {prov.get('driver', '?')}, CUDA {prov.get('cuda_runtime', '?')}, "
         f"torch {prov.get('torch', '?')}) by {_sessions(report['provenance'])}; predicted with "

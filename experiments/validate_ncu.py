@@ -169,7 +169,7 @@ def child(plan_path: str, manifest_path: str) -> int:
     import torch
 
     from .calibrate_gpu import load_module, read_gpu, require_gpu
-    from .validate import IMPLS, Config, impl_context, inputs, make_call
+    from .validate_impls import IMPLS, Config, impl_context, inputs, make_call
 
     cp = require_gpu("validate's ncu child")
     marker = load_module(cp, "compute", read_gpu(cp).arch).get_function(MARKER)

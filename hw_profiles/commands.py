@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
 
+from flashsim.console import make_console
+from flashsim.units import format_bytes, format_si
+
 from .loader import list_profiles, load_profile
-from .profile import PARAMS, Profile, unit_of
+from .profile import PARAMS, PROVENANCES, Profile, describe_provenance, unit_of
 
 
 def add_profile_args(parser: argparse.ArgumentParser) -> None:
@@ -79,6 +81,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
                 "alias": info.alias,
                 "name": p.name,
                 "based_on": p.based_on,
+                "provenance": p.provenance,
                 "description": p.description,
                 "sm_count": p.sm_count,
                 "sm_clock_hz": p.sm_clock_hz,
@@ -92,15 +95,17 @@ def _cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         return _print_json({"profiles": rows})
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title="Hardware profiles (--hw NAME, or a path to your own TOML)")
-    for col in ("alias", "name", "SMs", "clock", "SMEM/SM", "L2", "HBM BW", "bf16 tensor TFLOP/s"):
-        table.add_column(col, no_wrap=True, justify="left" if col in ("alias", "name") else "right")
+    for col in ("alias", "name", "numbers", "SMs", "clock", "SMEM/SM", "L2", "HBM BW", "bf16 tensor TFLOP/s"):
+        table.add_column(col, no_wrap=True, justify="left" if col in ("alias", "name", "numbers") else "right")
     for r in rows:
         table.add_row(
             *_texts(
                 r["alias"],
                 r["name"],
+                r["provenance"],
                 str(r["sm_count"]),
                 human("sm_clock_hz", r["sm_clock_hz"]),
                 human("smem_per_sm_bytes", r["smem_per_sm_bytes"]),
@@ -109,7 +114,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
                 f"{r['bf16_tensor_peak_flops_per_s'] / 1e12:.0f} ({r['bf16_tensor_instr']})",
             )
         )
-    _console().print(table)
+    console = _console()
+    console.print(table)
+    console.print(Text("numbers: " + "; ".join(describe_provenance(k) for k in PROVENANCES)))
     return 0
 
 
@@ -129,6 +136,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
             f"features: {', '.join(sorted(p.features))}; file: {p.origin}"
         )
     )
+    console.print(Text(f"numbers: {describe_provenance(p.provenance)}"))
     table = Table()
     table.add_column("key", no_wrap=True)
     table.add_column("value", no_wrap=True, justify="right")
@@ -201,11 +209,6 @@ def differences(a: Profile, b: Profile) -> dict[str, dict[str, Any]]:
 
 # -- formatting -----------------------------------------------------------------------------------------
 
-_SI = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""), (1e-3, "m"), (1e-6, "µ"), (1e-9, "n"))
-_BINARY = ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"))
-_DECIMAL = ((10**12, "TB"), (10**9, "GB"), (10**6, "MB"), (10**3, "kB"))
-
-
 def human(key: str, value: Any) -> str:
     """A value with its unit made readable: 228 KiB, 1.83 GHz, 3.015 TB/s, 3 µs, 29 cycles."""
     if value is None:
@@ -216,25 +219,11 @@ def human(key: str, value: Any) -> str:
         return value
     unit = unit_of(key)
     if unit == "B":
-        return _bytes(int(value))
+        return format_bytes(int(value))
     if unit in ("B/s", "Hz", "s"):
-        return _si(value, unit)
+        return format_si(value, unit)
     number = f"{value:g}" if isinstance(value, float) else str(value)
     return f"{number} {unit}" if unit else number
-
-
-def _si(value: float, unit: str) -> str:
-    scale, prefix = next(((s, p) for s, p in _SI if abs(value) >= s), _SI[-1])
-    return f"{value / scale:.4g} {prefix}{unit}"
-
-
-def _bytes(n: int) -> str:
-    # Exact binary sizes (SMEM, L2) read best in KiB/MiB, exact decimal ones (141 GB) in GB.
-    for size, name in (*_BINARY, *_DECIMAL):
-        if n >= size and n % size == 0:
-            return f"{n // size} {name}"
-    size, name = next(((s, u) for s, u in _BINARY if n >= s), (1, "B"))
-    return f"{n / size:.4g} {name}" if size > 1 else f"{n} B"
 
 
 def _texts(*cells: str) -> list[Any]:
@@ -245,12 +234,7 @@ def _texts(*cells: str) -> list[Any]:
 
 
 def _console() -> Any:
-    from rich.console import Console
-
-    console = Console()
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(width=160)  # piped output: wrap long sources less than rich's default 80 columns
-    return console
+    return make_console()
 
 
 def _print_json(obj: dict[str, Any]) -> int:

@@ -20,18 +20,20 @@ from .profile import (
     PACKAGE_DIR,
     PARAM_SPECS,
     PARAMS,
+    PROVENANCES,
     SOURCE_KINDS,
     Profile,
     _did_you_mean,
     _type_name,
     display_path,
+    provenance_of,
 )
 
-_META_STR = ("name", "description", "arch", "compute_capability", "based_on")
+_META_STR = ("name", "description", "arch", "compute_capability", "provenance", "based_on")
 _META_LIST = ("features", "aliases")
 _TOP_KEYS = (*_META_STR, *_META_LIST, "params")
 # A what-if inherits these from its base unless it sets them; name and description are always its own.
-_INHERITED = ("arch", "compute_capability", "features")
+_INHERITED = ("arch", "compute_capability", "features", "provenance")
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,7 @@ def _build(path: Path) -> Profile:
     for spec in PARAMS:
         if spec.feature is None and spec.name not in params:
             raise ProfileError(f"{origin}: {spec.name}: missing (required in [params])")
+    _check_provenance(meta.get("provenance"), [v["source"] for v in params.values()], origin)
     return Profile(
         **meta,
         **{k: v["value"] for k, v in params.items()},
@@ -135,6 +138,16 @@ def _build(path: Path) -> Profile:
         based_on=base_name,
         sources={k: v["source"] for k, v in params.items()},
     )
+
+
+def _check_provenance(declared: str | None, sources: list[str], origin: str) -> None:
+    """A declared provenance must be what the sources show (a profile marked calibrated measures something)."""
+    if declared is None or declared not in PROVENANCES:
+        return  # none declared (read from the sources), or an unknown one (Profile names the choices)
+    shown = provenance_of(sources)
+    if declared != shown:
+        raise ProfileError(f"{origin}: provenance: declared {declared!r}, but the sources make it {shown!r} "
+                           f"({PROVENANCES[shown]})")  # fmt: skip
 
 
 def _merge_base(base_name: str, path: Path, origin: str, meta: dict, params: dict) -> tuple[dict, dict, str]:

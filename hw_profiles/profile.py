@@ -23,7 +23,14 @@ from flashsim.errors import ProfileError
 PACKAGE_DIR = Path(__file__).resolve().parent
 ARCHES = {"ampere": 8, "hopper": 9}  # arch -> compute capability major
 FEATURES = ("mma_sync", "cp_async", "tma", "wgmma", "fp8", "setmaxnreg", "named_barriers")
-SOURCE_KINDS = ("datasheet", "paper", "measured", "assumed")
+SOURCE_KINDS = ("datasheet", "paper", "measured", "derived", "assumed")
+# How far a profile's numbers can be trusted, from its sources: measured on that GPU; SM-level numbers taken
+# from a sibling GPU's measurements (same SM, its own memory system); or datasheets, papers and guesses only.
+PROVENANCES = {
+    "calibrated": "measured on this GPU",
+    "derived": "SM-level numbers from a sibling GPU's measurements",
+    "datasheet-only": "datasheet, paper and assumed numbers; nothing measured",
+}
 OVERRIDE_KIND = "override"
 WARP = 32
 # Keys for which zero is a meaningful value (a what-if without the per-block reservation).
@@ -67,6 +74,7 @@ class Profile:
     arch: str
     compute_capability: str
     features: frozenset[str]
+    provenance: str = ""  # a key of PROVENANCES; empty: read from the sources (provenance_of)
 
     # SM organisation and occupancy limits
     sm_count: int = _p(int)
@@ -183,6 +191,11 @@ class Profile:
         object.__setattr__(self, "features", frozenset(features))
         if "fp8" in self.features and "wgmma" not in self.features:
             raise self._fail("features", "fp8 requires wgmma (the only fp8 tensor instruction modelled)")
+        if not self.provenance:
+            object.__setattr__(self, "provenance", provenance_of(self.sources.values()))
+        if self.provenance not in PROVENANCES:
+            raise self._fail("provenance", f"unknown provenance {self.provenance!r}; choose one of "
+                             f"{', '.join(PROVENANCES)}")  # fmt: skip
 
     def _check_param(self, spec: ParamSpec) -> None:
         value = getattr(self, spec.name)
@@ -341,6 +354,7 @@ class Profile:
             "arch": self.arch,
             "compute_capability": self.compute_capability,
             "features": sorted(self.features),
+            "provenance": self.provenance,
             "based_on": self.based_on,
             "path": self.path,
             "params": {
@@ -406,7 +420,21 @@ PARAMS: tuple[ParamSpec, ...] = tuple(
     if f.metadata.get("param")
 )
 PARAM_SPECS: dict[str, ParamSpec] = {s.name: s for s in PARAMS}
-_METADATA = ("name", "description", "arch", "compute_capability", "aliases", "based_on", "path")
+_METADATA = ("name", "description", "arch", "compute_capability", "provenance", "aliases", "based_on", "path")
+
+
+def provenance_of(sources: Iterable[str]) -> str:
+    """The provenance the sources show: derived if any number is derived from a sibling's measurement,
+    else calibrated if any is measured, else datasheet-only."""
+    kinds = {str(s).partition(":")[0].strip() for s in sources}
+    if "derived" in kinds:
+        return "derived"
+    return "calibrated" if "measured" in kinds else "datasheet-only"
+
+
+def describe_provenance(provenance: str) -> str:
+    """'derived (SM-level numbers from a sibling GPU's measurements)'."""
+    return f"{provenance} ({PROVENANCES[provenance]})"
 
 
 def coerce(kind: type, value: Any) -> int | float:

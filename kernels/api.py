@@ -102,16 +102,18 @@ def attention(
     """Attention forward with flashsim's reference kernels.
 
     q: (B, H, Nq, D); k, v: (B, Hkv, Nk, D) with H a multiple of Hkv (grouped-query attention); float16 or
-    bfloat16 on one CUDA device (torch SDPA's layout). causal: top-left aligned like SDPA's is_causal
-    (query i sees keys j <= i). tiling: a Tiling the kernels were built with (None: the algorithm's
-    default, the public FA2 tiles for v2). softmax_scale: None means D**-0.5.
+    bfloat16 on one CUDA device (torch SDPA's layout). causal: aligned bottom-right, as FlashAttention
+    >= 2.1 and the simulator (query i sees keys j <= i + Nk - Nq; with Nq == Nk this is SDPA's is_causal);
+    a row that sees no key (Nq > Nk) outputs 0 with a logsumexp of -inf. tiling: a Tiling the kernels
+    were built with (None: the algorithm's default, the public FA2 tiles for v2; for v3 and v3-fp8 the
+    default rows of kernels/v3_tiles.tsv). softmax_scale: None means D**-0.5.
     out: optional (B, H, Nq, D) tensor to write into. return_lse: also return the fp32 (B, H, Nq)
     natural-log logsumexp. splits: v1 only, thread blocks per (batch, head); None fills the GPU, 1 is
     the paper's grid.
     Returns out (or (out, lse)).
     """
     torch = _torch()
-    if algo in _HOPPER and algo not in registry.families():
+    if algo in _HOPPER:
         return _hopper(torch, algo, q, k, v, causal, tiling, softmax_scale, out, return_lse)
     family = registry.family(algo)
     dtype = _check_tensors(torch, q, k, v)
@@ -170,7 +172,7 @@ _HOPPER = ("v3", "v3-fp8")
 
 
 def _hopper(torch, algo, q, k, v, causal, tiling, softmax_scale, out, return_lse):
-    """v3 and v3-fp8 run through kernels/hopper.py (wgmma and TMA: sm_90 only)."""
+    """v3 and v3-fp8 launch through kernels/hopper.py (TMA tensor maps, wgmma: sm_90 only)."""
     from flashsim.algorithms.tiling import check_algo
 
     check_algo(algo)

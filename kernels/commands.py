@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from flashsim.console import make_console
+
 from .registry import ARCHS
 
 
@@ -17,6 +19,8 @@ def register(subparsers) -> None:
     b.add_argument("--jobs", type=int, help="parallel nvcc processes (default: CPU count)")
     b.add_argument("--force", action="store_true", help="rebuild even if up to date")
     b.add_argument("--json", action="store_true", help="print the resource rows as JSON")
+    b.add_argument("--no-microbench", action="store_true",
+                   help="skip the calibration microbenchmarks (built by default when no --algo is given)")  # fmt: skip
     b.set_defaults(func=_build)
     ls = sub.add_parser("list", help="the variants (head dim, dtype, tiling) each algorithm is built with")
     ls.add_argument("--json", action="store_true")
@@ -29,10 +33,13 @@ def _build(args) -> int:
 
     manifests = build_all(args.algo, args.arch, args.out, args.jobs, args.force)
     rows = resource_rows(manifests)
+    if not args.algo and not args.no_microbench:
+        from .build import build_microbenchmarks
+
+        build_microbenchmarks(args.arch, args.out, args.force)
     if args.json:
         print(json.dumps({"build_dir": str(build_dir(args.out)), "kernels": rows}, indent=1))
         return 0
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"flashsim kernels ({build_dir(args.out)})")
@@ -46,7 +53,7 @@ def _build(args) -> int:
         table.add_row(r["algo"], r["entry"], str(r["headdim"]), r["dtype"], tiling, r["arch"], str(r["registers"]),
                       str(r["smem_static_bytes"]), str(r["smem_dynamic_bytes"]), str(r["stack_bytes"]),
                       spill if spill != "0/0" else "-")  # fmt: skip
-    Console(width=max(Console().width, 110)).print(table)
+    make_console().print(table)
     return 0
 
 

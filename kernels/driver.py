@@ -1,4 +1,5 @@
-"""The CUDA driver API through ctypes: load a cubin, look up its kernels, launch them on a torch stream.
+"""The CUDA driver API through ctypes: load a cubin, look up its kernels, launch them on a torch stream,
+encode TMA tensor maps (the Hopper kernels). Every kernel of the package is loaded and launched here.
 
 libcuda ships with every NVIDIA driver, so launching needs no PyTorch C++ extension (no ABI to match)
 and no CUDA Python package. Every call's result is checked; a failure raises KernelError with the
@@ -43,6 +44,20 @@ def _signatures(lib: ctypes.CDLL) -> None:
         "cuLaunchKernel": [p, u, u, u, u, u, u, u, p, ctypes.POINTER(p), ctypes.POINTER(p)],
         "cuGetErrorName": [i, ctypes.POINTER(ctypes.c_char_p)],
         "cuGetErrorString": [i, ctypes.POINTER(ctypes.c_char_p)],
+        "cuTensorMapEncodeTiled": [
+            p,
+            i,
+            ctypes.c_uint32,
+            p,
+            ctypes.POINTER(ctypes.c_uint64),
+            ctypes.POINTER(ctypes.c_uint64),
+            ctypes.POINTER(ctypes.c_uint32),
+            ctypes.POINTER(ctypes.c_uint32),
+            i,
+            i,
+            i,
+            i,
+        ],
     }
     for name, argtypes in table.items():
         fn = getattr(lib, name)
@@ -107,8 +122,9 @@ class Function:
         _check(lib, lib.cuFuncGetAttribute(ctypes.byref(value), _NUM_REGS, self.handle), f"registers of {self.name}")
         return value.value
 
-    def launch(self, grid: tuple[int, int, int], threads: int, smem: int, stream: int, params) -> None:
-        """Launch with one by-value argument, `params` (a ctypes.Structure), on `stream` (a CUstream)."""
+    def launch(self, grid: tuple[int, int, int], threads: int, smem: int, stream: int, *params) -> None:
+        """Launch on `stream` (a CUstream) with by-value arguments `params`: ctypes objects, or the integer
+        address of one (a TensorMap's aligned buffer)."""
         lib = _cuda()
         _make_current(self.module.device)
         if smem > self._smem_opt_in:
@@ -118,7 +134,7 @@ class Function:
                 f"raising the shared-memory limit of {self.name} to {smem} B",
             )
             self._smem_opt_in = smem
-        args = (ctypes.c_void_p * 1)(ctypes.addressof(params))
+        args = (ctypes.c_void_p * len(params))(*(a if isinstance(a, int) else ctypes.addressof(a) for a in params))
         gx, gy, gz = grid
         _check(
             lib,
@@ -160,3 +176,43 @@ def load_module(device: int, path: Path) -> Module:
         if module is None:
             module = _modules[key] = Module(device, path.read_bytes(), path.name)
     return module
+
+
+_TMAP_DTYPE = {1: 0, 2: 6}  # element bytes -> CU_TENSOR_MAP_DATA_TYPE_{UINT8, FLOAT16}
+_TMAP_BF16 = 9
+_SWIZZLE = {128: 3, 64: 2, 32: 1}  # CU_TENSOR_MAP_SWIZZLE_{128B, 64B, 32B} by box row width in bytes
+_L2_PROMOTION_256B = 3
+
+
+class TensorMap:
+    """A CUtensorMap (128 bytes, 64-byte aligned) from cuTensorMapEncodeTiled; `address` is what a kernel
+    parameter of type `const __grid_constant__ CUtensorMap` is launched with."""
+
+    def __init__(self, ptr: int, elem_bytes: int, bf16: bool, dims, strides_bytes, box) -> None:
+        self._buf = ctypes.create_string_buffer(128 + 64)
+        self.address = (ctypes.addressof(self._buf) + 63) & ~63
+        rank = len(dims)
+        box = list(box) + [1] * (rank - len(box))  # one row of each outer dimension
+        if any(s % 16 for s in strides_bytes):
+            raise FlashsimError(f"TMA needs 16-byte multiples for tensor strides, got {list(strides_bytes)} B")
+        if ptr % 16:
+            raise FlashsimError("TMA needs a 16-byte aligned tensor")
+        lib = _cuda()
+        _check(
+            lib,
+            lib.cuTensorMapEncodeTiled(
+                ctypes.c_void_p(self.address),
+                _TMAP_BF16 if bf16 else _TMAP_DTYPE[elem_bytes],
+                rank,
+                ctypes.c_void_p(ptr),
+                (ctypes.c_uint64 * rank)(*dims),
+                (ctypes.c_uint64 * (rank - 1))(*strides_bytes),
+                (ctypes.c_uint32 * rank)(*box),
+                (ctypes.c_uint32 * rank)(*([1] * rank)),
+                0,
+                _SWIZZLE[box[0] * elem_bytes],
+                _L2_PROMOTION_256B,
+                0,
+            ),
+            "cuTensorMapEncodeTiled",
+        )

@@ -8,9 +8,10 @@ Adding an algorithm takes two files:
                       Tiling of algorithms/tiling.py), the target archs, the dynamic shared memory of each
                       entry, the default tiling, and run(kernels, variant, call), which allocates any
                       workspace and calls kernels.launch(entry, grid, threads, smem, params).
-and the module's name in FAMILY_MODULES (kernels.hopper_family is reserved for the Hopper kernels, which
-today run through kernels/hopper.py). `flashsim kernels build` then compiles it and the API serves it:
-kernels.attention(q, k, v, algo=<name>).
+and the module's name in FAMILY_MODULES. `flashsim kernels build` then compiles it and the API serves it:
+kernels.attention(q, k, v, algo=<name>). The Hopper kernels (hopper_family.py) register the same way but
+instantiate one entry point per row of their tile table (entry_lines, kernels_of) and launch through
+kernels/hopper.py (TMA tensor maps instead of AttnParams).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from flashsim.errors import FlashsimError
 
 DTYPES = ("fp16", "bf16")
 ARCHS = ("sm_80", "sm_90a")
-# Modules that register families; a missing one is skipped.
+# Modules that register families; every one must import (a typo here would hide a family).
 FAMILY_MODULES = tuple(f"flashsim.kernels.{name}" for name in ("standard", "v1", "v2", "hopper_family"))
 
 
@@ -57,6 +58,23 @@ class KernelFamily:
     run: Callable  # run(kernels: launch.BoundKernels, variant, call: launch.Call) -> None
     archs: tuple[str, ...] = ARCHS
     summary: str = ""
+    headers: tuple[str, ...] = ()  # other files of kernels/ the source includes (they decide the cubin too)
+    # Optional, for families whose instantiations are not one MACRO(...) line per variant:
+    entry_lines: Callable[[], list[str]] | None = None  # the translation unit's lines after the #include
+    kernels_of: Callable[[Variant], dict[str, str]] | None = None  # entry label -> kernel symbol
+    causal_tiling: Callable[[int, bool], Tiling] | None = None  # (headdim, causal) -> default Tiling
+
+    def kernel_symbols(self, variant: Variant) -> dict[str, str]:
+        """Entry label -> the extern "C" symbol the build emits for it."""
+        if self.kernels_of is not None:
+            return self.kernels_of(variant)
+        return {entry: f"{variant.symbol(self.algo)}_{entry}" for entry in self.entries}
+
+    def tiling_for(self, headdim: int, limits, causal: bool = False) -> Tiling:
+        """The tiling a call with this head dim runs when it names none."""
+        if self.causal_tiling is not None:
+            return self.causal_tiling(headdim, causal)
+        return self.default_tiling(headdim, limits)
 
     def __post_init__(self) -> None:
         bad = [a for a in self.archs if a not in ARCHS]
@@ -110,11 +128,7 @@ def families() -> dict[str, KernelFamily]:
     global _loaded
     if not _loaded:
         for name in FAMILY_MODULES:
-            try:
-                importlib.import_module(name)
-            except ModuleNotFoundError as exc:
-                if exc.name != name:
-                    raise
+            importlib.import_module(name)
         _loaded = True
     return dict(_families)
 

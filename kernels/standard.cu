@@ -170,7 +170,8 @@ __device__ __forceinline__ void pv(const AttnParams& p) {
 
 // One warp per row of S (4 rows per 128-thread block), 16-byte accesses. Pass 1 keeps a running
 // (max, sum) per lane over chunks of 8, merged across the warp; pass 2 rereads S and writes P over it.
-// Columns past the row's last visible key (Nk, or i + 1 when causal) become 0, up to ldS.
+// Columns past the row's last visible key (visible_keys: Nk, fewer when causal) become 0, up to ldS; a
+// row that sees no key is all 0 with a logsumexp of -inf.
 template <typename T>
 __device__ __forceinline__ void softmax(const AttnParams& p) {
   constexpr float kLog2e = 1.4426950408889634f;
@@ -178,7 +179,7 @@ __device__ __forceinline__ void softmax(const AttnParams& p) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * 4 + threadIdx.x / 32;
   if (row >= static_cast<int64_t>(p.batch) * p.heads * p.seqlen_q) return;
   const int i = static_cast<int>(row % p.seqlen_q);
-  const int limit = p.causal ? min(p.seqlen_k, i + 1) : p.seqlen_k;
+  const int limit = visible_keys(p, i + 1);
   const int lds = static_cast<int>(p.s_row_stride);
   T* srow = static_cast<T*>(p.s) + row * lds;
 
@@ -206,8 +207,8 @@ __device__ __forceinline__ void softmax(const AttnParams& p) {
     if (mn != -INFINITY) l = l * fast_exp2((m - mn) * kLog2e) + lo * fast_exp2((mo - mn) * kLog2e);
     m = mn;
   }
-  const float inv_l = __fdividef(1.f, l);  // l >= 1: the row's max contributes exp(0)
-  if (lane == 0 && p.lse != nullptr) p.lse[row] = m + __logf(l);  // S is already scaled
+  const float inv_l = l > 0.f ? __fdividef(1.f, l) : 0.f;  // l >= 1 unless the row sees no key
+  if (lane == 0 && p.lse != nullptr) p.lse[row] = l > 0.f ? m + __logf(l) : -INFINITY;  // S is already scaled
 
   for (int c = lane * 8; c < lds; c += 256) {
     const uint4 raw = c < limit ? *reinterpret_cast<const uint4*>(srow + c) : make_uint4(0, 0, 0, 0);

@@ -84,10 +84,21 @@ __device__ __forceinline__ void forward(const AttnParams& p) {
   const uint32_t k_anchor = KVTile::addr(sK, warp * kKW + (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
   const uint32_t v_anchor = KVTile::addr(sV, warp * kKW + (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
 
+  // Causal with seqlen_q > seqlen_k: the first n_empty Q blocks see no key, so no K/V step below visits
+  // them; their output is 0 and their logsumexp -inf (each split writes the blocks it owns).
+  // The causal offset is recomputed where used (opaque): held across the loops it costs registers.
+  const int n_empty = min(n_qblocks, max(0, -causal_offset(p)) / BR);
+  for (int i = split; i < n_empty; i += p.num_splits)
+    for (int idx = tid; idx < BR * (D / 8); idx += kThreads) {
+      const int row = i * BR + idx / (D / 8);
+      *reinterpret_cast<uint4*>(o + row * p.o_row_stride + idx % (D / 8) * 8) = make_uint4(0, 0, 0, 0);
+      if (idx % (D / 8) == 0 && p.lse != nullptr) lse[row] = -INFINITY;
+    }
+
   for (int j = 0; j < n_kblocks; ++j) {
     const int n0 = j * BC;
-    // Causal: Q block i sees block j only if its last row reaches key n0.
-    const int i_lo = p.causal ? n0 / BR : 0;
+    // Causal: Q block i sees block j only if its last row reaches key n0 (row m0 + BR - 1 + offset >= n0).
+    const int i_lo = p.causal ? max(0, n0 - opaque(causal_offset(p))) / BR : 0;
     const int i_first = i_lo + ((split - i_lo % p.num_splits) + p.num_splits) % p.num_splits;
     if (i_first >= n_qblocks) continue;
     __syncthreads();  // every warp is done with K_{j-1}, V_{j-1}
@@ -97,7 +108,7 @@ __device__ __forceinline__ void forward(const AttnParams& p) {
 
     for (int i = i_first; i < n_qblocks; i += p.num_splits) {
       const int m0 = i * BR;
-      const int j_last = p.causal ? min(n_kblocks - 1, (m0 + BR - 1) / BC) : n_kblocks - 1;
+      const int j_last = p.causal ? min(n_kblocks - 1, (m0 + BR - 1 + opaque(causal_offset(p))) / BC) : n_kblocks - 1;
       const bool last = j == j_last;
       load_tile_async<kThreads, QTile, BR>(sQ, q, m0, static_cast<int>(p.q_row_stride), p.seqlen_q);
       cp_async_commit();
@@ -144,7 +155,8 @@ __device__ __forceinline__ void forward(const AttnParams& p) {
         }
       }
       const int key0 = n0 + warp * kKW;
-      if (n0 + BC > p.seqlen_k || (p.causal && n0 + BC - 1 > m0)) {
+      const int offset = opaque(causal_offset(p));
+      if (n0 + BC > p.seqlen_k || (p.causal && n0 + BC - 1 > m0 + offset)) {
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -153,7 +165,7 @@ __device__ __forceinline__ void forward(const AttnParams& p) {
             for (int e = 0; e < 4; ++e) {
               const int row = m0 + mt * 16 + g + (e >> 1) * 8;
               const int col = key0 + nt * 8 + t * 2 + (e & 1);
-              if (col >= p.seqlen_k || (p.causal && col > row)) s[mt][nt][e] = -INFINITY;
+              if (col >= p.seqlen_k || (p.causal && col > row + offset)) s[mt][nt][e] = -INFINITY;
             }
       }
 
@@ -210,17 +222,19 @@ __device__ __forceinline__ void forward(const AttnParams& p) {
         }
         const int row = m0 + tid;
         const float m_new = fmaxf(ml.x, mt_);
-        // A row sees key 0 in block 0, so m_new is finite; a block that masks the whole row adds e = 0.
-        const float e_old = fast_exp2((ml.x - m_new) * p.scale_log2);
-        const float e_blk = fast_exp2((mt_ - m_new) * p.scale_log2);
+        // A block that masks the whole row adds e = 0. A row that has seen no key yet (causal, bottom-right)
+        // keeps m = -inf and l = 0: reference 0 keeps the exponents -inf instead of NaN, and O stays 0.
+        const float m_ref = m_new == -INFINITY ? 0.f : m_new;
+        const float e_old = fast_exp2((ml.x - m_ref) * p.scale_log2);
+        const float e_blk = fast_exp2((mt_ - m_ref) * p.scale_log2);
         const float l_new = e_old * ml.y + e_blk * lt;
-        const float inv_l = __fdividef(1.f, l_new);  // MUFU.RCP; IEEE division would call a slow path
+        const float inv_l = l_new > 0.f ? __fdividef(1.f, l_new) : 0.f;  // MUFU.RCP, not IEEE's slow path
         coef[tid] = make_float2(e_old * ml.y * inv_l, e_blk * inv_l);
         if (row < p.seqlen_q) {
           if (!last)
             ws_ml[row] = make_float2(m_new, l_new);
           else if (p.lse != nullptr)
-            lse[row] = (m_new * p.scale_log2 + __log2f(l_new)) * 0.69314718056f;
+            lse[row] = l_new > 0.f ? (m_new * p.scale_log2 + __log2f(l_new)) * 0.69314718056f : -INFINITY;
         }
       }
 

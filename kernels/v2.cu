@@ -64,13 +64,16 @@ __device__ __forceinline__ void forward(const AttnParams& p) {
   const uint16_t* k = static_cast<const uint16_t*>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride;
   const uint16_t* v = static_cast<const uint16_t*>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride;
 
-  int n_blocks = (p.seqlen_k + BN - 1) / BN;
-  if (p.causal) n_blocks = min(n_blocks, (m0 + BM - 1) / BN + 1);  // later blocks are fully masked
+  // Blocks past the last key this Q block sees are fully masked; none when causal hides every key.
+  const int n_blocks = (visible_keys(p, m0 + BM) + BN - 1) / BN;
 
   const int k_stride = static_cast<int>(p.k_row_stride), v_stride = static_cast<int>(p.v_row_stride);
   load_tile_async<Cfg::kThreads, QTile, BM>(sQ, q, m0, static_cast<int>(p.q_row_stride), p.seqlen_q);
-  load_tile_async<Cfg::kThreads, KVTile, BN>(sK, k, (n_blocks - 1) * BN, k_stride, p.seqlen_k);
+  load_tile_async<Cfg::kThreads, KVTile, BN>(sK, k, max(n_blocks - 1, 0) * BN, k_stride, p.seqlen_k);
   cp_async_commit();
+  // The loop's first step waits for these copies anyway; waiting here as well covers a Q block with no block
+  // to visit (causal, no visible key), whose epilogue reuses sQ while Q's copy could still be landing.
+  cp_async_wait<0>();
 
   float acc_o[kMT][kDT][4];
   float row_max[kMT][2], row_sum[kMT][2];
@@ -122,7 +125,10 @@ __device__ __forceinline__ void forward(const AttnParams& p) {
       }
     }
 
-    if (n0 + BN > p.seqlen_k || (p.causal && n0 + BN - 1 > m0)) {
+    // The causal offset is recomputed per block (opaque): hoisted, it would hold a register across the loop,
+    // which makes d64 128x128 spill on sm_80.
+    const int offset = opaque(causal_offset(p));
+    if (n0 + BN > p.seqlen_k || (p.causal && n0 + BN - 1 > m0 + offset)) {
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -131,7 +137,7 @@ __device__ __forceinline__ void forward(const AttnParams& p) {
           for (int e = 0; e < 4; ++e) {
             const int row = m0 + warp_row0 + mt * 16 + g + (e >> 1) * 8;
             const int col = n0 + nt * 8 + t * 2 + (e & 1);
-            if (col >= p.seqlen_k || (p.causal && col > row)) s[mt][nt][e] = -INFINITY;
+            if (col >= p.seqlen_k || (p.causal && col > row + offset)) s[mt][nt][e] = -INFINITY;
           }
     }
 
@@ -207,7 +213,7 @@ __device__ __forceinline__ void forward(const AttnParams& p) {
       const int row_local = warp_row0 + mt * 16 + g + 8 * r;
       const int row = m0 + row_local;
       if (p.lse != nullptr && t == 0 && row < p.seqlen_q)
-        p.lse[lse_base + row] = l > 0.f ? (row_max[mt][r] * p.scale_log2 + __log2f(l)) * 0.69314718056f : INFINITY;
+        p.lse[lse_base + row] = l > 0.f ? (row_max[mt][r] * p.scale_log2 + __log2f(l)) * 0.69314718056f : -INFINITY;
 #pragma unroll
       for (int dt = 0; dt < kDT; ++dt)
         *reinterpret_cast<uint32_t*>(sQp + QTile::offset(row_local, dt) + t * 2) =

@@ -8,12 +8,15 @@ from dataclasses import dataclass, field, replace
 
 from flashsim.algorithms import catalog
 from flashsim.algorithms.backward import pass_of
+from flashsim.algorithms.counting import count_io
 from flashsim.algorithms.parts import gemm_dtype
 from flashsim.algorithms.problem import Problem
 from flashsim.algorithms.schedules import build
 from flashsim.algorithms.tiling import Tiling, check_fits, resolve_tiling
+from flashsim.errors import FlashsimError
 
 from .gpu import Gpu, blocks_per_sm
+from .limits import MAX_SIMULATED_STEPS, check_memory, check_work
 
 # SMs simulated in the default (sampled) mode; `sms=None` or the chip's count gives the whole-chip run.
 DEFAULT_SAMPLE_SMS = 8
@@ -56,15 +59,28 @@ class SimResult:
     kernel_time_s: float = 0.0  # time_s without the launch overheads
     sim: dict = field(default_factory=dict)
     pass_: str = "fwd"  # which pass's FLOPs the throughput counts: fwd, bwd (2.5x) or fwd+bwd
+    hw_provenance: str = ""  # the profile's: calibrated, derived or datasheet-only (hw_profiles PROVENANCES)
+    hbm_peak_bytes_per_s: float = 0.0  # the profile's HBM bandwidth
+    # a variable-length batch: its thread blocks and FLOPs against the same batch padded to its longest sequence
+    padding: dict = field(default_factory=dict)
 
     @property
     def tflops(self) -> float:
         return self.problem.flops(self.pass_) / self.time_s / 1e12
 
+    @property
+    def hbm_bandwidth_fraction(self) -> float:
+        """HBM bytes (read and written) per second of kernel time, as a fraction of the profile's bandwidth."""
+        moved = self.bytes["hbm_read"] + self.bytes["hbm_write"]
+        if not self.hbm_peak_bytes_per_s or self.kernel_time_s <= 0:
+            return 0.0
+        return moved / self.kernel_time_s / self.hbm_peak_bytes_per_s
+
     def as_dict(self) -> dict:
         return {
             "algo": self.algo,
             "hw": self.hw,
+            "hw_provenance": self.hw_provenance,
             "problem": self.problem.as_dict(),
             "tiling": self.tiling.as_dict(),
             "time_s": self.time_s,
@@ -74,6 +90,8 @@ class SimResult:
             "bytes": self.bytes,
             "utilization": self.utilization,
             "bound_by": self.bound_by,
+            "hbm_bandwidth_fraction": self.hbm_bandwidth_fraction,
+            **({"padding": self.padding} if self.padding else {}),
             "roofline_time_s": self.roofline_time_s,
             "roofline": self.roofline,
             "kernels": self.kernels,
@@ -91,12 +109,9 @@ def roofline(algo: str, problem: Problem, profile) -> dict:
     flops = problem.flops(pass_of(algo))
     exps = problem.flops() / (4 * problem.headdim)  # one exp per (visible) score, in either pass
     in_bytes = 2 if problem.dtype == "fp8" else problem.elem_bytes
-    qkv = (
-        problem.batch
-        * problem.headdim
-        * in_bytes
-        * (problem.heads * problem.seqlen_q + 2 * problem.kv_heads * problem.seqlen_k)
-    )
+    q_rows = sum(problem.q_len(b) for b in range(problem.batch))  # a variable-length batch: its real rows
+    k_rows = sum(problem.k_len(b) for b in range(problem.batch))
+    qkv = problem.headdim * in_bytes * (problem.heads * q_rows + 2 * problem.kv_heads * k_rows)
     return {
         "tensor": flops / (rate * sms * clock),
         "sfu": exps / (profile.mufu_ops_per_clk_per_sm * sms * clock),
@@ -115,32 +130,48 @@ def simulate(
     extrapolate: bool = True,
     small_whole_chip: bool = True,
     options: dict | None = None,
+    max_steps: int | None = MAX_SIMULATED_STEPS,
+    max_events: int | None = None,
+    progress=None,
 ) -> SimResult:
     """Replay `algo`'s schedule for `problem` on `profile`.
 
     sms: SMs simulated (sampling, see simulator/gpu.py); None simulates the whole chip.
     extrapolate: let uniform kernels skip periods of waves (simulator/gpu.py) and long V1 loops be probed.
     small_whole_chip: run grids small enough for it on the whole chip even when `sms` asks for a sample (V1's
-    probes turn it off: they take the machine their full loop gets). options: the schedule's own (v2-bwd's dq)."""
+    probes turn it off: they take the machine their full loop gets). options: the schedule's own (v2-bwd's dq).
+    max_steps: refuse runs that would interpret more tile steps (simulator/limits.py; None: no limit).
+    max_events: stop with EventLimitReached (a FlashsimError) after scheduling that many events (each V1 probe
+    has the limit of its own). progress: called with the fraction of the run's blocks done, as they finish."""
     rec = catalog.get(algo)
     check_features(algo, problem, profile)
+    if sms is not None and not 0 < sms <= profile.sm_count:
+        raise FlashsimError(f"cannot simulate {sms} SMs: {profile.name} has {profile.sm_count} (--full runs them all)")
     if tiling is not None:
         check_fits(algo, problem, tiling, profile)
     t = tiling or resolve_tiling(algo, problem, profile)
+    check_memory(algo, problem, t, profile)
     steps = problem.seqlen_k // t.block_n
-    if extrapolate and rec.probe_outer_steps and not problem.causal and steps >= V1_PROBE_FROM:
-        result = _outer_steps(algo, problem, profile, t, sms, steps)
+    probed = extrapolate and rec.probe_outer_steps and not problem.causal and steps >= V1_PROBE_FROM
+    check_work(algo, problem, t, profile, sms, max_steps, V1_PROBE_MAX * (V1_PROBE_MAX + 1) // 2 if probed else None)
+    if probed:
+        result = _outer_steps(algo, problem, profile, t, sms, steps, max_events)
         if result is not None:
             return result
     schedule = build(algo, problem, t, **(options or {}))
     wall = time.perf_counter()
     gpu = _machine(profile, problem, schedule, sms, trace, small_whole_chip)
+    if max_events is not None:
+        gpu.env.max_events = max_events
     cycles = 0
     kernels = []
     totals = dict.fromkeys(_counters(gpu), 0.0)
     kernel_s = 0.0
     factor_last = 1.0
-    for kernel in schedule.kernels:
+    for i, kernel in enumerate(schedule.kernels):
+        if progress is not None:
+            n = len(schedule.kernels)
+            gpu.on_block = lambda done, total, i=i, n=n: progress((i + done / total) / n)
         k_cycles, simulated, delta = gpu.run_kernel(kernel, lambda: _counters(gpu), extrapolate)
         factor = len(kernel.ctas) / max(1, simulated)  # bytes of the sample -> bytes of the whole grid
         factor_last = factor
@@ -171,6 +202,7 @@ def simulate(
     return SimResult(
         algo=algo,
         hw=profile.name,
+        hw_provenance=profile.provenance,
         problem=problem,
         tiling=t,
         cycles=cycles,
@@ -192,6 +224,8 @@ def simulate(
         kernels=kernels,
         kernel_time_s=kernel_s,
         pass_=pass_of(algo),
+        hbm_peak_bytes_per_s=profile.hbm_bandwidth_bytes_per_s,
+        padding=padding_avoided(schedule, algo, problem, t),
         sim={
             "wall_s": time.perf_counter() - wall,
             "events": gpu.env.events,
@@ -203,6 +237,22 @@ def simulate(
     )
 
 
+def padding_avoided(schedule, algo: str, problem: Problem, t: Tiling) -> dict:
+    """For a variable-length batch: thread blocks of its first kernel, global-memory bytes and FLOPs against
+    the same batch padded to its longest sequence (a kernel without cu_seqlens), and the fraction of each
+    that packing avoids."""
+    if not problem.varlen:
+        return {}
+    padded = problem.padded()
+    other = build(algo, padded, t)
+    out = {}
+    for key, real, pad in (("blocks", len(schedule.kernels[0].ctas), len(other.kernels[0].ctas)),
+                           ("gmem_bytes", count_io(schedule).gmem_bytes, count_io(other).gmem_bytes),
+                           ("flops", problem.flops(), padded.flops())):
+        out.update({key: real, f"{key}_padded": pad, f"{key}_avoided": 1 - real / pad})
+    return out
+
+
 # V1 runs its outer K/V step Tc times per block. A loop of at least V1_PROBE_FROM steps is simulated with
 # 1, 2, 3, ... steps (up to V1_PROBE_MAX, and while the probes cost at most a quarter of the loop) until adding a
 # step costs the same twice running; from there every step costs that, so the full loop's time is a line
@@ -211,8 +261,8 @@ V1_PROBE_FROM = 32
 V1_PROBE_MAX = 8
 
 
-def _outer_steps(algo: str, problem: Problem, profile, t: Tiling, sms: int | None,
-                 steps: int) -> SimResult | None:
+def _outer_steps(algo: str, problem: Problem, profile, t: Tiling, sms: int | None, steps: int,
+                 max_events: int | None = None) -> SimResult | None:
     """V1 (a record with probe_outer_steps) with `steps` full outer steps (and the same ragged last step, if
     any) from shorter loops whose step costs have settled; None if they do not settle within V1_PROBE_MAX steps."""
     wall = time.perf_counter()
@@ -228,7 +278,8 @@ def _outer_steps(algo: str, problem: Problem, profile, t: Tiling, sms: int | Non
     for n in range(1, V1_PROBE_MAX + 1):
         if n * (n + 1) / 2 > steps / 4:
             return None  # probing further would cost more than a quarter of the loop it stands for
-        runs.append(simulate(algo, loop(n), profile, t, sms=sms, extrapolate=False, small_whole_chip=False))
+        runs.append(simulate(algo, loop(n), profile, t, sms=sms, extrapolate=False, small_whole_chip=False,
+                             max_events=max_events))
         c = [r.cycles for r in runs[-3:]]
         if n >= 3 and c[2] - c[1] == c[1] - c[0]:
             break
@@ -245,10 +296,12 @@ def _outer_steps(algo: str, problem: Problem, profile, t: Tiling, sms: int | Non
     cycles = round(line(a.cycles, b.cycles))
     return SimResult(
         algo=algo, hw=profile.name, problem=problem, tiling=t, cycles=cycles, time_s=kernel_s + launch_s,
+        hw_provenance=profile.provenance,
         bytes={k: round(line(a.bytes[k], b.bytes[k])) for k in a.bytes},
         utilization=b.utilization, bound_by=b.bound_by,
         roofline_time_s=max(roof.values()), roofline=roof,
         kernels=[{**b.kernels[0], "cycles": cycles}], kernel_time_s=kernel_s,
+        hbm_peak_bytes_per_s=profile.hbm_bandwidth_bytes_per_s,
         sim={"wall_s": time.perf_counter() - wall, "events": sum(r.sim["events"] for r in runs),
              "ops": sum(r.sim["ops"] for r in runs),
              "sms_simulated": b.sim["sms_simulated"], "blocks_extrapolated": 0, "launch_overhead_s": launch_s,
@@ -285,7 +338,8 @@ def head_sample(groups: int, sm_count: int, sms: int, blocks_per_group: int = 0,
 def _machine(profile, problem: Problem, schedule, sms: int | None, trace, small_whole_chip: bool = True) -> Gpu:
     """The whole chip, or a sample of whole K/V heads on the matching share of it."""
     groups = problem.batch * problem.kv_heads
-    if not sms or small_whole_chip and _whole_chip(schedule, profile):
+    # a variable-length batch runs whole: a sample of its (batch, head) groups would not have its mix of lengths
+    if not sms or problem.varlen or small_whole_chip and _whole_chip(schedule, profile):
         return Gpu(profile, None, trace)
     kernel = max(schedule.kernels, key=lambda k: len(k.ctas))
     g, n = head_sample(groups, profile.sm_count, sms, len(kernel.ctas) // groups, blocks_per_sm(kernel, profile))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import sys
 from typing import Any
 
@@ -15,6 +14,7 @@ from flashsim.algorithms.cli_args import (
     add_algo_arg,
     add_pass_arg,
     add_problem_args,
+    add_splits_arg,
     add_tiling_args,
     problem_from_args,
     tiling_from_args,
@@ -22,9 +22,13 @@ from flashsim.algorithms.cli_args import (
 )
 from flashsim.algorithms.problem import Problem
 from flashsim.algorithms.tiling import ALGORITHMS
+from flashsim.console import make_console
 from flashsim.errors import FlashsimError
 from flashsim.hw_profiles.commands import add_profile_args, profile_from_args
 from flashsim.hw_profiles.loader import load_profile
+
+from .limits import MAX_SIMULATED_STEPS
+from .runner import run_many
 
 FA2_SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 TRACE_EVENT_LIMIT = 300_000
@@ -41,6 +45,19 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-extrapolate", dest="extrapolate", action="store_false",
                    help="run every block and every V1 step (no periodic skip, no outer-step probes)")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    p.add_argument("--max-events", type=int, default=None, metavar="N",
+                   help="stop a run that schedules N simulated events (exit status 2; default: no limit)")
+
+
+def _add_dask_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dask", default=None, metavar="ADDRESS",
+                   help="run on the workers of the Dask scheduler at ADDRESS (e.g. tcp://host:8786), not here")
+
+
+def _max_events(args) -> int | None:
+    if args.max_events is not None and args.max_events < 1:
+        raise FlashsimError(f"--max-events must be at least 1, got {args.max_events}")
+    return args.max_events
 
 
 def _add_jobs_arg(p: argparse.ArgumentParser) -> None:
@@ -61,10 +78,13 @@ def _sms(args, profile) -> int | None:
     if args.full:
         return None
     if args.sms is not None:
-        if args.sms <= 0:
-            raise FlashsimError(f"--sms must be positive, got {args.sms}")
+        if not 0 < args.sms <= profile.sm_count:
+            raise FlashsimError(
+                f"--sms must be between 1 and {profile.name}'s {profile.sm_count} SMs (--full runs them all), "
+                f"got {args.sms}"
+            )
         return args.sms
-    return DEFAULT_SAMPLE_SMS
+    return min(DEFAULT_SAMPLE_SMS, profile.sm_count)
 
 
 def register(subparsers: Any) -> None:
@@ -81,6 +101,9 @@ def register(subparsers: Any) -> None:
     add_tiling_args(p)
     add_profile_args(p)
     _add_run_args(p)
+    p.add_argument("--max-steps", type=int, default=MAX_SIMULATED_STEPS,
+                   help="refuse runs that would interpret more tile steps, one Q block meeting one K/V block "
+                   f"(default {MAX_SIMULATED_STEPS:,}, about five minutes; 0: no limit)")
     p.set_defaults(func=_cmd_simulate)
 
     p = subparsers.add_parser("compare", help="several algorithms and/or profiles side by side")
@@ -88,36 +111,55 @@ def register(subparsers: Any) -> None:
         "--algos",
         nargs="+",
         choices=ALGORITHMS,
-        default=list(forward_names()),
+        default=None,
         metavar="ALGO",
-        help="algorithms to compare (default: every forward schedule; --pass bwd maps them to their backward)",
+        help="algorithms to compare (default: every forward schedule that takes the problem's query length; "
+        "--pass bwd maps them to their backward)",
     )
     p.add_argument("--hws", nargs="+", default=None, metavar="NAME|PATH", help="profiles to compare (default: --hw)")
     add_pass_arg(p)
     add_problem_args(p)
+    add_splits_arg(p)
     add_profile_args(p)
     _add_run_args(p)
     p.add_argument("--out", default=None, help="directory for the bar chart (default ./flashsim-out)")
     _add_jobs_arg(p)
+    _add_dask_arg(p)
     p.set_defaults(func=_cmd_compare)
 
-    p = subparsers.add_parser("sweep", help="a grid of problems with a progress bar, CSV/JSON and plots")
+    p = subparsers.add_parser(
+        "sweep",
+        help="a grid of problems with a progress bar, CSV/JSON and plots",
+        description="Simulate every (algorithm, head dim, causal, sequence length) of a benchmark grid on one "
+        "profile; print a TFLOP/s table and plot TFLOP/s against sequence length with the profile's "
+        "tensor-core peak.",
+    )
     p.add_argument(
         "--grid",
         choices=("fa2",),
         default="fa2",
-        help="fa2: seqlen 512..16k, batch 16k/seqlen, d64 x 32 heads and d128 x 16 heads, causal off/on",
+        help="fa2 (the FlashAttention-2/3 papers' grid): seqlen 512..16k, batch 16k/seqlen, heads 2048/d "
+        "(d64 x 32 heads, d128 x 16 heads), causal off and on",
     )
-    p.add_argument("--algos", nargs="+", choices=ALGORITHMS, default=["v2", "v3"], metavar="ALGO")
-    p.add_argument("--seqlens", nargs="+", type=int, default=list(FA2_SEQLENS), metavar="N")
-    p.add_argument("--headdims", nargs="+", type=int, default=[64, 128], metavar="D")
-    p.add_argument("--causal", choices=("off", "on", "both"), default="both")
+    p.add_argument("--algos", nargs="+", choices=ALGORITHMS, default=["v2", "v3"], metavar="ALGO",
+                   help=f"algorithms to sweep, of {', '.join(ALGORITHMS)} (default: v2 v3)")
+    p.add_argument("--seqlens", nargs="+", type=int, default=list(FA2_SEQLENS), metavar="N",
+                   help=f"sequence lengths (default: {' '.join(map(str, FA2_SEQLENS))})")
+    p.add_argument("--headdims", nargs="+", type=int, default=[64, 128], metavar="D",
+                   help="head dimensions (default: 64 128)")
+    p.add_argument("--batch", "-b", type=int, default=None,
+                   help="batch size for every point (default: the grid's, 16384 / seqlen)")
+    p.add_argument("--heads", type=int, default=None,
+                   help="query heads for every point (default: the grid's, 2048 / head dim)")
+    p.add_argument("--causal", choices=("off", "on", "both"), default="both",
+                   help="causal mask: off, on, or both as separate panels (default both)")
     add_pass_arg(p)
     add_profile_args(p)
     _add_run_args(p)
     p.add_argument("--csv", default=None, help="write the rows as CSV here")
     p.add_argument("--out", default=None, help="directory for the plot (default ./flashsim-out)")
     _add_jobs_arg(p)
+    _add_dask_arg(p)
     p.set_defaults(func=_cmd_sweep)
 
     p = subparsers.add_parser("trace", help="timeline of one run as Chrome trace / Perfetto JSON")
@@ -149,14 +191,13 @@ def _print_json(obj: dict) -> None:
 
 
 def _console():
-    from rich.console import Console
-
-    return Console()
+    return make_console()
 
 
 def _cmd_simulate(args) -> int:
-    from .passes import pass_algos, simulate_pass
+    from .progress import RunProgress
     from .report import detail_table
+    from .runner import pass_algos, simulate_pass
 
     profile = profile_from_args(args)
     problem = problem_from_args(args)
@@ -166,8 +207,13 @@ def _cmd_simulate(args) -> int:
         tiling = tiling_from_args(args, algos[0], problem, profile)
     elif tiling_overridden(args):
         raise FlashsimError("tile options apply to one pass: use them with --pass fwd or --pass bwd")
-    result = simulate_pass(args.algo, problem, profile, args.pass_, tiling, sms=_sms(args, profile),
-                           extrapolate=args.extrapolate, options={"dq": args.dq})
+    if args.max_steps < 0:
+        raise FlashsimError(f"--max-steps must be 0 (no limit) or positive, got {args.max_steps}")
+    label = f"{args.algo}{'' if args.pass_ == 'fwd' else ' ' + args.pass_} {problem.describe()}"
+    with RunProgress(label, enabled=not args.json) as progress:
+        result = simulate_pass(args.algo, problem, profile, args.pass_, tiling, sms=_sms(args, profile),
+                               extrapolate=args.extrapolate, options={"dq": args.dq},
+                               max_steps=args.max_steps or None, max_events=_max_events(args), progress=progress)
     if args.json:
         _print_json(result.as_dict())
     else:
@@ -181,122 +227,92 @@ def _profiles(args) -> list:
     return [profile_from_args(args)]
 
 
-def _run_many(jobs: list[tuple[str, Problem, Any]], sms_of, quiet: bool, label: str, extrapolate: bool = True,
-              workers: int | None = None) -> list:
-    """Simulate each (algo, problem, profile) with a progress bar on stderr; skips what a profile can't run.
-    Runs are independent and deterministic, so they go to `workers` processes (default: the CPUs, at most 8)
-    and come back in job order."""
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+def _report_skipped(skipped: list[dict], quiet: bool, console=None) -> None:
+    """Say which runs were skipped and why: on stdout with the tables, on stderr under --json."""
+    from rich.markup import escape
 
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    tasks = [(algo, problem, profile, sms_of(profile), extrapolate) for algo, problem, profile in jobs]
-    workers = min(len(tasks), workers or min(8, os.cpu_count() or 1))
-    outcomes: list = [None] * len(tasks)
-    progress = Progress(
-        TextColumn(label),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.description}"),
-        console=Console(stderr=True),
-        transient=True,
-        disable=quiet and not sys.stderr.isatty(),
-    )
-    if workers <= 1:
-        with progress:
-            bar = progress.add_task("", total=len(tasks))
-            for i, task in enumerate(tasks):
-                progress.update(bar, description=f"{task[0]} {task[1].describe()}")
-                outcomes[i] = _simulate_task(task)
-                progress.advance(bar)
-    else:
-        # every task is submitted (so every worker forked) before the progress bar starts its thread
-        pool = ProcessPoolExecutor(max_workers=workers)
-        try:
-            futures = {pool.submit(_simulate_task, task): i for i, task in enumerate(tasks)}
-            with progress:
-                bar = progress.add_task(f"{workers} processes", total=len(tasks))
-                for future in as_completed(futures):
-                    outcomes[futures[future]] = future.result()
-                    progress.advance(bar)
-        finally:
-            pool.shutdown(cancel_futures=True)
-    results = [out for out in outcomes if not isinstance(out, dict)]
-    skipped = [out for out in outcomes if isinstance(out, dict)]
-    return results, skipped
-
-
-def _simulate_task(task: tuple):
-    """One run (in a worker process or here): its SimResult, or a dict saying why it was skipped."""
-    from .api import simulate
-
-    algo, problem, profile, sms, extrapolate = task
-    try:
-        return simulate(algo, problem, profile, sms=sms, extrapolate=extrapolate)
-    except FlashsimError as exc:
-        return {"algo": algo, "hw": profile.name, "problem": problem.as_dict(), "reason": str(exc)}
+    for s in skipped:
+        line = f"skipped {s['algo']} on {s['hw']}: {s['reason']}"
+        if quiet:
+            sys.stderr.write(line + "\n")
+        else:
+            console.print(f"[yellow]{escape(line)}[/yellow]")
 
 
 def _cmd_compare(args) -> int:
-    from .passes import combine_runs, pass_jobs
-    from .report import bar_chart, out_path, results_table
+    from .report import bar_chart, out_path, problem_title, results_table
+    from .runner import combine_runs, pass_jobs
 
     profiles = _profiles(args)
-    algos, refused = pass_jobs(args.algos, args.pass_)
+    refused: list[tuple[str, str]] = []
     jobs = []
     for profile in profiles:
-        for algo in algos:
-            jobs.append((algo, problem_from_args(args, algo), profile))
-    results, skipped = _run_many(jobs, lambda prof: _sms(args, prof), args.json, "compare", args.extrapolate,
-                                 _jobs(args)) if jobs else ([], [])
+        for fwd in args.algos or forward_names():
+            problem = problem_from_args(args, fwd)
+            if not (args.algos or catalog.get(fwd).takes(problem)):
+                continue
+            algos, why = pass_jobs([fwd], args.pass_)
+            refused += why
+            for algo in algos:
+                jobs.append((algo, problem_from_args(args, algo), profile, args.splits))
+    results, skipped = run_many(jobs, lambda prof: _sms(args, prof), args.json, "compare", args.extrapolate,
+                                _jobs(args), args.dask, _max_events(args)) if jobs else ([], [])
     results = combine_runs(results, args.pass_)
-    skipped += [{"algo": a, "hw": "-", "reason": why} for a, why in refused]
+    skipped += [{"algo": a, "hw": "-", "reason": why} for a, why in dict(refused).items()]
     if not results:
-        raise FlashsimError("nothing could be simulated: " + "; ".join(s["reason"] for s in skipped))
-    plot = bar_chart(results, out_path(args.out, "compare.png"), f"simulated {_pass_words(args.pass_)} throughput")
+        raise FlashsimError("nothing could be simulated: " + "; ".join(sorted({s["reason"] for s in skipped})))
+    title = (f"simulated {_pass_words(args.pass_)} throughput: "
+             + problem_title((algo, prob) for algo, prob, *_ in jobs))
+    plot = bar_chart(results, out_path(args.out, "compare.png"), title, skipped)
     if args.json:
+        _report_skipped(skipped, quiet=True)
         _print_json({"results": [r.as_dict() for r in results], "skipped": skipped, "plot": str(plot)})
         return 0
     console = _console()
     console.print(results_table(results, "flashsim compare"))
-    for s in skipped:
-        console.print(f"[yellow]skipped {s['algo']} on {s['hw']}: {s['reason']}[/yellow]")
-    console.print(f"bar chart: {plot}")
+    _report_skipped(skipped, quiet=False, console=console)
+    console.print(f"bar chart: {plot}" + (" (skipped runs are marked in it)" if skipped else ""))
     return 0
 
 
-def fa2_grid(seqlens, headdims, causal: str, algos) -> list[tuple[str, Problem]]:
-    """The FA2/FA3 papers' benchmark grid: batch = 16k / seqlen, hidden 2048 (heads = 2048 / d)."""
+def fa2_grid(seqlens, headdims, causal: str, algos, batch: int | None = None,
+             heads: int | None = None) -> list[tuple[str, Problem]]:
+    """The FA2/FA3 papers' benchmark grid: batch = 16k / seqlen, hidden 2048 (heads = 2048 / d), unless
+    `batch` or `heads` fix them for every point."""
     modes = {"off": (False,), "on": (True,), "both": (False, True)}[causal]
     out = []
     for d in headdims:
-        if 2048 % d:
-            raise FlashsimError(f"head dim {d} does not divide the grid's hidden size 2048")
+        if heads is None and d > 0 and 2048 % d:
+            raise FlashsimError(f"head dim {d} does not divide the grid's hidden size 2048; give --heads")
         for c in modes:
             for n in seqlens:
                 if n <= 0:
                     raise FlashsimError(f"sequence lengths must be positive, got {n}")
                 for algo in algos:
                     dtype = catalog.get(algo).default_dtype
-                    out.append((algo, Problem(max(1, 16384 // n), 2048 // d, n, d, causal=c, dtype=dtype)))
+                    b = max(1, 16384 // n) if batch is None else batch
+                    h = 2048 // d if heads is None else heads
+                    out.append((algo, Problem(b, h, n, d, causal=c, dtype=dtype)))
     return out
 
 
 def _cmd_sweep(args) -> int:
-    from .passes import combine_runs, pass_jobs
-    from .report import out_path, sweep_plot
+    from .report import check_writable, out_path, sweep_plot, write_atomically
+    from .runner import combine_runs, pass_jobs
 
     profile = profile_from_args(args)
     algos, refused = pass_jobs(args.algos, args.pass_)
-    jobs = [(algo, prob, profile) for algo, prob in fa2_grid(args.seqlens, args.headdims, args.causal, algos)]
-    results, skipped = _run_many(jobs, lambda prof: _sms(args, prof), args.json, "sweep", args.extrapolate,
-                                 _jobs(args)) if jobs else ([], [])
+    grid = fa2_grid(args.seqlens, args.headdims, args.causal, algos, args.batch, args.heads)
+    if args.csv:
+        check_writable(args.csv)
+    jobs = [(algo, prob, profile) for algo, prob in grid]
+    results, skipped = run_many(jobs, lambda prof: _sms(args, prof), args.json, "sweep", args.extrapolate,
+                                _jobs(args), args.dask, _max_events(args)) if jobs else ([], [])
     results = combine_runs(results, args.pass_)
     skipped += [{"algo": a, "hw": profile.name, "reason": why} for a, why in refused]
-    shown = [r.algo for r in results]
-    args.algos = list(dict.fromkeys(shown)) or args.algos
+    if not results:
+        raise FlashsimError("nothing could be simulated: " + "; ".join(sorted({s["reason"] for s in skipped})))
+    args.algos = list(dict.fromkeys(r.algo for r in results))
     rows = [
         {
             "algo": r.algo,
@@ -306,6 +322,7 @@ def _cmd_sweep(args) -> int:
             "seqlen": r.problem.seqlen_q,
             "headdim": r.problem.headdim,
             "causal": r.problem.causal,
+            "dtype": r.problem.dtype,
             "time_s": r.time_s,
             "tflops": r.tflops,
             "hbm_read": r.bytes["hbm_read"],
@@ -314,19 +331,24 @@ def _cmd_sweep(args) -> int:
         }
         for r in results
     ]
+    shape = f"batch {args.batch}" if args.batch else "batch 16k/N"
+    shape += f", {args.heads} heads" if args.heads else ", heads 2048/d"
     plot = sweep_plot(rows, out_path(args.out, "sweep.png"),
-                      f"simulated {_pass_words(args.pass_)} TFLOP/s on {profile.name}")
+                      f"simulated {_pass_words(args.pass_)} TFLOP/s on {profile.name} ({shape})", profile)
     if args.csv:
-        with open(args.csv, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["algo"])
+        def write_rows(f) -> None:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
             writer.writeheader()
             writer.writerows(rows)
+
+        write_atomically(args.csv, write_rows, newline="")
     if args.json:
+        _report_skipped(skipped, quiet=True)
         _print_json({"hw": profile.name, "rows": rows, "skipped": skipped, "plot": str(plot)})
         return 0
     from rich.table import Table
 
-    table = Table(title=f"flashsim sweep on {profile.name} (simulated TFLOP/s)", title_justify="left")
+    table = Table()
     for col in ("headdim", "causal", "seqlen", *args.algos):
         table.add_column(col, justify="right")
     keys = sorted({(r["headdim"], r["causal"], r["seqlen"]) for r in rows})
@@ -344,7 +366,9 @@ def _cmd_sweep(args) -> int:
         ]
         table.add_row(str(d), "yes" if c else "no", str(n), *cells)
     console = _console()
+    console.print(f"flashsim sweep on {profile.name}: simulated TFLOP/s ({shape})")
     console.print(table)
+    _report_skipped(skipped, quiet=False, console=console)
     console.print(f"plot: {plot}" + (f"; CSV: {args.csv}" if args.csv else ""))
     return 0
 
@@ -361,23 +385,24 @@ def _pass_words(pass_: str) -> str:
 
 def _cmd_trace(args) -> int:
     from .api import check_features, simulate
-    from .passes import pass_algos
+    from .report import check_writable
+    from .runner import pass_algos
 
     args.algo = pass_algos(args.algo, args.pass_)[0]
     profile = profile_from_args(args)
     problem = problem_from_args(args)
     check_features(args.algo, problem, profile)
     tiling = tiling_from_args(args, args.algo, problem, profile)
-    if args.sms <= 0:
-        raise FlashsimError(f"--sms must be positive, got {args.sms}")
-    estimate = _estimated_intervals(problem, tiling, args.sms, profile)
+    sms = _sms(args, profile)
+    check_writable(args.out)
+    estimate = _estimated_intervals(problem, tiling, sms, profile)
     if estimate > args.max_events:
         raise FlashsimError(
             f"the trace would hold ~{estimate:,.0f} intervals (limit {args.max_events:,}): use a "
             "smaller --seqlen/--batch/--heads, fewer --sms, or raise --max-events"
         )
     trace: list = []
-    result = simulate(args.algo, problem, profile, tiling, sms=args.sms, trace=trace)
+    result = simulate(args.algo, problem, profile, tiling, sms=sms, trace=trace)
     write_chrome_trace(trace, profile.sm_clock_hz, args.out, result)
     _console().print(
         f"wrote {len(trace):,} intervals to {args.out} (open in ui.perfetto.dev or chrome://tracing); "
@@ -407,12 +432,10 @@ def write_chrome_trace(trace: list, clock_hz: float, path: str, result) -> None:
     for track, tid in tracks.items():
         events.append({"name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": {"name": track}})
     events.append({"name": "process_name", "ph": "M", "pid": 1, "args": {"name": f"{result.algo} on {result.hw}"}})
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump({"traceEvents": events, "displayTimeUnit": "ns", "metadata": result.as_dict()}, f)
-    import os
+    from .report import write_atomically
 
-    os.replace(tmp, path)
+    doc = {"traceEvents": events, "displayTimeUnit": "ns", "metadata": result.as_dict()}
+    write_atomically(path, lambda f: json.dump(doc, f))
 
 
 TOUR_PROBLEM = {"batch": 4, "heads": 16, "seqlen_q": 4096, "headdim": 128}
@@ -420,24 +443,27 @@ TOUR_PROBLEM = {"batch": 4, "heads": 16, "seqlen_q": 4096, "headdim": 128}
 
 def _cmd_tour(args) -> int:
     from .api import DEFAULT_SAMPLE_SMS
-    from .report import bar_chart, out_path, results_table
+    from .report import bar_chart, out_path, problem_title, results_table
 
     profile = profile_from_args(args)
     jobs = []
     for algo in forward_names():
         dtype = catalog.get(algo).default_dtype
-        jobs.append((algo, Problem(**TOUR_PROBLEM, dtype=dtype), profile))
-    results, skipped = _run_many(jobs, lambda prof: DEFAULT_SAMPLE_SMS, args.json, "tour", workers=_jobs(args))
+        if catalog.get(algo).takes(Problem(**TOUR_PROBLEM, dtype=dtype)):
+            jobs.append((algo, Problem(**TOUR_PROBLEM, dtype=dtype), profile))
+    results, skipped = run_many(jobs, lambda prof: min(DEFAULT_SAMPLE_SMS, prof.sm_count), args.json, "tour",
+                                workers=_jobs(args))
     if not results:
-        raise FlashsimError("nothing could be simulated: " + "; ".join(s["reason"] for s in skipped))
-    plot = bar_chart(results, out_path(args.out, "tour.png"), f"{results[0].problem.describe()} on {profile.name}")
+        raise FlashsimError("nothing could be simulated: " + "; ".join(sorted({s["reason"] for s in skipped})))
+    title = f"{problem_title((algo, prob) for algo, prob, _ in jobs)} on {profile.name}"
+    plot = bar_chart(results, out_path(args.out, "tour.png"), title, skipped)
     if args.json:
+        _report_skipped(skipped, quiet=True)
         _print_json({"results": [r.as_dict() for r in results], "skipped": skipped, "plot": str(plot)})
         return 0
     console = _console()
     console.print(results_table(results, f"flashsim tour: forward attention on {profile.name}"))
-    for s in skipped:
-        console.print(f"[yellow]skipped {s['algo']}: {s['reason']}[/yellow]")
+    _report_skipped(skipped, quiet=False, console=console)
     by = {r.algo: r for r in results}
     if "standard" in by and "v2" in by:
         console.print(

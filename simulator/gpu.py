@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict, deque
+from heapq import heappop, heappush
 
 import simpy
 from flashsim.errors import FlashsimError
@@ -23,16 +24,51 @@ PERIOD_MAX = 4
 PATTERN_MAX = 16
 
 
-class Environment(simpy.Environment):
-    """simpy's environment, counting the events it schedules (a run's size, reported as sim.events)."""
+class EventLimitReached(FlashsimError):
+    """A run stopped at its limit of simulated events."""
 
-    def __init__(self) -> None:
+
+class Environment(simpy.Environment):
+    """simpy's environment, counting the events it schedules (a run's size, reported as sim.events); with
+    `max_events`, the run stops with EventLimitReached once it has scheduled that many."""
+
+    def __init__(self, max_events: int | None = None) -> None:
         super().__init__()
         self.events = 0
+        self.max_events = max_events if max_events is not None else -1
 
     def schedule(self, event, priority=simpy.core.NORMAL, delay=0) -> None:
         self.events += 1
-        super().schedule(event, priority, delay)
+        if self.events == self.max_events:
+            # stop before anything else happens this cycle: an urgent event whose callback raises
+            stop = simpy.Event(self)
+            stop._ok, stop._value = True, None
+            stop.callbacks.append(self._stop)
+            heappush(self._queue, (self._now, simpy.core.URGENT, next(self._eid), stop))
+        heappush(self._queue, (self._now + delay, priority, next(self._eid), event))
+
+    def run_until(self, until: simpy.Event) -> None:
+        """simpy's run(until=event) with its step() inlined (the same events in the same order): the loop
+        that every event of a run goes through."""
+        queue = self._queue
+        while until.callbacks is not None:  # an event's callbacks are set to None once it is processed
+            try:
+                self._now, _, _, event = heappop(queue)
+            except IndexError:
+                raise RuntimeError("no events left before the launch ended") from None
+            callbacks, event.callbacks = event.callbacks, None
+            for callback in callbacks:
+                callback(event)
+            if not event._ok and not hasattr(event, "_defused"):
+                exc = type(event._value)(*event._value.args)
+                exc.__cause__ = event._value
+                raise exc
+
+    def _stop(self, _event) -> None:
+        raise EventLimitReached(
+            f"stopped after {self.max_events:,} simulated events, at cycle {self._now:,} (the run's event limit): "
+            "raise --max-events, or leave it out, to let the run finish"
+        )
 
 
 class Fetch:
@@ -146,6 +182,7 @@ class Gpu:
         self.ops = 0  # tile ops interpreted
         self.dirty_scale = 1.0  # dirty lines at the end of the last launch per dirty line simulated
         self.extrapolated_blocks = 0
+        self.on_block = None  # progress: on_block(blocks done or left out, blocks) after each block of a launch
 
     # -- memory --------------------------------------------------------------------------------------
     def load(self, tile, now: int, to_smem: bool, sm: Sm, then, extra: int = 0, flow=None) -> None:
@@ -323,6 +360,9 @@ class Gpu:
 
         def block_done() -> None:
             run["done"] += 1
+            if self.on_block is not None:
+                plan = run["skip"]
+                self.on_block(run["done"] + (plan["blocks"] if plan and "left_out" in plan else 0), total)
             if not watch:
                 return
             if run["skip"] is None and run["done"] % self.n_sms == 0:
@@ -361,7 +401,7 @@ class Gpu:
 
         workers = [env.process(worker(sm, slot)) for slot in range(slots) for sm in self.sms]
         # the kernel ends with its last block; write-backs still in flight carry on into the next launch
-        env.run(until=simpy.AllOf(env, workers))
+        env.run_until(simpy.AllOf(env, workers))
         after = counters()
         delta = {k: after[k] - before[k] for k in after}
         cycles = env.now - start

@@ -1,27 +1,15 @@
-"""Rendering simulation results: terminal tables and plots (rich and matplotlib imported on use)."""
+"""Rendering simulation results: terminal tables and plots (rich and matplotlib imported on use). Sizes are
+written in binary units and rates in decimal ones (flashsim/units.py)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
-UNITS = ("B", "KB", "MB", "GB", "TB")
-
-
-def human_bytes(n: float) -> str:
-    for unit in UNITS:
-        if abs(n) < 1000 or unit == UNITS[-1]:
-            return f"{n:.3g} {unit}" if unit != "B" else f"{n:.0f} B"
-        n /= 1000
-    return f"{n:.3g} TB"
-
-
-def human_time(s: float) -> str:
-    if s >= 1:
-        return f"{s:.3g} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.3g} ms"
-    return f"{s * 1e6:.3g} us"
+from flashsim.errors import FlashsimError
+from flashsim.units import format_bytes, format_time
 
 
 def results_table(results, title: str):
@@ -46,9 +34,9 @@ def results_table(results, title: str):
     label = "dtype" if all(v in ("fp16", "bf16", "fp32", "fp8") for v in varying) else "problem"
     many_problems = any(varying)
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1, 0, 0),
-                  pad_edge=False)
+                  pad_edge=False, caption=provenance_line(results), caption_justify="left")
     cols = ["algo"] + (["hw"] if many_hw else []) + ([label] if many_problems else [])
-    cols += ["tiles", "time", "TFLOP/s", "HBM rd", "HBM wr", "L2 rd", "bound", "/roof"]
+    cols += ["tiles", "time", "TFLOP/s", "HBM rd", "HBM wr", "L2 rd", "HBM bw", "bound", "/roof"]
     for col in cols:
         left = col in ("algo", "hw", "problem", "dtype", "tiles", "bound")
         table.add_column(col, justify="left" if left else "right", no_wrap=col != "problem")
@@ -57,16 +45,25 @@ def results_table(results, title: str):
         row += [v] if many_problems else []
         row += [
             f"{r.tiling.block_m}x{r.tiling.block_n}",
-            human_time(r.time_s),
+            format_time(r.time_s),
             f"{r.tflops:.0f}",
-            human_bytes(r.bytes["hbm_read"]),
-            human_bytes(r.bytes["hbm_write"]),
-            human_bytes(r.bytes["l2_read"]),
+            format_bytes(r.bytes["hbm_read"]),
+            format_bytes(r.bytes["hbm_write"]),
+            format_bytes(r.bytes["l2_read"]),
+            f"{100 * r.hbm_bandwidth_fraction:.0f}%",
             r.bound_by,
             f"{r.time_s / r.roofline_time_s:.2f}x",
         ]
         table.add_row(*row)
     return table
+
+
+def provenance_line(results) -> str:
+    """Where each profile's numbers come from: 'profile numbers: h100-sxm5-80gb derived (...)'."""
+    from flashsim.hw_profiles.profile import describe_provenance
+
+    seen = {r.hw: r.hw_provenance for r in results if r.hw_provenance}
+    return "profile numbers: " + "; ".join(f"{hw} {describe_provenance(p)}" for hw, p in seen.items())
 
 
 def detail_table(r):
@@ -75,25 +72,33 @@ def detail_table(r):
     table = Table(title=f"{r.algo} on {r.hw}: {r.problem.describe()}", title_justify="left", show_header=False)
     table.add_column("what")
     table.add_column("value", justify="right")
+    table.add_row("profile numbers", r.hw_provenance)
     table.add_row("tiling", r.tiling.describe())
-    table.add_row("time", f"{human_time(r.time_s)} ({r.cycles:,} cycles)")
+    table.add_row("time", f"{format_time(r.time_s)} ({r.cycles:,} cycles)")
     table.add_row("throughput", f"{r.tflops:.1f} TFLOP/s")
     if "pass_time_s" in r.sim:
         t, f = r.sim["pass_time_s"], r.sim["pass_tflops"]
-        table.add_row("passes", f"fwd {human_time(t['fwd'])} ({f['fwd']:.0f} TFLOP/s) + "
-                                f"bwd {human_time(t['bwd'])} ({f['bwd']:.0f} TFLOP/s)")
+        table.add_row("passes", f"fwd {format_time(t['fwd'])} ({f['fwd']:.0f} TFLOP/s) + "
+                                f"bwd {format_time(t['bwd'])} ({f['bwd']:.0f} TFLOP/s)")
     if getattr(r, "pass_", "fwd") != "fwd":
-        from .passes import FLOPS_NOTE
+        from .runner import FLOPS_NOTE
 
         table.add_row("FLOP count", FLOPS_NOTE)
     table.add_row("bound by", r.bound_by)
+    table.add_row("HBM bandwidth", f"{100 * r.hbm_bandwidth_fraction:.0f}% of {format_bytes(r.hbm_peak_bytes_per_s)}/s")
+    if r.padding:
+        pad = r.padding
+        table.add_row("padding avoided", f"{100 * pad['blocks_avoided']:.0f}% of thread blocks "
+                                         f"({pad['blocks']:,} vs {pad['blocks_padded']:,} padded to the longest), "
+                                         f"{100 * pad['gmem_bytes_avoided']:.0f}% of global-memory bytes, "
+                                         f"{100 * pad['flops_avoided']:.0f}% of FLOPs")
     table.add_row(
         "roofline bound",
-        f"{human_time(r.roofline_time_s)} "
+        f"{format_time(r.roofline_time_s)} "
         f"({max(r.roofline, key=r.roofline.get)}; simulated is {r.time_s / r.roofline_time_s:.2f}x)",
     )
     for key, value in r.bytes.items():
-        table.add_row(key.replace("_", " "), human_bytes(value))
+        table.add_row(key.replace("_", " "), format_bytes(value))
     for key, value in r.utilization.items():
         table.add_row(f"{key} busy", f"{100 * value:.0f}%")
     for k in r.kernels:
@@ -118,8 +123,36 @@ def detail_table(r):
 def out_path(directory: str | None, name: str) -> Path:
     """A file under the output directory (default ./flashsim-out), created on demand."""
     d = Path(directory or os.environ.get("FLASHSIM_OUT", "flashsim-out"))
-    d.mkdir(parents=True, exist_ok=True)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise FlashsimError(f"cannot create the output directory {d}: {exc.strerror}") from None
     return d / name
+
+
+def check_writable(path: str | Path) -> Path:
+    """`path` as a file this process can create: checked before a long run, so it fails at once."""
+    p = Path(path)
+    parent = p.parent
+    if p.is_dir():
+        raise FlashsimError(f"cannot write {p}: it is a directory")
+    if not parent.is_dir():
+        raise FlashsimError(f"cannot write {p}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise FlashsimError(f"cannot write {p}: directory {parent} is not writable")
+    return p
+
+
+def write_atomically(path: str | Path, write: Callable[[IO[str]], None], newline: str | None = None) -> None:
+    """Write through a temporary file renamed into place, so a failure never leaves half a file at `path`."""
+    tmp = Path(f"{path}.tmp")
+    try:
+        with open(tmp, "w", newline=newline) as f:
+            write(f)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise FlashsimError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def _pyplot():
@@ -131,28 +164,92 @@ def _pyplot():
     return plt
 
 
-def bar_chart(results, path: Path, title: str) -> Path:
-    plt = _pyplot()
-    labels = [f"{r.algo}\n{r.hw}" if len({x.hw for x in results}) > 1 else r.algo for r in results]
-    fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(results)), 3.6))
-    bars = ax.bar(labels, [r.tflops for r in results], color="#4477aa")
-    for bar, r in zip(bars, results, strict=True):
-        ax.annotate(
-            r.bound_by, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=8
-        )
-    ax.set_ylabel("TFLOP/s (simulated)")
-    ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+def problem_title(problems) -> str:
+    """The problem of a set of runs in words, B H N d causal dtype; runs that differ only in dtype (v3-fp8)
+    name theirs: "B=4 H=16 N=4096 d=128 bf16 (v3-fp8: fp8)"."""
+    problems = list(problems)  # (algo, Problem) pairs
+    shapes = list(dict.fromkeys(p.describe(dtype=False) for _, p in problems))
+    dtypes = [p.dtype for _, p in problems]
+    common = max(dtypes, key=dtypes.count)
+    others = sorted({f"{a}: {p.dtype}" for a, p in problems if p.dtype != common})
+    dtype = common + (f" ({', '.join(others)})" if others else "")
+    return f"{'; '.join(shapes)}, {dtype}"
+
+
+def _save(fig, path: Path) -> Path:
+    """Save a figure through a temporary file, so a failed write leaves no half image at `path`."""
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        fig.savefig(tmp, dpi=130, format=path.suffix.lstrip(".") or "png")
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise FlashsimError(f"cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        _pyplot().close(fig)
     return path
 
 
-def sweep_plot(rows: list[dict], path: Path, title: str) -> Path:
-    """TFLOP/s against sequence length, one line per algorithm, one panel per (head dim, causal)."""
+def bar_chart(results, path: Path, title: str, skipped: list[dict] = ()) -> Path:
+    return _save(bar_figure(results, title, skipped), path)
+
+
+def bar_figure(results, title: str, skipped: list[dict] = ()):
+    """Horizontal bars of simulated TFLOP/s, one per run, labelled with what bounds it; a skipped run keeps
+    its row, with the reason in place of a bar."""
+    plt = _pyplot()
+    many_hw = len({r.hw for r in results} | {s["hw"] for s in skipped}) > 1
+    rows = [(f"{r.algo} on {r.hw}" if many_hw else r.algo, r) for r in results]
+    rows += [(f"{s['algo']} on {s['hw']}" if many_hw else s["algo"], s) for s in skipped]
+    top = max(r.tflops for r in results)
+    palette = ("#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377")
+    colors = {hw: palette[i % len(palette)] for i, hw in enumerate(dict.fromkeys(r.hw for r in results))}
+    fig, ax = plt.subplots(figsize=(8, 1.0 + 0.45 * len(rows)))
+    for y, (_, r) in enumerate(rows):
+        if isinstance(r, dict):
+            ax.text(0.01 * top, y, f"skipped: {r['reason']}", va="center", fontsize=7, style="italic",
+                    color="#777777")
+            continue
+        ax.barh(y, r.tflops, color=colors[r.hw], height=0.6)
+        ax.text(r.tflops + 0.01 * top, y, f"{r.tflops:.0f} ({r.bound_by})", va="center", fontsize=8)
+    ax.set_yticks(range(len(rows)), [label for label, _ in rows], fontsize=9)
+    ax.set_ylim(len(rows) - 0.5, -0.5)  # first run on top, as in the table; room for the skipped rows' text
+    ax.set_xlim(0, top * 1.25)
+    ax.set_xlabel("TFLOP/s (simulated; label: value and what bounds it)")
+    ax.set_title(title, fontsize=9, loc="left")
+    ax.grid(axis="x", alpha=0.3)
+    return fig
+
+
+def _peaks(profile, dtypes) -> dict[str, float]:
+    """The profile's tensor-core peak TFLOP/s (its best instruction) for each dtype it has a rate for."""
+    from flashsim.errors import ProfileError
+
+    out = {}
+    for dtype in sorted(dtypes):
+        try:
+            out[dtype] = profile.tensor_peak_flops_per_s(dtype) / 1e12
+        except ProfileError:
+            continue
+    return out
+
+
+def sweep_plot(rows: list[dict], path: Path, title: str, profile=None) -> Path:
+    return _save(sweep_figure(rows, title, profile), path)
+
+
+def sweep_figure(rows: list[dict], title: str, profile=None):
+    """TFLOP/s against sequence length, one line per algorithm, one panel per (head dim, causal); y from 0,
+    with the profile's tensor-core peak for each dtype as a dashed line."""
     plt = _pyplot()
     panels = sorted({(r["headdim"], r["causal"]) for r in rows})
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
+    peaks = _peaks(profile, {r["dtype"] for r in rows}) if profile is not None else {}
+    top = max([r["tflops"] for r in rows] + list(peaks.values()))
+    seqlens = sorted({r["seqlen"] for r in rows})
+    fig, axes = plt.subplots(1, len(panels), figsize=(max(6.0, 4.2 * len(panels)), 4.0), squeeze=False,
+                             sharey=True, layout="constrained")
     for ax, (d, causal) in zip(axes[0], panels, strict=True):
         for algo in sorted({r["algo"] for r in rows}):
             pts = sorted(
@@ -162,14 +259,18 @@ def sweep_plot(rows: list[dict], path: Path, title: str) -> Path:
             )
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=algo)
+        for i, (dtype, peak) in enumerate(peaks.items()):
+            ax.axhline(peak, color="#555555", linestyle=("--", ":")[i % 2], linewidth=1,
+                       label=f"{dtype} tensor-core peak {peak:.0f}")
         ax.set_xscale("log", base=2)
+        ax.set_xticks(seqlens, [f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n) for n in seqlens])
+        ax.minorticks_off()
+        ax.set_ylim(0, top * 1.08)
         ax.set_xlabel("sequence length")
-        ax.set_ylabel("TFLOP/s")
         ax.set_title(f"d={d}{' causal' if causal else ''}", fontsize=10)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+    axes[0][0].set_ylabel("TFLOP/s")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=len(labels), fontsize=8, frameon=False)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
+    return fig

@@ -19,6 +19,7 @@ from flashsim.algorithms.ir import (
     GemmWait,
     Load,
     LseExp,
+    MergeSplits,
     Normalize,
     OnlineSoftmax,
     Quantize,
@@ -35,7 +36,9 @@ from flashsim.algorithms.ir import (
 )
 
 OPERAND_BYTES = {"fp8": 1, "fp16": 2, "bf16": 2, "fp32": 4}
-_ELEMENTWISE = (OnlineSoftmax, Normalize, Rescale, RescaleMerge, RowSoftmax, Quantize, RowDot, LseExp, SoftmaxGrad)
+_ELEMENTWISE = frozenset(
+    (OnlineSoftmax, Normalize, Rescale, RescaleMerge, RowSoftmax, Quantize, MergeSplits, RowDot, LseExp, SoftmaxGrad)
+)
 
 
 def gemm_smem_bytes(op: Gemm) -> int:
@@ -85,7 +88,7 @@ class RoleTimer:
         only push an estimate later, so wake at the estimate and ask again."""
         env = self.env
         while True:
-            now = t = env.now
+            now = t = env._now  # simpy's `now` property, read directly: this loop runs for most ops
             for unit, rid in reqs:
                 finish = unit.estimate(now, rid)
                 if finish > t:
@@ -94,7 +97,7 @@ class RoleTimer:
             if served + extra <= now:
                 break
             yield env.timeout(served + extra - now)
-            if env.now >= served + extra:
+            if env._now >= served + extra:
                 extra = 0
         for unit, rid in reqs:
             unit.release(rid)
@@ -103,7 +106,9 @@ class RoleTimer:
         env, gpu, sm, p = self.env, self.gpu, self.sm, self.p
         tracing = self.trace is not None
         inflight: dict[str, object] = {}  # register or SMEM buffer -> event: a plain load into it landed
+        rates: dict[tuple, float] = {}  # (instr, dtype) -> tensor FLOP/clk, looked up once per role
         reductions = []  # events: an atomic add the L2 has performed (the block ends after the last)
+        # branches in order of how often schedules issue them (barrier waits and arrivals first)
         for op in program:
             gpu.ops += 1
             kind = type(op)
@@ -111,42 +116,19 @@ class RoleTimer:
                 for event in _waits(op, kind, inflight):
                     if not event.processed:
                         yield event
-            now = env.now
-            if kind is Load:
-                to_smem = op.level == SMEM
-                if op.via == "ld":
-                    # plain loads are in flight together; the warp stalls at the first op that reads one
-                    event = env.event()
-                    inflight[op.dst] = event
-                    gpu.load(op.src, now, to_smem, sm, self._landing(event.succeed, f"load {op.src.tensor}", now),
-                             flow=self.flow)
-                else:
-                    tma = op.via == "tma"
-                    landed = self._landing(self.barriers[op.barrier].arrive, f"load {op.src.tensor}", now,
-                                           f"SM{sm.index} {op.via}")
-                    gpu.load(op.src, now, to_smem, sm, landed, p.tma_latency_cycles if tma else 0,
-                             None if tma else self.flow)
-                    yield env.timeout(p.tma_issue_cycles if tma else p.cp_async_issue_cycles)
-            elif kind is Store:
-                if op.via == "tma":
-                    gpu.store(op.dst, now, op.level == SMEM, sm)
-                    yield env.timeout(p.tma_issue_cycles)
-                else:
-                    event = env.event()
-                    gpu.store(op.dst, now, op.level == SMEM, sm,
-                              self._landing(event.succeed, f"store {op.dst.tensor}", now), self.flow)
+            now = env._now
+            if kind is Wait:
+                event = self.barriers[op.barrier].wait(op.target)
+                if event is not None:
                     yield event
-            elif kind is StoreShared:
-                yield from self._until([(sm.smem, sm.smem.submit(now, op.nbytes))], p.smem_latency_cycles)
-            elif kind is AtomicAdd:
-                tma = op.via == "tma"
-                event = env.event()
-                reductions.append(event)
-                gpu.atomic(op.dst, now, tma, sm, self._landing(event.succeed, f"atomic {op.dst.tensor}", now),
-                           None if tma else self.flow)
-                yield env.timeout(p.tma_issue_cycles if tma else 1)
+                    if tracing:
+                        self._mark(f"wait {op.barrier}", now, env.now)
+            elif kind is Arrive:
+                self.barriers[op.barrier].arrive(op.count)
             elif kind is Gemm:
-                rate = p.tensor_flops_per_clk_per_sm(op.instr, op.dtype)
+                rate = rates.get((op.instr, op.dtype))
+                if rate is None:
+                    rate = rates[op.instr, op.dtype] = p.tensor_flops_per_clk_per_sm(op.instr, op.dtype)
                 share = pipe_share(op.warps, p.sub_partitions_per_sm)
                 if op.instr == "wgmma":
                     # wgmma is asynchronous: the tensor cores take warpgroups' instructions in issue order
@@ -164,6 +146,30 @@ class RoleTimer:
                     yield from self._until(reqs, latency)
                     if tracing:
                         self._mark(f"gemm {op.dst}", now, env.now)
+            elif kind is GemmWait:
+                pending = self.tokens.pop(op.token, None)
+                if pending is not None:
+                    reqs, latency, issued = pending
+                    yield from self._until(reqs, latency)
+                    if tracing:
+                        self._mark(f"gemm {op.token}", issued, env.now)
+            elif kind is Load:
+                to_smem = op.level == SMEM
+                if op.via == "ld":
+                    # plain loads are in flight together; the warp stalls at the first op that reads one
+                    event = env.event()
+                    earlier = inflight.get(op.dst) if op.dst_row is not None else None
+                    # parts of one buffer: a reader waits for all of them
+                    inflight[op.dst] = event if earlier is None else env.all_of([earlier, event])
+                    gpu.load(op.src, now, to_smem, sm, self._landing(event.succeed, f"load {op.src.tensor}", now),
+                             flow=self.flow)
+                else:
+                    tma = op.via == "tma"
+                    landed = self._landing(self.barriers[op.barrier].arrive, f"load {op.src.tensor}", now,
+                                           f"SM{sm.index} {op.via}")
+                    gpu.load(op.src, now, to_smem, sm, landed, p.tma_latency_cycles if tma else 0,
+                             None if tma else self.flow)
+                    yield env.timeout(p.tma_issue_cycles if tma else p.cp_async_issue_cycles)
             elif kind in _ELEMENTWISE:
                 share = pipe_share(op.warps, p.sub_partitions_per_sm)
                 reqs = [(sm.sfu, sm.sfu.submit(now, op.exps, share)), (sm.alu, sm.alu.submit(now, op.alu_flops, share))]
@@ -180,23 +186,17 @@ class RoleTimer:
                 if tracing:
                     name = "softmax" if kind in (OnlineSoftmax, RowSoftmax) else kind.__name__.lower()
                     self._mark(name, now, env.now)
-            elif kind is Wait:
-                event = self.barriers[op.barrier].wait(op.target)
-                if event is not None:
-                    yield event
-                    if tracing:
-                        self._mark(f"wait {op.barrier}", now, env.now)
-            elif kind is Arrive:
-                self.barriers[op.barrier].arrive(op.count)
-            elif kind is GemmWait:
-                pending = self.tokens.pop(op.token, None)
-                if pending is not None:
-                    reqs, latency, issued = pending
-                    yield from self._until(reqs, latency)
-                    if tracing:
-                        self._mark(f"gemm {op.token}", issued, env.now)
             elif kind is SyncThreads:
                 yield env.timeout(p.smem_latency_cycles)
+            elif kind is Store:
+                if op.via == "tma":
+                    gpu.store(op.dst, now, op.level == SMEM, sm)
+                    yield env.timeout(p.tma_issue_cycles)
+                else:
+                    event = env.event()
+                    gpu.store(op.dst, now, op.level == SMEM, sm,
+                              self._landing(event.succeed, f"store {op.dst.tensor}", now), self.flow)
+                    yield event
             elif kind is WarpReduce:
                 share = pipe_share(op.warps, p.sub_partitions_per_sm)
                 reqs = [(sm.smem, sm.smem.submit(now, op.smem_bytes)),
@@ -206,6 +206,15 @@ class RoleTimer:
                     self._mark("reduce", now, env.now)
             elif kind is Fill:
                 yield from self._until([(sm.alu, sm.alu.submit(now, op.rows * op.cols))], 1)
+            elif kind is StoreShared:
+                yield from self._until([(sm.smem, sm.smem.submit(now, op.nbytes))], p.smem_latency_cycles)
+            elif kind is AtomicAdd:
+                tma = op.via == "tma"
+                event = env.event()
+                reductions.append(event)
+                gpu.atomic(op.dst, now, tma, sm, self._landing(event.succeed, f"atomic {op.dst.tensor}", now),
+                           None if tma else self.flow)
+                yield env.timeout(p.tma_issue_cycles if tma else 1)
             else:
                 raise TypeError(f"timing interpreter has no rule for {kind.__name__}")
         for event in [*inflight.values(), *reductions]:

@@ -81,31 +81,72 @@ def test_committed_results_render_if_present(capsys: pytest.CaptureFixture[str])
     assert "summary" in json.loads(capsys.readouterr().out)
 
 
-MEASURED = Path(__file__).resolve().parents[1] / "experiments" / "results" / "h200" / "validation-measured.jsonl"
-# Just above each implementation's worst error on these configurations today: v3 sits at +22% on short
-# non-causal d128 (identical SMs run in lock-step on the shared ports; docs/MODEL.md, Not modelled).
-TRIPWIRE = {"v2": 0.20, "v3": 0.25}
+# -- mechanisms of the predictions ------------------------------------------------------------------------
+# The simulator's accuracy against measurements is judged by `flashsim validate --compare-only` on the
+# development and the held-out test set, not pinned here; these tests check that each mechanism moves a
+# prediction the way the hardware would, on the calibrated H200 profile.
+
+H200 = "h200"
+LONG = dict(batch=2, heads=16, seqlen_q=8192, headdim=128)  # compute-bound for the flash schedules
+TWICE_HBM = {"hbm_bandwidth_bytes_per_s": 9.1e12, "hbm_write_bandwidth_bytes_per_s": 6.7e12}
+HALF_HBM = {"hbm_bandwidth_bytes_per_s": 2.275e12, "hbm_write_bandwidth_bytes_per_s": 1.6755e12}
 
 
-@pytest.mark.parametrize("impl", ["v2", "v3"])
-@pytest.mark.parametrize("config_id", ["b8-h32-n2048-d64", "b2-h32-n8192-d64", "b8-h16-n2048-d128",
-                                       "b2-h16-n8192-d128"])
-def test_predictions_stay_near_committed_h200_measurements(impl, config_id):
-    """A model change that moves our flash kernels' predictions further off their committed H200 GPU busy
-    times (profiler-measured, experiments/results/h200) than TRIPWIRE fails here, not first in a validation
-    run."""
-    from flashsim.algorithms.problem import Problem
-    from flashsim.algorithms.tiling import Tiling
-    from flashsim.experiments import validate_store as store
+def _time(algo: str, problem, overrides: dict | None = None) -> float:
     from flashsim.hw_profiles import load_profile
     from flashsim.simulator import simulate
 
-    if not MEASURED.is_file():
-        pytest.skip("no committed measurements")
-    rec = store.latest(store.load(MEASURED), "time").get(f"time|{impl}|{config_id}")
-    assert rec is not None and rec["status"] == "ok", f"no measurement of {impl} {config_id}"
-    keys = ("batch", "heads", "kv_heads", "seqlen_q", "seqlen_k", "headdim", "causal", "dtype")
-    problem = Problem(**{k: rec["config"][k] for k in keys if k in rec["config"]})
-    tiling = Tiling(**rec["tiling"]) if rec.get("tiling") else None
-    predicted = simulate(impl, problem, load_profile("h200"), tiling).kernel_time_s
-    assert predicted == pytest.approx(rec["kernel_time_s"], rel=TRIPWIRE[impl])
+    return simulate(algo, problem, load_profile(H200, overrides)).kernel_time_s
+
+
+def _problem(**kw):
+    from flashsim.algorithms.problem import Problem
+
+    return Problem(**{**LONG, **kw})
+
+
+@pytest.mark.parametrize("algo", ["v2", "v3"])
+def test_time_grows_about_quadratically_with_sequence_length(algo):
+    """Twice the sequence, four times the scores: between 3x (fixed costs amortised) and 4x plus a little."""
+    ratio = _time(algo, _problem(batch=1, seqlen_q=8192)) / _time(algo, _problem(batch=1, seqlen_q=4096))
+    assert 3.0 < ratio <= 4.2
+
+
+@pytest.mark.parametrize("algo", ["v2", "v3"])
+def test_causal_skips_about_half_the_work(algo):
+    ratio = _time(algo, _problem(causal=True)) / _time(algo, _problem())
+    assert 0.45 <= ratio <= 0.75
+
+
+@pytest.mark.parametrize("algo,instr,floor", [("v3", "wgmma", 0.6), ("v2", "mma_sync", 0.35)])
+def test_long_kernel_runs_below_and_near_its_tensor_peak(algo, instr, floor):
+    """Never above the tensor cores' rate at the clock they hold under load, and a long non-causal kernel
+    keeps them busy most of the time (on the H200 ours reach 77% (v3) and 56% (v2) of it)."""
+    from flashsim.hw_profiles import load_profile
+
+    problem = _problem()
+    peak = load_profile(H200).tensor_peak_flops_per_s("bf16", instr)
+    achieved = problem.flops() / _time(algo, problem)
+    assert floor * peak < achieved < peak
+
+
+def test_a_compute_bound_kernel_follows_the_tensor_rate_not_hbm():
+    base = _time("v3", _problem())
+    half_tensor = _time("v3", _problem(), {"wgmma_bf16_flops_per_clk_per_sm": 2044})
+    twice_hbm = _time("v3", _problem(), TWICE_HBM)
+    assert 1.3 <= half_tensor / base <= 2.05  # softmax and loads hide part of the longer GEMMs
+    assert twice_hbm / base == pytest.approx(1.0, abs=0.05)
+
+
+def test_a_slower_clock_under_load_slows_a_compute_bound_kernel():
+    ratio = _time("v3", _problem(), {"sm_clock_wgmma_load_hz": 0.8 * 1.583e9}) / _time("v3", _problem())
+    assert 1.15 <= ratio <= 1.3
+
+
+def test_a_memory_bound_kernel_follows_hbm_bandwidth():
+    """Standard attention writes S and P to HBM and reads them back: half the bandwidth, much more time (twice
+    the bandwidth helps less: the L2 then limits it)."""
+    problem = _problem(batch=4, seqlen_q=4096, headdim=64)
+    base = _time("standard", problem)
+    assert _time("standard", problem, HALF_HBM) / base > 1.35
+    assert _time("standard", problem, TWICE_HBM) / base < 0.95

@@ -12,17 +12,19 @@ import pytest
 import torch
 from flashsim.algorithms import Problem
 from flashsim.algorithms.api import attention_backward
-from flashsim.algorithms.backward import BACKWARD_OF, pass_algos
+from flashsim.algorithms.backward import backward_of, pass_algos
 from flashsim.algorithms.closed_form import closed_form
 from flashsim.algorithms.counting import count_io
+from flashsim.algorithms.memory import tensor_bytes
 from flashsim.algorithms.pass_memory import longest_seqlen, pass_tensors, total_bytes
 from flashsim.algorithms.schedules import build
-from flashsim.algorithms.tiling import resolve_tiling
+from flashsim.algorithms.tiling import default_tiling, resolve_tiling
 from flashsim.cli import main
 from flashsim.errors import FlashsimError
 from flashsim.hw_profiles import load_profile
 from flashsim.simulator.api import simulate
-from flashsim.simulator.passes import simulate_pass
+from flashsim.simulator.limits import check_memory
+from flashsim.simulator.runner import simulate_pass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -180,7 +182,7 @@ def test_pass_mapping():
     assert pass_algos("v2", "bwd") == ["v2-bwd"]
     assert pass_algos("standard", "fwd+bwd") == ["standard", "standard-bwd"]
     assert pass_algos("v3-bwd", "bwd") == ["v3-bwd"]
-    assert set(BACKWARD_OF) == {"standard", "v2", "v3"}
+    assert set(backward_of()) == {"standard", "v2", "v3"}
     with pytest.raises(FlashsimError, match="no backward"):
         pass_algos("v1", "bwd")
 
@@ -202,21 +204,34 @@ def test_simulate_pass_cli(capsys):
 def test_memory_tensors_per_pass():
     p = Problem(2, 8, 1024, 128, kv_heads=2)
     q, kv, rows, s = 2 * 8 * 1024 * 128, 2 * 2 * 1024 * 128, 2 * 8 * 1024, 2 * 8 * 1024 * 1024
-    assert total_bytes("v2", p, "fwd") == 2 * (q + 2 * kv + q) + 4 * rows
-    assert total_bytes("standard", p, "fwd") == 2 * (q + 2 * kv + q + 2 * s)
-    bwd = pass_tensors("v2", p, "bwd")
+    assert total_bytes("v2", p, "fwd", H100) == 2 * (q + 2 * kv + q) + 4 * rows
+    assert total_bytes("standard", p, "fwd", H100) == 2 * (q + 2 * kv + q + 2 * s)
+    bwd = pass_tensors("v2", p, "bwd", H100)
     assert bwd["dQaccum"] == 4 * q and bwd["dKaccum"] == 4 * kv and bwd["D"] == 4 * rows
-    assert pass_tensors("standard", p, "bwd")["dS"] == 2 * s
-    both = total_bytes("v2", p, "fwd+bwd")
-    assert both == sum({**pass_tensors("v2", p, "fwd"), **bwd}.values())
+    assert bwd["dO"] == bwd["dQ"] == 2 * q and bwd["dK"] == bwd["dV"] == 2 * kv
+    assert pass_tensors("standard", p, "bwd", H100)["dS"] == 2 * s
+    assert "dQaccum" not in pass_tensors("standard", p, "bwd", H100)
+    both = total_bytes("v2", p, "fwd+bwd", H100)
+    assert both == sum({**pass_tensors("v2", p, "fwd", H100), **bwd}.values())
+    # the record's tensors are what simulate's memory check counts
+    assert pass_tensors("v2", p, "bwd", H100) == tensor_bytes("v2-bwd", p, default_tiling("v2-bwd", p, H100))
+
+
+def test_simulate_refuses_a_backward_whose_tensors_do_not_fit():
+    """At 1.5M tokens x 32 heads x d128 the forward's Q, K, V, O and LSE (~49 GB) fit an H100's 80 GB; the
+    backward's gradients, dO and fp32 dQ accumulator (~123 GB in all) do not."""
+    p = Problem(1, 32, 1_500_000, 128)
+    check_memory("v2", p, default_tiling("v2", p, H100), H100)
+    with pytest.raises(FlashsimError, match="v2-bwd .* needs .* of global memory .*dQaccum"):
+        check_memory("v2-bwd", p, default_tiling("v2-bwd", p, H100), H100)
 
 
 @pytest.mark.parametrize("algo, pass_", [("standard", "bwd"), ("v2", "fwd+bwd")])
 def test_longest_sequence_is_the_last_that_fits(algo, pass_):
     p = Problem(1, 16, 1, 128)
-    n = longest_seqlen(algo, p, pass_, H100.hbm_bytes)
-    assert total_bytes(algo, replace(p, seqlen_q=n, seqlen_k=n), pass_) <= H100.hbm_bytes
-    assert total_bytes(algo, replace(p, seqlen_q=n + 1, seqlen_k=n + 1), pass_) > H100.hbm_bytes
+    n = longest_seqlen(algo, p, pass_, H100)
+    assert total_bytes(algo, replace(p, seqlen_q=n, seqlen_k=n), pass_, H100) <= H100.hbm_bytes
+    assert total_bytes(algo, replace(p, seqlen_q=n + 1, seqlen_k=n + 1), pass_, H100) > H100.hbm_bytes
 
 
 def test_memory_cli(capsys):

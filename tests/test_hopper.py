@@ -2,6 +2,7 @@
 
 Error bound as in FA3's tests: |out - ref64| <= 2 |sdpa_lowprec - ref64| + atol, per tensor (max), where
 sdpa_lowprec is PyTorch's own 16-bit SDPA and ref64 an fp64 reference. Outputs are NaN-poisoned first.
+Causal is bottom-right aligned (query i sees keys j <= i + Nk - Nq); rows that see no key must be 0.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ import re
 import shutil
 
 import pytest
-from flashsim.kernels import hopper, hopper_wgmma_gen
+from flashsim.algorithms.tiling import Tiling
+from flashsim.errors import FlashsimError
+from flashsim.kernels import hopper, hopper_tiles, hopper_wgmma_gen
 
 torch = pytest.importorskip("torch")
 
@@ -42,8 +45,34 @@ def test_plan_and_refusals():
     assert hopper.plan("v3-fp8", "E4m3", 128, False, 1, 1, 128).block_n == 224  # FA3's fp8 default
     assert hopper.plan("v3-fp8", "E4m3", 64, True, 1, 1, 128).name.startswith("v3_E4m3_d64_m192_n160")
     assert [hopper.panel_bytes(x) for x in (256, 224, 192, 160, 64)] == [128, 32, 64, 32, 64]
-    with pytest.raises(hopper.FlashsimError, match="no Bf16 kernel for d256"):
+    with pytest.raises(FlashsimError, match="built for head dims 64, 128, not 256"):
         hopper.plan("v3", "Bf16", 256, False, 1, 1, 128)
+    with pytest.raises(FlashsimError, match="no bf16 kernel for d128 128x64 non-causal pingpong"):
+        hopper.plan("v3", "Bf16", 128, False, 1, 1, 128, tiling=Tiling(128, 64, 12, 2))
+    with pytest.raises(FlashsimError, match="unknown schedule"):
+        hopper.plan("v3", "Bf16", 128, False, 1, 1, 128, schedule="fast")
+
+
+def test_tile_table_rows_and_defaults():
+    rows = hopper_tiles.tiles()
+    assert {t.algo for t in rows} == {"v3", "v3-fp8"}
+    # every (algo, dtype, head dim, causal) that has rows has exactly one default, and it is built
+    groups = {(t.algo, t.dtype, t.headdim, t.causal) for t in rows if t.schedule == "pingpong"}
+    for algo, dtype, d, causal in groups:
+        default = hopper_tiles.default_tile(algo, d, causal, dtype)
+        assert default.schedule == "pingpong" and default in rows
+    assert hopper_tiles.default_tile("v3", 64, False).kernel == "v3_Bf16_d64_m192_n128_s2_c0_p1_o1"
+    assert hopper_tiles.default_tile("v3", 128, True).entry_line == "V3_ENTRY(Bf16, 128, 128, 128, 2, 1, 1, 1)"
+
+
+def test_tile_table_parser_refuses_bad_rows():
+    with pytest.raises(ValueError, match="expected 8 fields"):
+        hopper_tiles.parse("v3 bf16 128 128 176 0 pingpong")
+    with pytest.raises(ValueError, match="bad row"):
+        hopper_tiles.parse("v3 bf16 128 128 176 0 fastest yes")
+    row = "v3 bf16 128 128 176 0 pingpong yes"
+    with pytest.raises(ValueError, match="listed twice"):
+        hopper_tiles.parse(f"{row}\n{row}")
 
 
 def test_params_layout_matches_kernel():
@@ -61,38 +90,61 @@ def test_fp8_key_permutation_is_a_permutation():
 
 @pytest.mark.nvcc
 @nvcc
-def test_kernels_build_for_sm90a(tmp_path):
-    for algo in ("v3", "v3-fp8"):
-        cubin, report = hopper.build(algo, tmp_path)
-        image = cubin.read_bytes()
-        for entry in hopper.ENTRIES:
-            if (entry[0] == "E4m3") == (algo == "v3-fp8"):
-                assert hopper.entry_name(*entry).encode() in image
-        # No spills in any entry point, and setmaxnreg honoured (no C7507/C7508 warnings).
-        spills = re.findall(r"(\d+) bytes spill stores", report)
-        assert spills and all(s == "0" for s in spills), report
-        assert "C7507" not in report and "C7508" not in report and "C7512" not in report
+@pytest.mark.parametrize("algo", ["v3", "v3-fp8"])
+def test_kernels_build_for_sm90a(algo, tmp_path, capsys):
+    """`flashsim kernels build --algo ALGO --arch sm_90a`: every row of the tile table is in the cubin, none
+    spills, setmaxnreg is honoured (no C7507/C7508/C7512 warnings), and the command prints the rows."""
+    import json
+
+    from flashsim.kernels import build, commands, registry
+
+    assert commands.main(["build", "--algo", algo, "--arch", "sm_90a", "--out", str(tmp_path), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["kernels"]
+    table = hopper_tiles.tiles(algo)
+    assert sorted(r["kernel"] for r in rows) == sorted(t.kernel for t in table)
+    assert all(r["spill_store_bytes"] == 0 and r["spill_load_bytes"] == 0 for r in rows), rows
+    assert all(0 < r["registers"] <= 255 and r["smem_dynamic_bytes"] <= 227 * 1024 for r in rows)
+    image = (tmp_path / f"{algo}.sm_90a.cubin").read_bytes()
+    assert all(t.kernel.encode() in image for t in table)
+    manifest = json.loads((tmp_path / f"{algo}.sm_90a.json").read_text())
+    source = (tmp_path / f"{algo}.sm_90a.cu").read_text()
+    assert all(t.entry_line in source for t in table)
+    assert manifest["hash"] == build.source_hash(registry.family(algo), "sm_90a")
+    assert "-Xptxas -v" in manifest["command"]
+    assert not [w for w in manifest["warnings"] if re.search("C75(07|08|12)", w)], manifest["warnings"]
 
 
 # ---- on a Hopper GPU ----------------------------------------------------------------------------------------
 
 
+def bottom_right_mask(nq, nk, device):
+    """True where query i may see key j: j <= i + nk - nq (FlashAttention >= 2.1's causal alignment)."""
+    i = torch.arange(nq, device=device)[:, None]
+    j = torch.arange(nk, device=device)[None, :]
+    return j <= i + (nk - nq)
+
+
 def _ref(q, k, v, causal):
-    """fp64 attention with SDPA's top-left causal mask; GQA by repeating K/V heads."""
+    """fp64 attention, causal bottom-right (rows that see no key are 0); GQA by repeating K/V heads."""
     g = q.shape[1] // k.shape[1]
     qd, kd, vd = q.double(), k.double().repeat_interleave(g, 1), v.double().repeat_interleave(g, 1)
     s = qd @ kd.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    if causal:
-        nq, nk = s.shape[-2:]
-        s = s.masked_fill(torch.ones(nq, nk, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
-    return torch.softmax(s, -1) @ vd
+    if not causal:
+        return torch.softmax(s, -1) @ vd
+    visible = bottom_right_mask(*s.shape[-2:], s.device)
+    p = torch.softmax(s.masked_fill(~visible, float("-inf")), -1).nan_to_num(0.0)  # empty rows: 0
+    return p @ vd
 
 
 def _sdpa(q, k, v, causal):
+    """torch's 16-bit answer: is_causal where it means the same (Nq == Nk), else the explicit mask."""
     g = q.shape[1] // k.shape[1]
-    return torch.nn.functional.scaled_dot_product_attention(
-        q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1), is_causal=causal
-    )
+    k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+    nq, nk = q.shape[2], k.shape[2]
+    if not causal or nq == nk:
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    mask = bottom_right_mask(nq, nk, q.device)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask).nan_to_num(0.0)
 
 
 def _inputs(kind, b, h, hkv, nq, nk, d, dtype, seed=0):
@@ -116,6 +168,9 @@ def _inputs(kind, b, h, hkv, nq, nk, d, dtype, seed=0):
 
 def _check(out, q, k, v, causal, factor=2.0, atol=1e-3):
     assert not torch.isnan(out).any(), "NaN left in the output (rows not written?)"
+    nq, nk = q.shape[2], k.shape[2]
+    if causal and nq > nk:  # the first nq - nk rows see no key: exactly 0
+        assert (out[:, :, : nq - nk] == 0).all(), "rows that see no key are not 0"
     ref = _ref(q, k, v, causal)
     err = (out.double() - ref).abs().max().item()
     base = (_sdpa(q, k, v, causal).double() - ref).abs().max().item()
@@ -135,6 +190,12 @@ CASES = [
     (1, 2, 2, 100, 100, 64, False),
     (1, 8, 2, 512, 512, 128, True),  # GQA
     (1, 2, 2, 256, 700, 128, False),  # Nk > Nq
+    # causal with Nq != Nk, bottom-right; odd lengths; Nq > Nk leaves whole query tiles with no key
+    (1, 2, 2, 256, 700, 128, True),
+    (1, 2, 2, 701, 257, 128, True),
+    (1, 3, 3, 333, 517, 64, True),
+    (2, 4, 2, 517, 131, 64, True),
+    (1, 2, 2, 1, 77, 128, True),
 ]
 
 
@@ -176,12 +237,16 @@ def test_v3_structured(kind, causal):
     ],
 )
 def test_v3_schedules_and_tiles(d, tile, causal, schedule):
-    from flashsim.algorithms.tiling import Tiling
-
     q, k, v = _inputs("random", 2, 2, 2, 900, 900, d, torch.bfloat16, seed=1)
     out = torch.full_like(q, float("nan"))
     hopper.attention(q, k, v, causal=causal, tiling=Tiling(*tile, 4 * (tile[0] // 64 + 1)), schedule=schedule, out=out)
     _check(out, q, k, v, causal)
+    if causal:  # and bottom-right with Nq > Nk, the tiles with no key included
+        q2, k2, v2 = _inputs("random", 1, 2, 2, 901, 333, d, torch.bfloat16, seed=4)
+        out = torch.full_like(q2, float("nan"))
+        hopper.attention(q2, k2, v2, causal=True, tiling=Tiling(*tile, 4 * (tile[0] // 64 + 1)), schedule=schedule,
+                         out=out)  # fmt: skip
+        _check(out, q2, k2, v2, causal)
 
 
 @pytest.mark.gpu
@@ -190,9 +255,11 @@ def test_v3_schedules_and_tiles(d, tile, causal, schedule):
     "d, causal, persistent",
     [(128, False, True), (128, True, True), (128, False, False), (64, False, True), (64, True, True)],
 )
-def test_v3_persistent_grid(d, causal, persistent):
-    # 4 x 8 heads x 8 query blocks = 256 tiles: a persistent block (one per SM) takes two or more.
-    q, k, v = _inputs("random", 4, 8, 4, 1000, 1000, d, torch.bfloat16, seed=2)
+@pytest.mark.parametrize("nk", [1000, 421], ids=["square", "nk421"])
+def test_v3_persistent_grid(d, causal, persistent, nk):
+    # 4 x 8 heads x 8 query blocks = 256 tiles: a persistent block (one per SM) takes two or more. With
+    # nk = 421 and causal, the first query tiles see no key: a persistent block skips them mid-loop.
+    q, k, v = _inputs("random", 4, 8, 4, 1000, nk, d, torch.bfloat16, seed=2)
     out = torch.full_like(q, float("nan"))
     hopper.attention(q, k, v, causal=causal, out=out, persistent=persistent)
     _check(out, q, k, v, causal)
@@ -223,15 +290,18 @@ def test_fp8_accuracy_ordering(causal):
         (555, True, 64, None),
     ],
 )
-def test_fp8_matches_reference(n, causal, d, tile):
-    from flashsim.algorithms.tiling import Tiling
+@pytest.mark.parametrize("nk_over_n", [1.0, 0.37, 1.9], ids=["square", "nk<nq", "nk>nq"])
+def test_fp8_matches_reference(n, causal, d, tile, nk_over_n):
     from flashsim.kernels import hopper_fp8
 
-    q, k, v = _inputs("random", 1, 2, 2, n, n, d, torch.bfloat16, seed=3)
+    nk = max(1, int(n * nk_over_n))
+    q, k, v = _inputs("random", 1, 2, 2, n, nk, d, torch.bfloat16, seed=3)
     out = torch.full(q.shape, float("nan"), dtype=torch.bfloat16, device="cuda")
     tiling = Tiling(*tile, 4 * (tile[0] // 64 + 1)) if tile else None
     hopper_fp8.attention(q, k, v, causal=causal, out=out, tiling=tiling)
     assert not torch.isnan(out).any()
+    if causal and n > nk:
+        assert (out[:, :, : n - nk] == 0).all(), "rows that see no key are not 0"
     ref = _ref(q, k, v, causal)
     # e4m3 keeps 3 mantissa bits (P and V each lose ~3% relative): bound the relative RMSE. Measured on
     # the H200: 0.052-0.054 for these random inputs.

@@ -2,7 +2,8 @@
 
 Error bound (FA3's tests): max|out - ref| <= 2 max|sdpa - ref| + atol, where sdpa is torch's own
 low-precision attention on the same inputs and atol one ulp of the dtype at the output's scale. Outputs
-are NaN-poisoned before each run, so an element the kernel never wrote fails.
+are NaN-poisoned before each run, so an element the kernel never wrote fails. Causal is bottom-right
+aligned (query i sees keys j <= i + Nk - Nq); a row that sees no key must be 0 with a logsumexp of -inf.
 """
 
 from __future__ import annotations
@@ -25,36 +26,47 @@ ALGOS = ("standard", "v1", "v2")
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
+def bottom_right_mask(nq, nk, device):
+    """True where query i may see key j: j <= i + nk - nq (FlashAttention >= 2.1's causal alignment)."""
+    i = torch.arange(nq, device=device)[:, None]
+    j = torch.arange(nk, device=device)[None, :]
+    return j <= i + (nk - nq)
+
+
 def reference(q, k, v, causal, scale=None):
-    """fp64 attention with SDPA's semantics (top-left causal, GQA by repeating K/V heads) and its lse."""
+    """fp64 attention (causal bottom-right, GQA by repeating K/V heads) and its lse; a row that sees no key
+    is 0 with lse -inf."""
     h, hkv = q.shape[1], k.shape[1]
     q, k, v = (t.double() for t in (q, k, v))
     k, v = (t.repeat_interleave(h // hkv, dim=1) for t in (k, v))
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     s = (q @ k.transpose(-1, -2)) * scale
     if causal:
-        nq, nk = s.shape[-2:]
-        mask = torch.ones(nq, nk, dtype=torch.bool, device=s.device).tril()
-        s = s.masked_fill(~mask, float("-inf"))
-    lse = torch.logsumexp(s, dim=-1)
-    return torch.softmax(s, dim=-1) @ v, lse
+        s = s.masked_fill(~bottom_right_mask(*s.shape[-2:], s.device), float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)  # -inf for an empty row
+    return torch.softmax(s, dim=-1).nan_to_num(0.0) @ v, lse
 
 
 def torch_lowprec(algo, q, k, v, causal, scale=None):
     """torch's own answer at the input precision with the same roundings as the algorithm: SDPA (a
     fused kernel, fp32 scores) for v1/v2; for standard, scores and probabilities rounded to the dtype
     between unfused steps, as torch's math path does."""
+    nq, nk = q.shape[2], k.shape[2]
     if algo != "standard":
-        return torch.nn.functional.scaled_dot_product_attention(
-            q, k, v, is_causal=causal, scale=scale, enable_gqa=k.shape[1] != q.shape[1]
-        )
+        if not causal or nq == nk:  # is_causal is top-left: the same mask only when square
+            return torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, is_causal=causal, scale=scale, enable_gqa=k.shape[1] != q.shape[1]
+            )
+        group = q.shape[1] // k.shape[1]
+        k, v = (t.repeat_interleave(group, dim=1) for t in (k, v))
+        mask = bottom_right_mask(nq, nk, q.device)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale).nan_to_num(0.0)
     group = q.shape[1] // k.shape[1]
     k, v = (t.repeat_interleave(group, dim=1) for t in (k, v))
     s = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5 if scale is None else scale)
     if causal:
-        mask = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril()
-        s = s.masked_fill(~mask, float("-inf"))
-    return torch.softmax(s.float(), dim=-1).to(q.dtype) @ v
+        s = s.masked_fill(~bottom_right_mask(nq, nk, s.device), float("-inf"))
+    return torch.softmax(s.float(), dim=-1).nan_to_num(0.0).to(q.dtype) @ v
 
 
 def run_checked(algo, q, k, v, causal, tiling=None, scale=None, **kw):
@@ -71,9 +83,14 @@ def run_checked(algo, q, k, v, causal, tiling=None, scale=None, **kw):
     eps = torch.finfo(q.dtype).eps
     atol = 2 * eps * max(ref.abs().max().item(), 1e-3)
     assert err <= 2 * base + atol, f"{algo}: max error {err:.3e} vs torch's {base:.3e} (+{atol:.1e})"
+    # Rows that see no key (causal, Nq > Nk): exactly 0, logsumexp -inf.
+    empty = torch.isinf(ref_lse)
+    assert (out.double()[empty] == 0).all(), f"{algo}: a row that sees no key is not 0"
+    assert (lse[empty] == float("-inf")).all(), f"{algo}: a row that sees no key has lse != -inf"
     # v1/v2 keep scores in fp32; standard's logsumexp comes from scores rounded to the dtype.
-    lse_tol = (8 * eps if algo == "standard" else 1e-4) * max(1.0, ref_lse.abs().max().item())
-    lse_err = (lse.double() - ref_lse).abs().max().item()
+    seen = ref_lse[~empty]
+    lse_tol = (8 * eps if algo == "standard" else 1e-4) * max(1.0, seen.abs().max().item() if seen.numel() else 0.0)
+    lse_err = (lse.double()[~empty] - seen).abs().max().item() if seen.numel() else 0.0
     assert lse_err <= lse_tol, f"{algo}: lse error {lse_err:.3e} > {lse_tol:.1e}"
     return out
 
@@ -88,8 +105,20 @@ SHAPES = [  # batch, heads, kv_heads, seqlen_q, seqlen_k
     (2, 2, 2, 130, 333),  # seqlen_q != seqlen_k
     (1, 8, 2, 300, 300),  # GQA: 4 query heads per K/V head
     (1, 2, 2, 1, 77),  # one query
-    (1, 2, 1, 520, 97),  # seqlen_q > seqlen_k, GQA
+    (1, 2, 1, 520, 97),  # seqlen_q > seqlen_k, GQA (causal: the first 423 rows see no key)
+    (1, 3, 3, 77, 301),  # odd lengths, seqlen_q < seqlen_k
+    (2, 2, 2, 301, 77),  # odd lengths, seqlen_q > seqlen_k: whole query blocks see no key
 ]
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("nq,nk", [(1, 1), (1, 333), (333, 1), (129, 128), (128, 129), (255, 513), (513, 255)])
+def test_causal_is_bottom_right(algo, nq, nk):
+    """Causal Nq != Nk against the explicit bottom-right mask; the last query row sees every key."""
+    q, k, v = randn(1, 2, nq, 64), randn(1, 2, nk, 64), randn(1, 2, nk, 64)
+    out = run_checked(algo, q, k, v, True)
+    full = run_checked(algo, q[:, :, -1:], k, v, False)  # the last row alone, no mask: the same answer
+    assert torch.equal(out[:, :, -1:], full) or (out[:, :, -1:] - full).abs().max().item() < 1e-2
 
 
 @pytest.mark.parametrize("algo", ALGOS)

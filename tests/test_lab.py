@@ -143,7 +143,11 @@ def test_fp8_quantise_round_trip():
     err_tensor = (quantise(x, per_block=False)[:, 64:] - rest).pow(2).mean().sqrt()
     err_block = (quantise(x, per_block=True)[:, 64:] - rest).pow(2).mean().sqrt()
     assert err_block < err_tensor / 5
-    assert ((quantise(x, per_block=True)[:, 64:] - rest).abs() <= rest.abs() / 16 + 1e-12).all()  # 3 mantissa bits
+    # 3 mantissa bits: half a step is 1/16 of a normal value; below 2^-6 of the scale e4m3 is subnormal, with a
+    # fixed step of 2^-9 scales (half of it the worst rounding)
+    scale = rest.abs().amax((-1, -2), keepdim=True) / 448
+    bound = rest.abs() / 16 + scale * 2**-10 + 1e-12
+    assert ((quantise(x, per_block=True)[:, 64:] - rest).abs() <= bound).all()
 
 
 # -- numerics ---------------------------------------------------------------------------------------------

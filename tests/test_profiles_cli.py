@@ -34,7 +34,9 @@ def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
 def test_list(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = run(capsys, "profiles", "list")
     assert rc == 0
-    for word in ("a100", "h100-sxm5-80gb", "h200-sxm-141gb", "half-smem", "2x-hbm", "228 KiB", "989 (wgmma)"):
+    # the H100 shares the H200's measured SM numbers, so its bf16 peak is the H200's 854 (wgmma), not 989
+    for word in ("a100", "h100-sxm5-80gb", "h200-sxm-141gb", "half-smem", "2x-hbm", "228 KiB", "854 (wgmma)",
+                 "calibrated", "derived", "datasheet-only"):  # fmt: skip
         assert word in out
 
 
@@ -43,12 +45,15 @@ def test_list_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert rows["h100"]["sm_count"] == 132
     assert rows["a100"]["bf16_tensor_instr"] == "mma_sync"
     assert rows["h200"]["bf16_tensor_peak_flops_per_s"] == pytest.approx(132 * 4088 * 1.583e9)
+    assert {a: r["provenance"] for a, r in rows.items() if a in ("a100", "h100", "h200", "half-smem")} == {
+        "a100": "datasheet-only", "h100": "derived", "h200": "calibrated", "half-smem": "derived"}
 
 
 def test_show(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = run(capsys, "profiles", "show", "h200")
     assert rc == 0
-    for word in ("h200-sxm-141gb", "smem_per_block_max_bytes", "227 KiB", "4.55 TB/s", "measured:", "derived"):
+    for word in ("h200-sxm-141gb", "smem_per_block_max_bytes", "227 KiB", "4.55 TB/s", "measured:", "derived",
+                 "numbers: calibrated (measured on this GPU)"):  # fmt: skip
         assert word in out
 
 
@@ -144,7 +149,7 @@ def test_shared_profile_args() -> None:
     [
         ("smem_per_sm_bytes", 233472, "228 KiB"),
         ("l2_bytes", 52428800, "50 MiB"),
-        ("hbm_bytes", 141_000_000_000, "141 GB"),
+        ("hbm_bytes", 141_000_000_000, "131 GiB"),
         ("hbm_bandwidth_bytes_per_s", 3.015e12, "3.015 TB/s"),
         ("sm_clock_hz", 1.83e9, "1.83 GHz"),
         ("launch_overhead_s", 3e-6, "3 µs"),
@@ -156,3 +161,16 @@ def test_shared_profile_args() -> None:
 )
 def test_human(key: str, value: object, text: str) -> None:
     assert human(key, value) == text
+
+
+def test_simulate_and_compare_results_name_the_profile_provenance(capsys: pytest.CaptureFixture[str]) -> None:
+    small = ("--seqlen", "256", "--batch", "1", "--heads", "2", "--headdim", "64")
+    d = run_json(capsys, "simulate", "--algo", "v2", "--hw", "h100", *small)
+    assert d["hw_provenance"] == "derived"
+    rc, out, _ = run(capsys, "simulate", "--algo", "v2", "--hw", "a100", *small)
+    assert rc == 0 and "datasheet-only" in out
+    d = run_json(capsys, "compare", "--algos", "v2", "--hws", "h200", "a100", *small)
+    assert {r["hw"]: r["hw_provenance"] for r in d["results"]} == {"h200-sxm-141gb": "calibrated",
+                                                                  "a100-sxm4-80gb": "datasheet-only"}
+    rc, out, _ = run(capsys, "compare", "--algos", "v2", "--hws", "h200", "a100", *small)
+    assert rc == 0 and "profile numbers:" in out and "calibrated" in out and "datasheet-only" in out

@@ -131,7 +131,9 @@ def test_periodic_skip_within_a_hair_where_the_l2_state_differs():
 # -- V1 outer steps -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("problem", [Problem(1, 4, 8192, 64), Problem(2, 4, 8192, 64)])
+# Shapes whose step costs settle within the probes on this profile (elsewhere the full loop is simulated);
+# which ones settle moves with the profile's numbers (the h100's became the H200's measured SM numbers).
+@pytest.mark.parametrize("problem", [Problem(1, 4, 8192, 64), Problem(2, 4, 12288, 64)])
 def test_v1_outer_steps_are_exact(problem):
     fast = simulate("v1", problem, FOUR_SMS, sms=None)
     plain = simulate("v1", problem, FOUR_SMS, sms=None, extrapolate=False)
@@ -140,7 +142,7 @@ def test_v1_outer_steps_are_exact(problem):
 
 
 def test_v1_outer_steps_keep_a_ragged_last_step():
-    problem = Problem(1, 4, 8192 + 100, 64)
+    problem = Problem(1, 4, 8192 + 50, 64)
     fast = simulate("v1", problem, FOUR_SMS, sms=None)
     plain = simulate("v1", problem, FOUR_SMS, sms=None, extrapolate=False)
     assert "outer_steps_simulated" in fast.sim

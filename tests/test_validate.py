@@ -304,3 +304,67 @@ def test_validate_rejects_bad_input(capsys) -> None:
     assert cli.main(["validate", "--impls", "v9"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown implementation 'v9'" in err
+
+
+# -- the tiling the comparison simulates is the one the kernel ran ------------------------------------------
+
+H200_LIMITS = type("Limits", (), {"smem_per_block_max_bytes": 232448, "smem_per_sm_bytes": 233472})()
+OURS = [name for name, impl in validate.IMPLS.items() if impl.kind == "ours"]
+
+
+def test_every_kernel_family_is_registered():
+    from flashsim.kernels import registry
+
+    assert set(OURS) <= set(registry.families())
+
+
+@pytest.mark.parametrize("name", OURS)
+def test_validator_simulates_the_kernels_tile_table_entry(name):
+    """For each head dim built and both masks, what validate records (and so simulates) is the tiling the
+    kernel launches: the tile table's default row for v3 / v3-fp8, the family's default tiling otherwise."""
+    from flashsim.experiments.validate_impls import kernel_tiling
+    from flashsim.kernels import hopper, hopper_tiles, registry
+
+    family = registry.family(name)
+    for d in family.headdims:
+        for causal in (False, True):
+            simulated = kernel_tiling(name, d, causal, H200_LIMITS)
+            if name in ("v3", "v3-fp8"):
+                row = hopper_tiles.default_tile(name, d, causal)
+                assert simulated == row.tiling.as_dict(), (d, causal)
+                tag = "E4m3" if name == "v3-fp8" else "Bf16"
+                launch = hopper.plan(name, tag, d, causal, 1, 1, 1024)
+                assert (launch.block_m, launch.block_n, launch.name) == (row.block_m, row.block_n, row.kernel)
+            else:
+                tiling = family.default_tiling(d, H200_LIMITS)
+                assert simulated == tiling.as_dict(), (d, causal)
+                assert family.variant(d, "bf16", tiling)  # and that kernel is built
+
+
+def test_v3_d64_simulates_the_substituted_tile():
+    """FA3's d64 non-causal tile (192x192) spills here; the kernel runs 192x128, and so must the simulation."""
+    from flashsim.experiments.validate_impls import kernel_tiling
+
+    t = kernel_tiling("v3", 64, False)
+    assert (t["block_m"], t["block_n"]) == (192, 128)
+
+
+def test_our_tiling_fails_loudly():
+    """A kernel the registry does not know is an error, not a silent fall-back to the simulator's tiles."""
+    impl = validate.Impl("v9", "v2", "bf16", "ours")
+    with pytest.raises(FlashsimError):
+        validate.our_tiling(impl, validate.Config(1, 1, 128, 64), None, None, None)
+    sdpa = validate.IMPLS["sdpa-flash"]
+    assert validate.our_tiling(sdpa, validate.Config(1, 1, 128, 64), None, None, None) is None
+
+
+def test_validate_ncu_does_not_import_validate():
+    """validate runs validate_ncu; what both need lives in validate_impls, so there is no import circle."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(validate_ncu))
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+    assert "validate_impls" in imported
+    assert not imported & {"validate", "flashsim.experiments.validate"}

@@ -14,7 +14,7 @@ from .. import closed_form as cf
 from ..footprint import REG_OVERHEAD
 from ..ir import RMEM, SMEM, Fill, Gemm, GTile, Kernel, Load, Role, RowSoftmax, Schedule, Store, SyncThreads, Wait
 from ..mapping import Tiling
-from ..parts import cdiv, gemm_dtype, tile_mask
+from ..parts import cdiv, gemm_dtype, q_rows, tile_mask
 from ..problem import Problem
 from ..record import Algorithm
 
@@ -175,6 +175,12 @@ def loop_nest(x: cf.Dims) -> list[cf.KernelNest]:
     return [qk, softmax, pv]
 
 
+def hbm_tensors(p: Problem, t: Tiling) -> dict[str, int]:
+    """S = Q K^T and P = softmax(S), (B, H, Nq, Nk) each in the input dtype."""
+    scores = q_rows(p) * p.seqlen_k * p.elem_bytes
+    return {"S": scores, "P": scores}
+
+
 ALGORITHM = Algorithm(
     name="standard",
     summary="three launches: S = Q K^T and P = softmax(S) materialised in global memory, then O = P V",
@@ -183,6 +189,7 @@ ALGORITHM = Algorithm(
     smem_bytes=smem_bytes,
     registers=registers,
     loop_nest=loop_nest,
+    hbm_tensors=hbm_tensors,
     why="S and P (Nq x Nk) are written and read back through global memory: Theta(N d + N^2) bytes whatever "
         "the on-chip memory M.",
     block_n_is_k=False,

@@ -13,6 +13,7 @@ The softmax scale is folded into dS, so the two GEMMs that read it need no furth
 from __future__ import annotations
 
 from .. import closed_form as cf
+from ..backward import standard_backward_tensors
 from ..ir import (
     RMEM,
     SMEM,
@@ -192,12 +193,14 @@ def loop_nest(x: cf.Dims) -> list[cf.KernelNest]:
 
 ALGORITHM = Algorithm(
     name="standard-bwd",
+    forward="standard",
     summary="standard attention's backward: five launches, P, dP and dS (Nq x Nk) through global memory",
     build=build,
     mapper=mapper,
     smem_bytes=smem_bytes,
     registers=registers,
     loop_nest=loop_nest,
+    hbm_tensors=standard_backward_tensors,
     why="P is read twice, dP written and read, dS written and read twice: Theta(N^2) bytes whatever M.",
     block_n_is_k=False,
 )

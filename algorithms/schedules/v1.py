@@ -33,7 +33,7 @@ from ..ir import (
     WarpReduce,
 )
 from ..mapping import Tiling
-from ..parts import cdiv, gemm_dtype, kv_block_count, out_bytes, row_tile, stat_tile, tile_mask
+from ..parts import cdiv, gemm_dtype, kv_block_count, out_bytes, q_rows, row_tile, stat_tile, tile_mask
 from ..problem import Problem
 from ..record import Algorithm
 
@@ -240,6 +240,12 @@ def loop_nest(x: cf.Dims) -> list[cf.KernelNest]:
     return [cf.KernelNest("flash_fwd_v1", BH * sp, 32 * w, [cf.bh_loop(x, body)])]
 
 
+def hbm_tensors(p: Problem, t: Tiling) -> dict[str, int]:
+    """O in an fp32 workspace between outer steps, with the running row max m and sum l (fp32)."""
+    rows = q_rows(p)
+    return {"Oacc": rows * p.headdim * F32, "M": rows * F32, "L": rows * F32}
+
+
 ALGORITHM = Algorithm(
     name="v1",
     summary="FlashAttention (Algorithm 1): outer loop over K/V blocks, Q_i and O_i through global memory each step",
@@ -248,9 +254,12 @@ ALGORITHM = Algorithm(
     smem_bytes=smem_bytes,
     registers=registers,
     loop_nest=loop_nest,
+    hbm_tensors=hbm_tensors,
     why="K_j, V_j cross global memory once; Q_i and the fp32 O_i, m_i, l_i once per kv-block: Tc = {tc} "
         "passes. Algorithm 1 sets Bc = M / 4d, so Tc = 4 N d / M and the bytes are Theta(N^2 d^2 / M).",
     paper_tiling=paper_tiling,
+    auto_splits=fa1_splits,
     warp_split="n",
+    kv_outer_loop=True,
     probe_outer_steps=True,
 )

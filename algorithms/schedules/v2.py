@@ -11,13 +11,24 @@ from __future__ import annotations
 import math
 
 from .. import closed_form as cf
+from .. import splitkv
 from ..footprint import REG_OVERHEAD
 from ..ir import FP32_BYTES as F32
 from ..ir import RMEM, SMEM, Fill, Gemm, Kernel, Load, OnlineSoftmax, Role, Schedule, SyncThreads, Wait
 from ..mapping import Tiling
-from ..parts import cdiv, flash_epilogue, gemm_dtype, kv_block_count, row_tile, tile_mask
+from ..parts import cdiv, flash_epilogue, gemm_dtype, kv_block_count, lse_tensor, row_tile, tile_mask
 from ..problem import Problem
 from ..record import Algorithm
+from ..splitkv import (
+    LSE_PARTS,
+    O_PARTS,
+    combine_kernel,
+    combine_nest,
+    partial_epilogue,
+    split_range,
+    workspace_bytes,
+    workspace_shapes,
+)
 
 
 def _fa2_tile(d: int, profile) -> tuple[int, int, int]:
@@ -48,53 +59,79 @@ def registers(p: Problem, t: Tiling) -> int:
 
 
 def build(p: Problem, t: Tiling, instr: str = "mma_sync") -> Schedule:
-    bm, bn, d, w = t.block_m, t.block_n, p.headdim, t.warps
+    bm, bn, d, w, splits = t.block_m, t.block_n, p.headdim, t.warps, t.splits
     dt = gemm_dtype(p)
 
     def program(cta):
-        b, h, i = cta
+        b, h, i = cta[:3]
+        ps = p.sequence(b)  # a variable-length batch: this sequence's lengths
         row0 = i * bm
-        yield Load(row_tile(p, "Q", b, h, row0, bm), "sQ", SMEM, "cp.async", "q")
-        yield Wait("q", 1)
+        n = kv_block_count(ps, row0, bm, bn)
+        first = 0
+        if splits > 1:  # split-KV: this block's contiguous share of the K/V blocks
+            first, n = split_range(cdiv(ps.seqlen_k, bn), n, splits, cta[3])
+        if n or splits == 1:
+            yield Load(row_tile(ps, "Q", b, h, row0, bm), "sQ", SMEM, "cp.async", "q")
+            yield Wait("q", 1)
         yield Fill("acc", bm, d, 0.0)
         yield Fill("m", bm, 1, -math.inf)
         yield Fill("l", bm, 1, 0.0)
-        n = kv_block_count(p, row0, bm, bn)
         if n:
-            yield Load(row_tile(p, "K", b, h, 0, bn, kv=True), "sK", SMEM, "cp.async", "k")
-        for j in range(n):
-            col0 = j * bn
-            yield Wait("k", j + 1)
+            yield Load(row_tile(ps, "K", b, h, first * bn, bn, kv=True), "sK", SMEM, "cp.async", "k")
+        for jj in range(n):
+            col0 = (first + jj) * bn
+            yield Wait("k", jj + 1)
             yield SyncThreads()
-            yield Load(row_tile(p, "V", b, h, col0, bn, kv=True), "sV", SMEM, "cp.async", "v")
+            yield Load(row_tile(ps, "V", b, h, col0, bn, kv=True), "sV", SMEM, "cp.async", "v")
             yield Gemm("S", "sQ", "sK", bm, bn, d, SMEM, SMEM, instr, dt, w, trans_b=True)
-            yield OnlineSoftmax("S", "P", "m", "l", bm, bn, p.scale, tile_mask(p, row0, col0, bm, bn),
+            yield OnlineSoftmax("S", "P", "m", "l", bm, bn, p.scale, tile_mask(ps, row0, col0, bm, bn),
                                 dt, acc="acc", acc_cols=d, warps=w)
-            yield Wait("v", j + 1)
+            yield Wait("v", jj + 1)
             yield SyncThreads()
-            if j + 1 < n:
-                yield Load(row_tile(p, "K", b, h, col0 + bn, bn, kv=True), "sK", SMEM, "cp.async", "k")
+            if jj + 1 < n:
+                yield Load(row_tile(ps, "K", b, h, col0 + bn, bn, kv=True), "sK", SMEM, "cp.async", "k")
             yield Gemm("acc", "P", "sV", bm, d, bn, RMEM, SMEM, instr, dt, w, accumulate=True)
-        yield from flash_epilogue(p, b, h, row0, bm, "acc", "m", "l", w)
+        if splits > 1:
+            yield from partial_epilogue(p, b, h, row0, bm, cta[3], "acc", "m", "l", w)
+        else:
+            yield from flash_epilogue(ps, b, h, row0, bm, "acc", "m", "l", w)
 
-    # Launch order of the public kernels' grid (N/bm, B, H): Q blocks fastest, then batch, then heads.
-    ctas = [(b, h, i) for h in range(p.heads) for b in range(p.batch) for i in range(cdiv(p.seqlen_q, bm))]
-    kernel = Kernel("flash_fwd_v2", ctas, (Role("warps", w, program),), smem_bytes(p, t),
-                    registers(p, t), classes=lambda c: (c[2],), uniform=not p.causal)
-    return Schedule("v2", p, t, (kernel,))
+    # Launch order of the public kernels' grid (N/bm, B, H): Q blocks fastest, then batch, then heads; the
+    # split-KV kernel's (N/bm, splits, B x H): Q blocks, then splits, then heads, then batch.
+    if splits > 1:
+        ctas = [(b, h, i, s) for b in range(p.batch) for h in range(p.heads) for s in range(splits)
+                for i in range(cdiv(p.q_len(b), bm))]
+    else:
+        ctas = [(b, h, i) for h in range(p.heads) for b in range(p.batch) for i in range(cdiv(p.q_len(b), bm))]
+    kernel = Kernel("flash_fwd_splitkv_v2" if splits > 1 else "flash_fwd_v2", ctas, (Role("warps", w, program),),
+                    smem_bytes(p, t), registers(p, t), classes=lambda c: (*c[2:], p.q_len(c[0]), p.k_len(c[0])),
+                    uniform=not p.causal and splits == 1 and not p.varlen)
+    if splits == 1:
+        return Schedule("v2", p, t, (kernel,))
+    return Schedule("v2", p, t, (kernel, combine_kernel(p, splits)), shapes=workspace_shapes(p, splits))
 
 
-def loop_nest(x: cf.Dims) -> list[cf.KernelNest]:
+def sequence_nest(x: cf.Dims) -> cf.KernelNest:
+    """The attention kernel of one sequence (of the batch, when all have the same length)."""
     BH, Nq, d, e, eo, eg, w, bm, bn = x.BH, x.Nq, x.d, x.e, x.eo, x.eg, x.w, x.bm, x.bn
-    tr = x.Tr
-    n = [x.visible(i) for i in range(tr)]
+    tr, S = x.Tr, x.t.splits
+    ranges = [[split_range(x.Tc, x.visible(i), S, s) if S > 1 else (0, x.visible(i)) for s in range(S)]
+              for i in range(tr)]
+    n = [c for per in ranges for _, c in per]
     P = BH * sum(n)
-    kv = BH * sum(x.kv_rows(k) for k in n) * d * e
-    masked = BH * sum(x.masked(i * bm, n[i]) for i in range(tr))
+    kv = BH * sum(x.kv_rows_from(f, c) for per in ranges for f, c in per) * d * e
+    masked = BH * sum(x.masked_from(i * bm, f, c) for i in range(tr) for f, c in ranges[i])
+    q_loads = [(i, f, c) for i in range(tr) for f, c in ranges[i] if c or S == 1]
     rq, rk = min(bm, Nq), min(bn, x.Nk)
     soft = 4 * bm * bn + bm * (2 + d)
+    if S > 1:
+        out = [cf.store("store O_s (fp32 workspace)", O_PARTS, rq * d * F32, S * BH * Nq * d * F32, BH * tr * S),
+               cf.store("store LSE_s", LSE_PARTS, rq * F32, S * BH * Nq * F32, BH * tr * S)]
+    else:
+        out = [cf.store("store O_i", "O", rq * d * eo, BH * Nq * d * eo, BH * tr),
+               cf.store("store LSE_i", "LSE", rq * F32, BH * Nq * F32, BH * tr)]
     body = [
-        cf.load("load Q_i", "Q", rq * d * e, BH * Nq * d * e, BH * tr),
+        cf.load("load Q_i", "Q", rq * d * e, BH * sum(x.rows(i) for i, _, _ in q_loads) * d * e, BH * len(q_loads)),
         cf.Loop(f"j in 0..{max(n)}  kv-block", max(n), P, [
             cf.load("load K_j", "K", rk * d * e, kv, P),
             cf.load("load V_j", "V", rk * d * e, kv, P),
@@ -104,12 +141,29 @@ def loop_nest(x: cf.Dims) -> list[cf.KernelNest]:
                   soft * P + cf.MASK_OPS_PER_ELEMENT * masked * bm * bn),
             cf.gemm("O += P V_j", "mma_sync", x.dt, bm, d, bn, P, None, ("V", w * bn * d * eg)),
         ], note="causal: to the diagonal" if x.p.causal else ""),
-        cf.work("O /= l, LSE = m + log l", BH * tr, 2 * bm, bm * d + bm),
-        cf.store("store O_i", "O", rq * d * eo, BH * Nq * d * eo, BH * tr),
-        cf.store("store LSE_i", "LSE", rq * F32, BH * Nq * F32, BH * tr),
+        cf.work("O /= l, LSE = m + log l", BH * tr * S, 2 * bm, bm * d + bm),
+        *out,
     ]
-    return [cf.KernelNest("flash_fwd_v2", BH * tr, 32 * w, [cf.bh_loop(x, [
-        cf.Loop(f"i in 0..{tr}  q-block", tr, BH * tr, body, grid=True)])])]
+    if S > 1:
+        body = [cf.Loop(f"s in 0..{S}  kv split (first blocks {x.Tc} / {S} each)", S, BH * tr * S, body, grid=True)]
+    name = "flash_fwd_splitkv_v2" if S > 1 else "flash_fwd_v2"
+    return cf.KernelNest(name, BH * tr * S, 32 * w, [cf.bh_loop(x, [
+        cf.Loop(f"i in 0..{tr}  q-block", tr, BH * tr, body, grid=True)])])
+
+
+def loop_nest(x: cf.Dims) -> list[cf.KernelNest]:
+    nests = [cf.per_sequence(x, sequence_nest)]
+    return nests + ([combine_nest(x.p, x.t.splits)] if x.t.splits > 1 else [])
+
+
+def flash_tensors(p: Problem, t: Tiling) -> dict[str, int]:
+    """LSE, and the split-KV workspace when the K/V range is split."""
+    return {**lse_tensor(p), **workspace_bytes(p, t.splits)}
+
+
+def auto_splits(p: Problem, t: Tiling, profile) -> int:
+    """FA2's split count for this problem (its heuristic counts 64-row Q blocks)."""
+    return splitkv.auto_splits(p, cdiv(p.seqlen_q, 64), profile)
 
 
 ALGORITHM = Algorithm(
@@ -120,6 +174,9 @@ ALGORITHM = Algorithm(
     smem_bytes=smem_bytes,
     registers=registers,
     loop_nest=loop_nest,
+    hbm_tensors=flash_tensors,
+    layouts=("varlen",),
+    auto_splits=auto_splits,
     why="Q_i and O_i cross global memory once; K and V once per q-block: Tr = {tr} passes over K and V. "
         "Tiles of ~M / d rows give Tr ~ N d / M, so the bytes are Theta(N^2 d^2 / M).",
 )

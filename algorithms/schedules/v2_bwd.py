@@ -298,6 +298,7 @@ def _dq_pass_nest(x: cf.Dims) -> cf.KernelNest:
 
 ALGORITHM = Algorithm(
     name="v2-bwd",
+    forward="v2",
     summary="FlashAttention-2's backward: a block per K/V tile, P recomputed from the LSE, dQ added in fp32 "
             "by atomics (or a second pass)",
     build=build,
@@ -305,6 +306,7 @@ ALGORITHM = Algorithm(
     smem_bytes=smem_bytes,
     registers=registers,
     loop_nest=loop_nest,
+    hbm_tensors=bw.flash_backward_tensors,
     why="K_j and V_j cross global memory once; Q, dO, LSE and D once per kv-block: Tc = {tc} passes, and dQ "
         "is added into an fp32 accumulator Tc times (atomics served by the L2).",
     options=("dq",),

@@ -20,6 +20,7 @@ from dataclasses import replace
 from flashsim.errors import FlashsimError
 
 from .. import closed_form as cf
+from .. import splitkv
 from ..footprint import REG_OVERHEAD
 from ..ir import FP32_BYTES as F32
 from ..ir import (
@@ -39,9 +40,19 @@ from ..ir import (
     Wait,
 )
 from ..mapping import Tiling
-from ..parts import cdiv, flash_epilogue, gemm_dtype, kv_block_count, row_tile, tile_mask
+from ..parts import cdiv, flash_epilogue, gemm_dtype, kv_block_count, lse_tensor, row_tile, tile_mask
 from ..problem import Problem
 from ..record import Algorithm
+from ..splitkv import (
+    LSE_PARTS,
+    O_PARTS,
+    combine_kernel,
+    combine_nest,
+    partial_epilogue,
+    split_range,
+    workspace_bytes,
+    workspace_shapes,
+)
 
 WG_ROWS = 64  # rows of a wgmma accumulator: one warpgroup's share of block_m
 # Register budgets after setmaxnreg (FA3): consumers 240 / producer 24 with 1-2 consumer warpgroups,
@@ -107,8 +118,16 @@ def complete_tiling(t: Tiling) -> Tiling:
     return replace(t, warps=warps_for(t.block_m))
 
 
+def kv_range(p: Problem, t: Tiling, cta: tuple) -> tuple[int, int]:
+    """(first K/V block, blocks) a work tile visits: its Q block's visible blocks, or its split's share."""
+    n = kv_block_count(p, cta[2] * t.block_m, t.block_m, t.block_n)
+    if t.splits == 1:
+        return 0, n
+    return split_range(cdiv(p.seqlen_k, t.block_n), n, t.splits, cta[3])
+
+
 def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3") -> Schedule:
-    bm, bn, d, stages = t.block_m, t.block_n, p.headdim, t.stages
+    bm, bn, d, stages, splits = t.block_m, t.block_n, p.headdim, t.stages, t.splits
     consumers = bm // WG_ROWS
     dt = gemm_dtype(p)
     q_src, k_src, v_src = ("Qq", "Kq", "Vq") if fp8 else ("Q", "K", "V")
@@ -118,9 +137,9 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3") -> Schedul
         return min(consumers, cdiv(p.seqlen_q - i * bm, WG_ROWS))
 
     def producer(cta):
-        b, h, i = cta
-        n, c_act = kv_block_count(p, i * bm, bm, bn), active(i)
-        for c in range(c_act):
+        b, h, i = cta[:3]
+        (first, n), c_act = kv_range(p, t, cta), active(i)
+        for c in range(c_act if n or splits == 1 else 0):
             yield Load(row_tile(p, q_src, b, h, i * bm + c * WG_ROWS, WG_ROWS), f"sQ{c}", SMEM, "tma", f"q{c}")
         hk = h // p.group
 
@@ -129,9 +148,10 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3") -> Schedul
             s, use = j % stages, j // stages
             if use:
                 yield Wait(f"empty{tensor}{s}", c_act * use)
-            yield Load(row_tile(p, src, b, h, j * bn, bn, kv=True), f"s{tensor}{s}", SMEM, "tma", f"full{tensor}{s}")
+            yield Load(row_tile(p, src, b, h, (first + j) * bn, bn, kv=True), f"s{tensor}{s}", SMEM, "tma",
+                       f"full{tensor}{s}")
             if fp8:  # the block scale travels with its tile, on the same barrier
-                yield Load(GTile(f"{tensor}scale", b, hk, j, 1, 0, 1, 4), f"{tensor.lower()}s{s}", SMEM, "tma",
+                yield Load(GTile(f"{tensor}scale", b, hk, first + j, 1, 0, 1, 4), f"{tensor.lower()}s{s}", SMEM, "tma",
                            f"full{tensor}{s}")
 
         # K runs one block ahead of V, as the consumers need K_j+1 (for S_j+1) before V_j (for P_j V_j).
@@ -144,11 +164,11 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3") -> Schedul
 
     def consumer_program(c: int):
         def program(cta):
-            b, h, i = cta
+            b, h, i = cta[:3]
             if c >= active(i):
                 return
             row0 = i * bm + c * WG_ROWS
-            n = kv_block_count(p, i * bm, bm, bn)
+            first, n = kv_range(p, t, cta)
             turns = iter(range(10**9))
             c_act = active(i)
 
@@ -173,12 +193,13 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3") -> Schedul
                            accumulate=True, b_scale=f"vs{s}" if fp8 else None, async_token="o")
 
             def softmax(j):
-                col0 = j * bn
+                col0 = (first + j) * bn
                 yield OnlineSoftmax("S", f"P{j % 2}", "m", "l", WG_ROWS, bn, p.scale,
                                     tile_mask(p, row0, col0, WG_ROWS, bn), dt, acc="acc", acc_cols=d,
                                     corr="corr", warps=4)
 
-            yield Wait(f"q{c}", 1)
+            if n or splits == 1:  # an empty split loads no Q: it only writes an empty partial
+                yield Wait(f"q{c}", 1)
             if fp8:
                 yield Load(GTile("Qscale", b, h, i, 1, 0, 1, 4), "qs", RMEM)
             yield Fill("acc", WG_ROWS, d, 0.0)
@@ -211,7 +232,10 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3") -> Schedul
                 yield from pass_turn()
                 yield GemmWait("o")
                 yield Arrive(f"emptyV{(n - 1) % stages}")
-            yield from flash_epilogue(p, b, h, row0, WG_ROWS, "acc", "m", "l", 4, o_via="tma")
+            if splits > 1:
+                yield from partial_epilogue(p, b, h, row0, WG_ROWS, cta[3], "acc", "m", "l", 4)
+            else:
+                yield from flash_epilogue(p, b, h, row0, WG_ROWS, "acc", "m", "l", 4, o_via="tma")
 
         return program
 
@@ -220,33 +244,42 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3") -> Schedul
     q_blocks = range(cdiv(p.seqlen_q, bm))
     order = list(reversed(q_blocks)) if p.causal else q_blocks  # causal: longest tiles first
     # Q blocks of one head are consecutive work tiles, so the CTAs running side by side share its K/V in L2.
-    ctas = [(b, h, i) for b in range(p.batch) for h in range(p.heads) for i in order]
+    # Split-KV: a Q block's splits are consecutive work tiles.
+    ctas = [(b, h, i, *s) for b in range(p.batch) for h in range(p.heads) for i in order
+            for s in ([(x,) for x in range(splits)] if splits > 1 else [()])]
     algo = "v3-fp8" if fp8 else "v3"
-    kernel = Kernel(f"flash_fwd_{name}", ctas, roles, smem_bytes(p, t), v3_launch_registers(consumers),
-                    persistent=True, classes=lambda c: (c[2],), uniform=not p.causal and not fp8)
-    return Schedule(algo, p, t, (kernel,))
+    kernel = Kernel(f"flash_fwd_{name}" + ("_splitkv" if splits > 1 else ""), ctas, roles, smem_bytes(p, t),
+                    v3_launch_registers(consumers), persistent=True, classes=lambda c: c[2:],
+                    uniform=not p.causal and not fp8 and splits == 1)
+    if splits == 1:
+        return Schedule(algo, p, t, (kernel,))
+    return Schedule(algo, p, t, (kernel, combine_kernel(p, splits)), shapes=workspace_shapes(p, splits))
 
 
 def nest(x: cf.Dims, fp8: bool = False) -> cf.KernelNest:
     """The attention kernel's nest (fp8: on the quantised operands, with their block scales)."""
     BH, Nq, d, e, eo, eg, bm, bn = x.BH, x.Nq, x.d, x.e, x.eo, x.eg, x.bm, x.bn
-    tr, wg = x.Tr, WG_ROWS
+    tr, wg, S = x.Tr, WG_ROWS, x.t.splits
     q, k, v = ("Qq", "Kq", "Vq") if fp8 else ("Q", "K", "V")
-    n = [x.visible(i) for i in range(tr)]
     cons = [min(bm // wg, cdiv(Nq - i * bm, wg)) for i in range(tr)]  # warpgroups with rows in block i
-    C = BH * sum(cons)
+    # (q-block, first kv block, kv blocks) of every work tile: one per q-block, or one per split of it
+    tiles = [(i, *(split_range(x.Tc, x.visible(i), S, s) if S > 1 else (0, x.visible(i))))
+             for i in range(tr) for s in range(S)]
+    n = [m for _, _, m in tiles]
+    C = BH * sum(cons) * S
     P = BH * sum(n)
-    CP = BH * sum(c * m for c, m in zip(cons, n, strict=True))  # (warpgroup, kv block) steps
-    kv = BH * sum(x.kv_rows(m) for m in n) * d * e
-    masked = BH * sum(x.masked(i * bm + c * wg, n[i]) for i in range(tr) for c in range(cons[i]))
-    rescales = BH * sum(c * max(0, m - 1) for c, m in zip(cons, n, strict=True))
+    CP = BH * sum(cons[i] * m for i, _, m in tiles)  # (warpgroup, kv block) steps
+    kv = BH * sum(x.kv_rows_from(f, m) for _, f, m in tiles) * d * e
+    masked = BH * sum(x.masked_from(i * bm + c * wg, f, m) for i, f, m in tiles for c in range(cons[i]))
+    rescales = BH * sum(cons[i] * max(0, m - 1) for i, _, m in tiles)
+    q_rows = BH * sum(x.rows(i) for i, _, m in tiles if m or S == 1)
     rk = min(bn, x.Nk)
     soft = 4 * wg * bn + wg * (2 + d)
 
     scales = [cf.load("load Kscale_j, Vscale_j", "Kscale", F32, P * F32, P),
               cf.load("", "Vscale", F32, P * F32, P)] if fp8 else []
     producer = [
-        cf.load("load Q_i (TMA, 64 rows per consumer)", q, min(bm, Nq) * d * e, BH * Nq * d * e, BH * tr),
+        cf.load("load Q_i (TMA, 64 rows per consumer)", q, min(bm, Nq) * d * e, q_rows * d * e, BH * tr * S),
         cf.Loop(f"j in 0..{max(n)}  kv-block (ring of {x.t.stages} slots)", max(n), P, [
             cf.load("load K_j (TMA)", k, rk * d * e, kv, P),
             cf.load("load V_j (TMA)", v, rk * d * e, kv, P),
@@ -268,20 +301,36 @@ def nest(x: cf.Dims, fp8: bool = False) -> cf.KernelNest:
         cf.Loop(f"j in 0..{max(n)}  kv-block", max(n), CP, kv_loop,
              note="causal: to the diagonal" if x.p.causal else ""),
         cf.work("O /= l, LSE = m + log l", C, 2 * wg, wg * d + wg),
-        cf.store("store O_c (TMA)", "O", min(wg, Nq) * d * eo, BH * Nq * d * eo, C, tma=True),
-        cf.store("store LSE_c", "LSE", min(wg, Nq) * F32, BH * Nq * F32, C),
+        *([cf.store("store O_c,s (fp32 workspace)", O_PARTS, min(wg, Nq) * d * F32, S * BH * Nq * d * F32, C),
+           cf.store("store LSE_c,s", LSE_PARTS, min(wg, Nq) * F32, S * BH * Nq * F32, C)] if S > 1 else
+          [cf.store("store O_c (TMA)", "O", min(wg, Nq) * d * eo, BH * Nq * d * eo, C, tma=True),
+           cf.store("store LSE_c", "LSE", min(wg, Nq) * F32, BH * Nq * F32, C)]),
     ]
     body = [
-        cf.Loop("producer warpgroup (1)", 1, BH * tr, producer),
+        cf.Loop("producer warpgroup (1)", 1, BH * tr * S, producer),
         cf.Loop(f"c in 0..{bm // wg}  consumer warpgroup (in parallel)", bm // wg, C, consumer),
     ]
-    name = "flash_fwd_v3_fp8" if fp8 else "flash_fwd_v3"
-    return cf.KernelNest(name, BH * tr, 32 * x.w, [cf.bh_loop(x, [
-        cf.Loop(f"i in 0..{tr}  q-block (work tile)", tr, BH * tr, body, grid=True)])], persistent=True)
+    if S > 1:
+        body = [cf.Loop(f"s in 0..{S}  kv split (work tile)", S, BH * tr * S, body, grid=True)]
+    name = ("flash_fwd_v3_fp8" if fp8 else "flash_fwd_v3") + ("_splitkv" if S > 1 else "")
+    return cf.KernelNest(name, BH * tr * S, 32 * x.w, [cf.bh_loop(x, [
+        cf.Loop(f"i in 0..{tr}  q-block" + ("" if S > 1 else " (work tile)"), tr, BH * tr, body, grid=True)])],
+        persistent=True)
 
 
 def loop_nest(x: cf.Dims) -> list[cf.KernelNest]:
-    return [nest(x)]
+    return [nest(x)] + ([combine_nest(x.p, x.t.splits)] if x.t.splits > 1 else [])
+
+
+def flash_tensors(p: Problem, t: Tiling) -> dict[str, int]:
+    """LSE, and the split-KV workspace when the K/V range is split."""
+    return {**lse_tensor(p), **workspace_bytes(p, t.splits)}
+
+
+def auto_splits(p: Problem, t: Tiling, profile) -> int:
+    """FA2's heuristic over this schedule's work tiles (FA3's own, hopper/heuristics.h, is the same rule with
+    an exception for K/V heads larger than L2, not modelled)."""
+    return splitkv.auto_splits(p, cdiv(p.seqlen_q, t.block_m), profile)
 
 
 ALGORITHM = Algorithm(
@@ -292,6 +341,8 @@ ALGORITHM = Algorithm(
     smem_bytes=smem_bytes,
     registers=registers,
     loop_nest=loop_nest,
+    hbm_tensors=flash_tensors,
+    auto_splits=auto_splits,
     why="As V2: K and V are read once per q-block (Tr = {tr} passes), now by TMA into a ring of {stages} "
         "shared-memory slots that the producer fills while the consumers compute.",
     mma="wgmma",

@@ -261,6 +261,7 @@ def loop_nest(x: cf.Dims) -> list[cf.KernelNest]:
 
 ALGORITHM = Algorithm(
     name="v3-bwd",
+    forward="v3",
     summary="FlashAttention-3's backward: TMA producer, wgmma consumers splitting the K/V block, dQ added by "
             "TMA reduce-adds",
     build=build,
@@ -268,6 +269,7 @@ ALGORITHM = Algorithm(
     smem_bytes=smem_bytes,
     registers=registers,
     loop_nest=loop_nest,
+    hbm_tensors=bw.flash_backward_tensors,
     why="As v2-bwd: K_j, V_j once; Q, dO, LSE, D once per kv-block (Tc = {tc} passes), by TMA into a ring of "
         "{stages} slots; dQ reduce-added in the L2 once per (kv-block, q-block, consumer).",
     mma="wgmma",

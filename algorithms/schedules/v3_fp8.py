@@ -15,7 +15,7 @@ from .. import closed_form as cf
 from ..ir import FP32_BYTES as F32
 from ..ir import RMEM, GTile, Kernel, Load, Quantize, Role, Schedule, Store
 from ..mapping import Tiling
-from ..parts import cdiv
+from ..parts import cdiv, lse_tensor, q_rows
 from ..problem import Problem
 from . import v3
 from .v3 import build as build_v3
@@ -74,6 +74,15 @@ def loop_nest(x: cf.Dims, hadamard: bool = True) -> list[cf.KernelNest]:
     return [_quantize(x, hadamard), v3.nest(x, fp8=True)]
 
 
+def hbm_tensors(p: Problem, t: Tiling) -> dict[str, int]:
+    """The e4m3 copies of Q, K and V with one fp32 scale per block, and the LSE (the bf16 inputs are Q, K, V)."""
+    q_blocks = p.batch * p.heads * cdiv(p.seqlen_q, t.block_m)
+    kv_blocks = p.batch * p.kv_heads * cdiv(p.seqlen_k, t.block_n)
+    kv = p.batch * p.kv_heads * p.seqlen_k * p.headdim
+    return {"Qq": q_rows(p) * p.headdim, "Kq": kv, "Vq": kv, "scales": (q_blocks + 2 * kv_blocks) * F32,
+            **lse_tensor(p)}
+
+
 ALGORITHM = replace(
     v3.ALGORITHM,
     name="v3-fp8",
@@ -87,4 +96,6 @@ ALGORITHM = replace(
     features=("tma", "wgmma", "fp8"),
     dtypes=("fp8",),
     options=("hadamard",),
+    hbm_tensors=hbm_tensors,
+    input_bytes=IN_BYTES,
 )

@@ -36,7 +36,8 @@ def run(quick: bool) -> Outcome:
         settled = [r["passes"] for r in rows if r["algo"] == algo and r["block_n"] >= n]
         checks.append(all(a > b for a, b in zip(falling, falling[1:], strict=False))
                       and all(abs(x - 1) <= ONE_PASS_TOLERANCE for x in settled))
-    std = {r["gmem_bytes"] for r in rows if r["algo"] == "standard"}
+    by_algo = {a: [r for r in rows if r["algo"] == a] for a in io.ALGOS}
+    std = {r["gmem_bytes"] for r in by_algo["standard"]}
     holds = all(checks) and len(std) == 1
     first = {a: next(r for r in rows if r["algo"] == a) for a in io.ALGOS}
     last = {a: [r for r in rows if r["algo"] == a][-1] for a in io.ALGOS}

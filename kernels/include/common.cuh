@@ -28,13 +28,31 @@ struct AttnParams {
   int64_t o_batch_stride, o_head_stride, o_row_stride;
   int64_t s_row_stride;  // standard: columns of one S row (Nk rounded up to 8)
   int32_t batch, heads, kv_group, seqlen_q, seqlen_k;
-  int32_t causal;      // top-left aligned (torch SDPA's is_causal): query i sees keys j <= i
+  int32_t causal;      // bottom-right aligned: query i sees keys j <= i + seqlen_k - seqlen_q (causal_offset)
   int32_t num_splits;  // v1: thread blocks per (batch, head)
   float scale;         // softmax scale
   float scale_log2;    // scale * log2(e): exp(x * scale) == exp2(x * scale_log2)
   int32_t pad_;
 };
 static_assert(sizeof(AttnParams) == 208, "AttnParams layout changed: update kernels/launch.py");
+
+// Causal masks are aligned bottom-right (FlashAttention >= 2.1, and the simulator): the last query row
+// sees every key, so query i sees keys j <= i + causal_offset. With seqlen_q > seqlen_k the first
+// seqlen_q - seqlen_k rows see no key; they output 0 and a logsumexp of -inf.
+__device__ __forceinline__ int causal_offset(const AttnParams& p) { return p.causal ? p.seqlen_k - p.seqlen_q : 0; }
+
+// x, computed where it is written: the compiler may neither hoist it out of a loop (where it would hold a
+// register across the whole loop) nor fold it into the expressions around it.
+__device__ __forceinline__ int opaque(int x) {
+  int y;
+  asm volatile("mov.b32 %0, %1;" : "=r"(y) : "r"(x));
+  return y;
+}
+
+// Keys [0, result) are visible to query rows [0, row_end): seqlen_k, or fewer when causal (0: none).
+__device__ __forceinline__ int visible_keys(const AttnParams& p, int row_end) {
+  return p.causal ? min(p.seqlen_k, max(0, row_end + p.seqlen_k - p.seqlen_q)) : p.seqlen_k;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Element types: the same kernel body serves fp16 and bf16; only the mma opcode and packing differ.

@@ -1,0 +1,279 @@
+"""Decode (Nq = 1..16 new tokens against a K/V cache): split-KV with the query heads of a K/V head packed.
+
+FA2's split-KV kernel runs one 64-row Q tile per query head, so a one-token decode fills 1 of its 64 rows and
+reads the K/V cache once per query head. Packing GQA/MQA (FA3's PackGQA) gives the tile the rows of every
+query head that shares a K/V head: rows = Nq x heads / kv_heads, head-major (tile row r is query head
+hk * group + r // Nq, query r % Nq), so each K/V block is read once per K/V head and multiplied against all
+of them. The K/V range is split as in Flash-Decoding (algorithms/splitkv.py; FA2's heuristic by default)
+so that batch x kv_heads tiles still fill the GPU. The cache may be paged (algorithms/paged.py) and the
+batch of variable length (one grid of real tiles per sequence, no padding).
+
+Per thread block (batch b, K/V head hk, row block i, split s), as FA2's split-KV kernel with cp.async:
+    load the tile's Q rows (one copy per head) | for each K/V block j of the split's range: K_j, V_j
+    (a page-table read first, when paged), S = Q K_j^T, online softmax, O += P V_j | O_s, LSE_s
+"""
+
+from __future__ import annotations
+
+import math
+
+from flashsim.errors import FlashsimError
+
+from .. import closed_form as cf
+from .. import paged
+from ..footprint import REG_OVERHEAD
+from ..ir import FP32_BYTES as F32
+from ..ir import (
+    RMEM,
+    SMEM,
+    Fill,
+    Gemm,
+    GTile,
+    Kernel,
+    Load,
+    Mask,
+    Normalize,
+    OnlineSoftmax,
+    Role,
+    Schedule,
+    Store,
+    SyncThreads,
+    Wait,
+)
+from ..mapping import Tiling
+from ..parts import causal_shift, cdiv, gemm_dtype, lse_tensor, out_bytes, row_tile
+from ..problem import Problem
+from ..record import Algorithm
+from ..splitkv import (
+    LSE_PARTS,
+    O_PARTS,
+    auto_splits,
+    combine_kernel,
+    combine_nest,
+    partial_stores,
+    split_block_n,
+    split_range,
+    workspace_bytes,
+    workspace_shapes,
+)
+
+MAX_QUERIES = 16
+BLOCK_M = 64  # FA2's split-KV kernels: kBlockM = 64, 4 warps
+
+
+def check_problem(p: Problem) -> None:
+    if p.seqlen_q > MAX_QUERIES:
+        raise FlashsimError(f"decode takes 1 to {MAX_QUERIES} new queries per sequence, got {p.seqlen_q} "
+                            f"(prefill with v2 or v3)")
+
+
+def packed_rows(p: Problem, b: int = 0) -> int:
+    return p.q_len(b) * p.group
+
+
+def mapper(p: Problem, profile) -> Tiling:
+    t = Tiling(BLOCK_M, split_block_n(p.headdim), 4, 2)
+    return Tiling(t.block_m, t.block_n, t.warps, t.stages, splits=auto(p, t, profile)) if profile else t
+
+
+def auto(p: Problem, t: Tiling, profile) -> int:
+    """FA2's split heuristic over the packed tiles (batch x kv_heads x row blocks)."""
+    return auto_splits(p, cdiv(packed_rows(p), t.block_m), profile, kv_heads_only=True)
+
+
+def smem_bytes(p: Problem, t: Tiling) -> int:
+    return (t.block_m + 2 * t.block_n) * p.headdim * p.elem_bytes
+
+
+def registers(p: Problem, t: Tiling) -> int:
+    return REG_OVERHEAD + (t.block_m * t.block_n + t.block_m * p.headdim) // t.threads
+
+
+def segments(nq: int, row0: int, rows: int):
+    """(head in group, first query, query count, tile row) of the head-major packed rows [row0, row0 + rows)."""
+    r, end = row0, row0 + rows
+    while r < end:
+        hh, q = divmod(r, nq)
+        n = min(nq - q, end - r)
+        yield hh, q, n, r - row0
+        r += n
+
+
+def query_range(nq: int, row0: int, rows: int) -> tuple[int, int]:
+    """Smallest and largest query index among packed rows [row0, row0 + rows)."""
+    if rows >= nq:
+        return 0, nq - 1
+    qs = [(row0 + r) % nq for r in range(rows)]
+    return min(qs), max(qs)
+
+
+def visible_blocks(ps: Problem, q_last: int, bn: int) -> int:
+    """K/V blocks the tile visits: all, or (causal) up to the last key its last query sees."""
+    if not ps.causal:
+        return cdiv(ps.seqlen_k, bn)
+    return cdiv(min(ps.seqlen_k, max(0, q_last + causal_shift(ps) + 1)), bn)
+
+
+def build(p: Problem, t: Tiling) -> Schedule:
+    check_problem(p)
+    bm, bn, d, w, splits, g = t.block_m, t.block_n, p.headdim, t.warps, t.splits, p.group
+    dt = gemm_dtype(p)
+    table = paged.page_table(p) if p.page_size else None
+
+    def kv_loads(ps, tensor, buffer, b, hk, row0, barrier):
+        if table is None:
+            yield Load(row_tile(ps, tensor, b, hk * g, row0, bn, kv=True), buffer, SMEM, "cp.async", barrier)
+            return
+        for tile, at in paged.kv_pieces(p, table, tensor, b, hk, row0, bn):
+            yield Load(tile, buffer, SMEM, "cp.async", barrier, dst_row=at)
+
+    def program(cta):
+        b, hk, i, s = cta
+        ps = p.sequence(b)
+        nq, nk = ps.seqlen_q, ps.seqlen_k
+        row0 = i * bm
+        rows = min(bm, nq * g - row0)
+        q_first, q_last = query_range(nq, row0, rows)
+        first, n = split_range(cdiv(nk, bn), visible_blocks(ps, q_last, bn), splits, s)
+        arrivals = {"k": 0, "v": 0}
+
+        def count(loads):
+            for op in loads:
+                arrivals[op.barrier] += 1
+                yield op
+
+        if n or splits == 1:
+            if table is not None and n:
+                yield Load(paged.table_tile(p, b, first * bn, n * bn), "pages", RMEM)
+            loads = 0
+            for hh, q0, cnt, at in segments(nq, row0, rows):
+                yield Load(row_tile(ps, "Q", b, hk * g + hh, q0, cnt), "sQ", SMEM, "cp.async", "q",
+                           dst_row=at or None)
+                loads += 1
+            yield Wait("q", loads)
+        yield Fill("acc", bm, d, 0.0)
+        yield Fill("m", bm, 1, -math.inf)
+        yield Fill("l", bm, 1, 0.0)
+        if n:
+            yield from count(kv_loads(ps, "K", "sK", b, hk, first * bn, "k"))
+        for jj in range(n):
+            col0 = (first + jj) * bn
+            yield Wait("k", arrivals["k"])
+            yield SyncThreads()
+            yield from count(kv_loads(ps, "V", "sV", b, hk, col0, "v"))
+            yield Gemm("S", "sQ", "sK", bm, bn, d, SMEM, SMEM, "mma_sync", dt, w, trans_b=True)
+            mask = Mask(row0, col0, nq, nk, ps.causal, ps.causal_align, packed=nq)
+            yield OnlineSoftmax("S", "P", "m", "l", bm, bn, p.scale, mask if mask.needed(rows, bn) else None,
+                                dt, acc="acc", acc_cols=d, warps=w)
+            yield Wait("v", arrivals["v"])
+            yield SyncThreads()
+            if jj + 1 < n:
+                yield from count(kv_loads(ps, "K", "sK", b, hk, col0 + bn, "k"))
+            yield Gemm("acc", "P", "sV", bm, d, bn, RMEM, SMEM, "mma_sync", dt, w, accumulate=True)
+        yield Normalize("acc", "m", "l", "lse", bm, d, w)
+        for hh, q0, cnt, at in segments(nq, row0, rows):
+            h = hk * g + hh
+            if splits > 1:
+                yield from partial_stores(p, b, h, q0, cnt, s, "acc", src_row=at)
+            else:
+                yield Store("acc", row_tile(ps, "O", b, h, q0, cnt, elem_bytes=out_bytes(p)), RMEM, src_row=at)
+                yield Store("lse", GTile("LSE", b, h, q0, cnt, 0, 1, F32), RMEM, src_row=at)
+
+    ctas = [(b, hk, i, s) for b in range(p.batch) for hk in range(p.kv_heads) for s in range(splits)
+            for i in range(cdiv(packed_rows(p, b), bm))]
+    kernel = Kernel("flash_fwd_splitkv_decode" if splits > 1 else "flash_fwd_decode", ctas,
+                    (Role("warps", w, program),), smem_bytes(p, t), registers(p, t),
+                    classes=lambda c: (c[2], c[3], p.q_len(c[0]), p.k_len(c[0])),
+                    kv_head_of=lambda c: (c[0], c[1]))
+    shapes = {**(workspace_shapes(p, splits) if splits > 1 else {}), **(paged.shapes(p) if table else {})}
+    kernels = (kernel, combine_kernel(p, splits)) if splits > 1 else (kernel,)
+    return Schedule("decode", p, t, kernels, shapes=shapes)
+
+
+def sequence_nest(x: cf.Dims) -> cf.KernelNest:
+    """The attention kernel of one sequence (all of the batch when every sequence has the same length)."""
+    p, B, Hkv, H, Nq, d, e, eo, eg, w, bm, bn = (x.p, x.B, x.Hkv, x.H, x.Nq, x.d, x.e, x.eo, x.eg, x.w, x.bm,
+                                                  x.bn)
+    S, g = x.t.splits, p.group
+    R = Nq * g
+    tr = cdiv(R, bm)
+    G = B * Hkv  # tiles run per K/V head
+    blocks = []  # (rows, first query, first kv block, kv blocks) per (row block, split)
+    for i in range(tr):
+        rows = min(bm, R - i * bm)
+        q_first, q_last = query_range(Nq, i * bm, rows)
+        vis = visible_blocks(p, q_last, bn)
+        for s in range(S):
+            first, n = split_range(x.Tc, vis, S, s)
+            blocks.append((rows, q_first, first, n))
+    n_all = [n for *_, n in blocks]
+    P = G * sum(n_all)
+    kv = G * sum(x.kv_rows_from(f, n) for _, _, f, n in blocks) * d * e
+    masked = G * sum(x.masked_from(qf, f, n) for _, qf, f, n in blocks)
+    loaded = [(r, f, n) for r, _, f, n in blocks if n or S == 1]
+    q_bytes = G * sum(r for r, _, _ in loaded) * d * e
+    q_loads = G * sum(len(list(segments(Nq, i * bm, min(bm, R - i * bm)))) for i in range(tr)
+                      for s in range(S) if blocks[i * S + s][3] or S == 1)
+    rk = min(bn, x.Nk)
+    soft = 4 * bm * bn + bm * (2 + d)
+    table = []
+    if p.page_size:
+        entries = G * sum(paged.table_entries(p, f * bn, n * bn, x.Nk) for _, _, f, n in blocks if n)
+        table = [cf.load("load page-table entries of the split", paged.TABLE, cdiv(rk * max(n_all), p.page_size) * 4,
+                         entries * paged.TABLE_BYTES, G * sum(1 for *_, n in blocks if n), smem=False)]
+    per_tile = cdiv(bn, p.page_size) if p.page_size and p.page_size < bn else 1
+    how = f" ({per_tile} page copies)" if per_tile > 1 else " (one page)" if p.page_size else ""
+    if S > 1:
+        out = [cf.store("store O_s (fp32 workspace), per head", O_PARTS, min(bm, R) * d * F32, S * B * H * Nq * d * F32,
+                        G * tr * S),
+               cf.store("store LSE_s", LSE_PARTS, min(bm, R) * F32, S * B * H * Nq * F32, G * tr * S)]
+    else:
+        out = [cf.store("store O, per head", "O", min(bm, R) * d * eo, B * H * Nq * d * eo, G * tr),
+               cf.store("store LSE", "LSE", min(bm, R) * F32, B * H * Nq * F32, G * tr)]
+    body = [
+        *table,
+        cf.load(f"load Q of the {g} heads (rows Nq x group = {R})", "Q", min(bm, R) * d * e, q_bytes, q_loads),
+        cf.Loop(f"j in 0..{max(n_all)}  kv-block of the split", max(n_all), P, [
+            cf.load(f"load K_j{how}", "K", rk * d * e, kv, P),
+            cf.load(f"load V_j{how}", "V", rk * d * e, kv, P),
+            cf.gemm("S = Q K_j^T  mma_sync (all heads of the group)", "mma_sync", x.dt, bm, bn, d, P,
+                    ("Q", bm * d * eg), ("K", w * bn * d * eg)),
+            cf.work("online softmax, O *= e^(m_old - m)", P, bm * bn + bm, soft,
+                    soft * P + cf.MASK_OPS_PER_ELEMENT * masked * bm * bn),
+            cf.gemm("O += P V_j", "mma_sync", x.dt, bm, d, bn, P, None, ("V", w * bn * d * eg)),
+        ], note="causal: to the last query's diagonal" if p.causal else ""),
+        cf.work("O /= l, LSE = m + log l", G * tr * S, 2 * bm, bm * d + bm),
+        *out,
+    ]
+    grid = [cf.Loop(f"i in 0..{tr}  packed row block", tr, G * tr, [
+        cf.Loop(f"s in 0..{S}  kv split", S, G * tr * S, body, grid=True)], grid=True)]
+    name = "flash_fwd_splitkv_decode" if S > 1 else "flash_fwd_decode"
+    return cf.KernelNest(name, G * tr * S, 32 * w, [cf.bh_loop(x, grid, heads=Hkv, var="hk")])
+
+
+def loop_nest(x: cf.Dims) -> list[cf.KernelNest]:
+    nests = [cf.per_sequence(x, sequence_nest)]
+    return nests + ([combine_nest(x.p, x.t.splits)] if x.t.splits > 1 else [])
+
+
+def hbm_tensors(p: Problem, t: Tiling) -> dict[str, int]:
+    table = {paged.TABLE: paged.pool_pages(p) * paged.TABLE_BYTES} if p.page_size else {}
+    return {**lse_tensor(p), **workspace_bytes(p, t.splits), **table}
+
+
+ALGORITHM = Algorithm(
+    name="decode",
+    summary="Decode: the query heads of a K/V head packed in one tile, split-KV (Flash-Decoding), paged cache",
+    build=build,
+    mapper=mapper,
+    smem_bytes=smem_bytes,
+    registers=registers,
+    loop_nest=loop_nest,
+    hbm_tensors=hbm_tensors,
+    layouts=("varlen", "paged"),
+    max_seqlen_q=MAX_QUERIES,
+    auto_splits=auto,
+    why="The K/V cache is read once per K/V head: the query heads that share it are rows of one tile, and "
+        "its blocks are split over thread blocks so that batch x kv_heads tiles fill the GPU.",
+    dtypes=("bf16", "fp16"),
+)

@@ -1,0 +1,27 @@
+"""The two sets `flashsim validate` scores the simulator on, each measured into and reported from its own files.
+
+dev: the FA2 benchmark grid and the ragged shapes, on which the model was developed and tuned.
+test: the held-out LLM shapes of experiments/testset.py, on which it never was.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DataSet:
+    name: str
+    title: str
+    measured: str  # measurement file (JSON lines) under the results directory
+    stem: str  # the report files: <stem>.json, <stem>.md, <stem>.png
+
+    @property
+    def report(self) -> str:
+        return f"{self.stem}.json"
+
+
+DEV = DataSet("dev", "development set (FA2 grid + ragged; the model was tuned on it)", "validation-measured.jsonl",
+              "validation")  # fmt: skip
+TEST = DataSet("test", "test set (LLM shapes the model was never tuned on)", "testset-measured.jsonl", "testset")
+SETS = (DEV, TEST)

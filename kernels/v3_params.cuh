@@ -1,0 +1,17 @@
+// The launch parameters of the Hopper kernels (v3.cu, v3_fp8.cu); the tensor maps are passed beside them.
+#pragma once
+
+struct V3Params {
+  void* o;                       // (B, H, Nq, d) by the strides below, bf16 or fp16
+  const float* q_scale;          // fp8 only: (B, H, ceil(Nq / block_m)) dequantisation scales
+  const float* k_scale;          // fp8 only: (B, Hkv, ceil(Nk / block_n))
+  const float* v_scale;          // fp8 only: (B, Hkv, ceil(Nk / block_n))
+  long long o_stride_b, o_stride_h, o_stride_n;  // elements
+  int nq, nk, heads, group;      // group = H / Hkv
+  float scale_log2;              // softmax scale * log2(e)
+  int batch;
+};
+// The host mirrors this layout (kernels/hopper.py, _Params); tests compare the offsets.
+static_assert(sizeof(V3Params) == 80 && __builtin_offsetof(V3Params, scale_log2) == 72 &&
+                  __builtin_offsetof(V3Params, batch) == 76,
+              "V3Params layout changed: update kernels/hopper.py");
