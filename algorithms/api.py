@@ -53,3 +53,24 @@ def attention(q, k, v, algo: str = "v2", causal: bool = False, tiling: Tiling | 
     inputs = {"Q": q.detach().float().cpu(), "K": k.detach().float().cpu(), "V": v.detach().float().cpu()}
     out = run_numeric(schedule, inputs)["O"]
     return out.to(dtype=q.dtype, device=q.device)
+
+
+def attention_backward(q, k, v, do, algo: str = "v2", causal: bool = False, tiling: Tiling | None = None,
+                       profile=None, causal_align: str = "bottom-right", dq: str = "atomic"):
+    """The gradients (dQ, dK, dV) of attention, computed by running `algo`'s forward schedule (for what it
+    saves: O and the logsumexp, or P for standard) and then its backward schedule, tile by tile. `algo` is a
+    forward schedule with a backward (algorithms/backward.py); tiling: the backward's tiles (default: the
+    public kernels'). dq: 'atomic' or 'pass' (v2-bwd's dQ accumulation)."""
+    from .backward import pass_algos
+
+    fwd, bwd = pass_algos(algo, "fwd+bwd")
+    p = problem_of(q, k, v, causal, fwd, causal_align)
+    if profile is None:
+        from flashsim.hw_profiles import load_profile
+
+        profile = load_profile("h100")
+    inputs = {"Q": q.detach().float().cpu(), "K": k.detach().float().cpu(), "V": v.detach().float().cpu()}
+    saved = run_numeric(catalog.get(fwd).schedule(p, resolve_tiling(fwd, p, profile)), inputs)
+    t = tiling if tiling is not None else resolve_tiling(bwd, p, profile)
+    grads = run_numeric(catalog.get(bwd).schedule(p, t, dq=dq), {**saved, "dO": do.detach().float().cpu()})
+    return tuple(grads[name].to(dtype=x.dtype, device=x.device) for name, x in (("dQ", q), ("dK", k), ("dV", v)))

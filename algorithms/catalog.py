@@ -7,9 +7,9 @@ from __future__ import annotations
 from flashsim.errors import FlashsimError
 
 from .record import Algorithm
-from .schedules import decode, standard, v1, v2, v3, v3_fp8
+from .schedules import decode, standard, standard_bwd, v1, v2, v2_bwd, v3, v3_bwd, v3_fp8
 
-_SHIPPED = (standard, v1, v2, v3, v3_fp8, decode)
+_SHIPPED = (standard, v1, v2, v3, v3_fp8, decode, standard_bwd, v2_bwd, v3_bwd)
 _RECORDS: dict[str, Algorithm] = {m.ALGORITHM.name: m.ALGORITHM for m in _SHIPPED}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from . import catalog
+from .backward import PASSES
 from .ir import CAUSAL_ALIGNS
 from .problem import DTYPE_BYTES, PAGE_SIZES, Problem
 from .tiling import Tiling, resolve_tiling
@@ -112,3 +113,16 @@ def tiling_from_args(args: argparse.Namespace, algo: str, problem: Problem, prof
         algo, problem, profile, block_m=args.block_m, block_n=args.block_n, warps=args.warps, stages=args.stages,
         splits=getattr(args, "splits", None), paper=getattr(args, "paper_tiles", False),
     )
+
+
+def add_pass_arg(parser: argparse.ArgumentParser, choices: tuple[str, ...] = PASSES) -> None:
+    parser.add_argument(
+        "--pass", dest="pass_", choices=choices, default="fwd",
+        help="fwd (default), bwd (the algorithm's backward: standard-bwd, v2-bwd, v3-bwd)"
+             + (", or fwd+bwd (both, times summed)" if "fwd+bwd" in choices else ""))
+
+
+def tiling_overridden(args: argparse.Namespace) -> bool:
+    """Whether any tile option was given on the command line."""
+    return any(getattr(args, k, None) is not None for k in ("block_m", "block_n", "warps", "stages", "splits")) \
+        or bool(getattr(args, "paper_tiles", False))

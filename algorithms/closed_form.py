@@ -151,6 +151,14 @@ def gemm(text: str, instr: str, dt: str, m: int, n: int, k: int, execs: int,
     return Step(text, "smem->rf" if a or b else "rf", execs, effects)
 
 
+def atomic(text: str, tensor: str, per: int, total: int, execs: int, tma: bool = False) -> Step:
+    """An fp32 reduce-add into global memory, done by the L2 (tma: staged in shared memory first)."""
+    effects = [Effect("gmem_atomic", tensor, per, total)]
+    if tma:
+        effects += [Effect("smem_write", tensor, per, total), Effect("smem_read", tensor, per, total)]
+    return Step(text, "smem->L2 add" if tma else "rf->L2 add", execs, effects)
+
+
 def work(text: str, execs: int, exps: int, alu: int, alu_total: int | None = None,
           smem: tuple[str, int, int] | None = None) -> Step:
     """Non-matmul work: exps and ALU FLOPs per execution (alu_total when masking adds to some);
@@ -208,14 +216,14 @@ def _add_body(into: list, other: list) -> None:
                          for e, f in zip(a.effects, b.effects, strict=True)]
 
 
-def loop_nest(algo: str, p: Problem, t: Tiling, hadamard: bool = True) -> list[KernelNest]:
+def loop_nest(algo: str, p: Problem, t: Tiling, hadamard: bool = True, **more) -> list[KernelNest]:
     """The schedule of `algo` for this problem and tiling as one loop nest per kernel."""
     from .catalog import get
 
     rec = get(algo)
     if rec.loop_nest is None:
         raise FlashsimError(f"{algo} has no closed form (its record has no loop_nest)")
-    options = {"hadamard": hadamard}
+    options = {"hadamard": hadamard, **more}  # more: other schedule options (v2-bwd's dq)
     return rec.loop_nest(Dims(p, t), **{k: v for k, v in options.items() if k in rec.options})
 
 
@@ -239,12 +247,12 @@ def fold(algo: str, nests: list[KernelNest]) -> IOCounts:
                     setattr(io, ef.kind, getattr(io, ef.kind) + ef.total)
                 else:
                     getattr(io, ef.kind)[ef.key] += ef.total
-        for name in ("gmem_read", "gmem_write", "smem_read", "smem_write", "flops"):
+        for name in ("gmem_read", "gmem_write", "gmem_atomic", "smem_read", "smem_write", "flops"):
             setattr(io, name, Counter({k: v for k, v in getattr(io, name).items() if v}))
         kernels.append(io)
     return IOCounts(algo, kernels)
 
 
-def closed_form(algo: str, p: Problem, t: Tiling, hadamard: bool = True) -> IOCounts:
+def closed_form(algo: str, p: Problem, t: Tiling, hadamard: bool = True, **more) -> IOCounts:
     """Every count of count_io(build(algo, p, t)), from formulas instead of walking the ops."""
-    return fold(algo, loop_nest(algo, p, t, hadamard))
+    return fold(algo, loop_nest(algo, p, t, hadamard, **more))

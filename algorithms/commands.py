@@ -12,7 +12,15 @@ from typing import Any
 
 from flashsim.hw_profiles.commands import add_profile_args, profile_from_args
 
-from .cli_args import add_algo_arg, add_problem_args, add_tiling_args, problem_from_args, tiling_from_args
+from .cli_args import (
+    add_algo_arg,
+    add_pass_arg,
+    add_problem_args,
+    add_tiling_args,
+    problem_from_args,
+    tiling_from_args,
+    tiling_overridden,
+)
 
 PLOT_DIR = "flashsim-out"
 
@@ -41,12 +49,78 @@ def register(subparsers: Any) -> None:
         "The totals are checked against the op-by-op count.",
     )
     add_algo_arg(p, default=None)
+    add_pass_arg(p)
     add_profile_args(p)
     add_problem_args(p)
     add_tiling_args(p)
+    p.add_argument("--dq", choices=("atomic", "pass"), default="atomic",
+                   help="v2-bwd: dQ added by fp32 atomics (default, as FA2) or computed in a second pass per Q block")
     p.add_argument("--no-hadamard", action="store_true", help="v3-fp8: quantise without incoherent processing")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.set_defaults(func=_cmd_explain)
+
+    _register_memory(subparsers)
+
+
+def _register_memory(subparsers: Any) -> None:
+    from .catalog import names
+
+    p = subparsers.add_parser(
+        "memory",
+        help="HBM each algorithm needs per pass (inputs, saved activations, gradients, workspace), and the "
+             "longest sequence that fits",
+        description="The global-memory footprint of one attention call per algorithm and pass: every tensor "
+        "it keeps in HBM at once (Q, K, V, O, LSE; S and P for standard; dO, dQ, dK, dV, the fp32 dQ "
+        "accumulator and D for the backward), its share of the profile's HBM, and the longest sequence "
+        "(query = key length) whose footprint fits.",
+    )
+    add_profile_args(p)
+    add_problem_args(p)
+    add_pass_arg(p)
+    p.add_argument("--algos", nargs="+", choices=names(), default=["standard", "v1", "v2", "v3"], metavar="ALGO",
+                   help="algorithms (default: standard v1 v2 v3; with --pass bwd those that have a backward)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.set_defaults(func=_cmd_memory)
+
+
+def _cmd_memory(args: argparse.Namespace) -> int:
+    from .pass_memory import memory_report
+
+    profile = profile_from_args(args)
+    problem = problem_from_args(args, "v2")
+    report = memory_report(args.algos, problem, args.pass_, profile)
+    if args.json:
+        sys.stdout.write(json.dumps(report) + "\n")
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    def gib(n: float) -> str:
+        for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+            if n >= size:
+                v = n / size
+                return f"{v:.3g} {unit}" if v < 1000 else f"{v:,.0f} {unit}"
+        return f"{n:.0f} B"
+
+    rows = report["algorithms"]
+    table = Table(title=f"HBM per {args.pass_} pass on {profile.name} ({gib(profile.hbm_bytes)}): "
+                        f"{problem.describe()}", title_justify="left")
+    table.add_column("tensor")
+    for r in rows:
+        table.add_column(r["algo"], justify="right")
+    names_ = list(dict.fromkeys(n for r in rows for n in r["tensors"]))
+    for name in names_:
+        table.add_row(name, *(gib(r["tensors"][name]) if name in r["tensors"] else "-" for r in rows))
+    table.add_section()
+    table.add_row("total", *(gib(r["total_bytes"]) for r in rows))
+    table.add_row("of HBM", *(f"{100 * r['hbm_fraction']:.1f}%" + ("" if r["fits"] else " (does not fit)")
+                              for r in rows))
+    table.add_row("longest seqlen that fits", *(f"{r['longest_seqlen']:,}" for r in rows))
+    console = Console()
+    console.print(table)
+    for r in report["skipped"]:
+        console.print(f"[yellow]skipped {r['algo']}: {r['reason']}[/yellow]")
+    return 0
 
 
 def _cmd_io(args: argparse.Namespace) -> int:
@@ -56,16 +130,25 @@ def _cmd_io(args: argparse.Namespace) -> int:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
+    from flashsim.errors import FlashsimError
+
+    from .backward import pass_algos
     from .catalog import check_dtype
     from .explain import explain
 
     profile = profile_from_args(args)
-    problem = problem_from_args(args, args.algo)
-    check_dtype(args.algo, problem)
-    tiling = tiling_from_args(args, args.algo, problem, profile)
-    result = explain(args.algo, problem, tiling, hadamard=not args.no_hadamard)
+    algos = pass_algos(args.algo, args.pass_)
+    if len(algos) > 1 and tiling_overridden(args):
+        raise FlashsimError("tile options apply to one pass: use them with --pass fwd or --pass bwd")
+    results = []
+    for algo in algos:
+        problem = problem_from_args(args, algo)
+        check_dtype(algo, problem)
+        tiling = tiling_from_args(args, algo, problem, profile)
+        results.append(explain(algo, problem, tiling, hadamard=not args.no_hadamard, dq=args.dq))
     if args.json:
-        sys.stdout.write(json.dumps(result.as_dict()) + "\n")
+        out = results[0].as_dict() if len(results) == 1 else {"passes": [r.as_dict() for r in results]}
+        sys.stdout.write(json.dumps(out) + "\n")
     else:
-        sys.stdout.write(result.text())
+        sys.stdout.write("\n".join(r.text() for r in results))
     return 0

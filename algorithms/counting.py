@@ -8,11 +8,15 @@ about a second.
 What is counted, in bytes:
   gmem_read / gmem_write  every Load / Store, by global tensor (requests to global memory; how many reach
                           HBM rather than L2 is the timing simulator's question);
-  smem_write              Loads into shared memory (by tensor), partials a WarpReduce stages, the row
+  gmem_atomic             every AtomicAdd (the backward's fp32 dQ accumulation): bytes sent to the L2 to be
+                          added there (a reduce-add through TMA is staged in shared memory first);
+  smem_write              Loads into shared memory (by tensor), tiles a role stages for another (StoreShared,
+                          by its label), partials a WarpReduce stages, the row
                           statistics a cross-warp softmax exchanges, and O staged for a TMA store;
   smem_read               GEMM operands read from shared memory, by the tensor loaded into the buffer.
                           mma.sync warps each issue their own MMAs, so split 'm' (warps own rows) reads A
-                          once in all but B once per warp; split 'n' the other way round; split 'k' reads each
+                          once in all but B once per warp; split 'n' the other way round; a grid 'RxC' reads A C times
+                          and B R times; split 'k' reads each
                           once. A wgmma is issued by one warpgroup and reads each operand once. Plus the
                           WarpReduce / softmax-exchange / TMA-store read backs, and fp8 block scales a
                           GEMM reads from shared memory.
@@ -27,11 +31,13 @@ from dataclasses import dataclass, field
 from .ir import (
     FP32_BYTES,
     SMEM,
+    AtomicAdd,
     Gemm,
     Load,
     OnlineSoftmax,
     Schedule,
     Store,
+    StoreShared,
     WarpReduce,
 )
 
@@ -51,6 +57,7 @@ class KernelIO:
     ctas: int
     gmem_read: Counter = field(default_factory=Counter)
     gmem_write: Counter = field(default_factory=Counter)
+    gmem_atomic: Counter = field(default_factory=Counter)
     smem_read: Counter = field(default_factory=Counter)
     smem_write: Counter = field(default_factory=Counter)
     flops: Counter = field(default_factory=Counter)
@@ -59,18 +66,20 @@ class KernelIO:
 
     @property
     def gmem_bytes(self) -> int:
-        return sum(self.gmem_read.values()) + sum(self.gmem_write.values())
+        return sum(self.gmem_read.values()) + sum(self.gmem_write.values()) + sum(self.gmem_atomic.values())
 
     @property
     def smem_bytes(self) -> int:
         return sum(self.smem_read.values()) + sum(self.smem_write.values())
 
     def as_dict(self) -> dict:
+        atomic = {"gmem_atomic": _plain(self.gmem_atomic)} if self.gmem_atomic else {}
         return {
             "name": self.name,
             "ctas": self.ctas,
             "gmem_read": _plain(self.gmem_read),
             "gmem_write": _plain(self.gmem_write),
+            **atomic,
             "smem_read": _plain(self.smem_read),
             "smem_write": _plain(self.smem_write),
             "flops": _plain(self.flops),
@@ -103,6 +112,10 @@ class IOCounts:
         return self._sum("gmem_write")
 
     @property
+    def gmem_atomic(self) -> Counter:
+        return self._sum("gmem_atomic")
+
+    @property
     def smem_read(self) -> Counter:
         return self._sum("smem_read")
 
@@ -132,12 +145,14 @@ class IOCounts:
         return sum(k.smem_bytes for k in self.kernels)
 
     def as_dict(self) -> dict:
+        atomic = self.gmem_atomic
         return {
             "algo": self.algo,
             "gmem_bytes": self.gmem_bytes,
             "smem_bytes": self.smem_bytes,
             "gmem_read": _plain(self.gmem_read),
             "gmem_write": _plain(self.gmem_write),
+            **({"gmem_atomic": _plain(atomic)} if atomic else {}),
             "smem_read": _plain(self.smem_read),
             "smem_write": _plain(self.smem_write),
             "flops": _plain(self.flops),
@@ -157,6 +172,9 @@ def _count_cta(roles, cta, k: int, io: KernelIO) -> None:
     gr, gw, sr, sw, fl = io.gmem_read, io.gmem_write, io.smem_read, io.smem_write, io.flops
     exps = alu = 0
     smem_tensor: dict[str, tuple] = {}  # shared-memory buffer -> (global tensor loaded into it, bytes)
+    # operand reads of buffers no role has filled yet (another role stages them: roles run one after another
+    # here), named once every role has run
+    unnamed: Counter = Counter()
     for role in roles:
         for op in role.program(cta):
             kind = type(op)
@@ -179,13 +197,28 @@ def _count_cta(roles, cta, k: int, io: KernelIO) -> None:
                 a_reads, b_reads = operand_reads(op)
                 e = OPERAND_BYTES[op.dtype] * k
                 if op.a_level == SMEM:
-                    sr[smem_tensor.get(op.a, (op.a,))[0]] += a_reads * op.m * op.k * e
+                    if op.a in smem_tensor:
+                        sr[smem_tensor[op.a][0]] += a_reads * op.m * op.k * e
+                    else:
+                        unnamed[op.a] += a_reads * op.m * op.k * e
                 if op.b_level == SMEM:
-                    sr[smem_tensor.get(op.b, (op.b,))[0]] += b_reads * op.k * op.n * e
+                    if op.b in smem_tensor:
+                        sr[smem_tensor[op.b][0]] += b_reads * op.k * op.n * e
+                    else:
+                        unnamed[op.b] += b_reads * op.k * op.n * e
                 for scale in (op.a_scale, op.b_scale):
                     if scale in smem_tensor:  # fp8 block scales that travelled with their tiles
                         tensor, nbytes = smem_tensor[scale]
                         sr[tensor] += nbytes * k
+            elif kind is StoreShared:
+                sw[op.label] += op.nbytes * k
+                smem_tensor[op.dst] = op.label, op.nbytes
+            elif kind is AtomicAdd:
+                n = op.dst.nbytes * k
+                io.gmem_atomic[op.dst.tensor] += n
+                if op.via == "tma":  # staged in shared memory for the TMA engine
+                    sw[op.dst.tensor] += n
+                    sr[op.dst.tensor] += n
             elif kind is WarpReduce:
                 half = op.smem_bytes // 2 * k
                 sw[WARP_REDUCE] += half
@@ -197,6 +230,8 @@ def _count_cta(roles, cta, k: int, io: KernelIO) -> None:
                     sr[SOFTMAX_STATS] += SOFTMAX_STAT_COUNT * softmax_exchange_reads(w, rows) * k
                 exps += getattr(op, "exps", 0)
                 alu += getattr(op, "alu_flops", 0)
+    for buffer, n in unnamed.items():
+        sr[smem_tensor.get(buffer, (buffer,))[0]] += n
     io.ctas += k
     io.exps += exps * k
     io.alu_flops += alu * k
@@ -206,6 +241,9 @@ def operand_reads(op: Gemm) -> tuple[int, int]:
     """How many times the issuing warps read all of A and all of B (see the module docstring)."""
     if op.instr == "wgmma" or op.split == "k":
         return 1, 1
+    if "x" in op.split:  # a grid of warps: a row of warps shares A's rows, a column B's columns
+        rows, cols = map(int, op.split.split("x"))
+        return cols, rows
     if op.split == "m":
         return 1, op.warps
     return op.warps, 1

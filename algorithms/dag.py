@@ -23,19 +23,24 @@ from flashsim.errors import FlashsimError
 from .ir import (
     SMEM,
     Arrive,
+    AtomicAdd,
     Fill,
     Gemm,
     GemmWait,
     Kernel,
     Load,
+    LseExp,
     MergeSplits,
     Normalize,
     OnlineSoftmax,
     Quantize,
     Rescale,
     RescaleMerge,
+    RowDot,
     RowSoftmax,
+    SoftmaxGrad,
     Store,
+    StoreShared,
     SyncThreads,
     Wait,
     WarpReduce,
@@ -73,6 +78,14 @@ def reads_writes(op) -> tuple[tuple[str, ...], tuple[str, ...]]:
         return (op.src,), (op.dst, op.scale)
     if isinstance(op, Fill):
         return (), (op.dst,)
+    if isinstance(op, (AtomicAdd, StoreShared)):
+        return (op.src,), ((op.dst,) if isinstance(op, StoreShared) else ())
+    if isinstance(op, RowDot):
+        return (op.a, op.b), (op.dst,)
+    if isinstance(op, LseExp):
+        return (op.s, op.lse), (op.p,)
+    if isinstance(op, SoftmaxGrad):
+        return (op.p, op.dp, op.d), (op.ds,)
     return (), ()
 
 
@@ -112,7 +125,7 @@ def op_graph(kernel: Kernel, cta: tuple) -> nx.DiGraph:
             src = writer.get(key(role, name))
             if src is not None:
                 g.add_edge(src, node)
-        if isinstance(op, Load) and op.level == SMEM:
+        if isinstance(op, Load) and op.level == SMEM or isinstance(op, StoreShared):
             smem.add(op.dst)
         for name in writes:
             writer[key(role, name)] = node

@@ -21,7 +21,7 @@ from .splitkv import COMBINE_KERNEL
 from .tiling import Tiling
 
 _W = 46  # width of the loop-nest column; with the others a line stays within 120 columns
-_GMEM = ("gmem_read", "gmem_write")
+_GMEM = ("gmem_read", "gmem_write", "gmem_atomic")  # atomics: the backward's fp32 reduce-adds
 _SMEM = ("smem_read", "smem_write")
 
 def human_bytes(n: float) -> str:
@@ -64,7 +64,9 @@ class Explanation:
             out += _lines(nest.body, 0)
             io = self.totals.kernels[k - 1]
             out.append(textwrap.fill(f"total: gmem {human_bytes(io.gmem_bytes)} (read {_by_tensor(io.gmem_read)}; "
-                                     f"write {_by_tensor(io.gmem_write)}), smem {human_bytes(io.smem_bytes)}",
+                                     f"write {_by_tensor(io.gmem_write)}"
+                                     + (f"; atomic {_by_tensor(io.gmem_atomic)}" if io.gmem_atomic else "")
+                                     + f"), smem {human_bytes(io.smem_bytes)}",
                                      118, initial_indent="  ", subsequent_indent="    "))
             cp = self.critical[k - 1]
             out.append(textwrap.fill(
@@ -105,9 +107,10 @@ class Explanation:
         }
 
 
-def explain(algo: str, problem: Problem, tiling: Tiling, hadamard: bool = True) -> Explanation:
-    nests = loop_nest(algo, problem, tiling, hadamard)
-    schedule = catalog.get(algo).schedule(problem, tiling, hadamard=hadamard)
+def explain(algo: str, problem: Problem, tiling: Tiling, hadamard: bool = True, **options) -> Explanation:
+    """options: other schedule options (v2-bwd's dq), passed to the records that take them."""
+    nests = loop_nest(algo, problem, tiling, hadamard, **options)
+    schedule = catalog.get(algo).schedule(problem, tiling, hadamard=hadamard, **options)
     return Explanation(algo, problem, tiling, nests, fold(algo, nests), count_io(schedule),
                        [critical_path(k) for k in schedule.kernels])
 

@@ -84,8 +84,9 @@ class Gemm:
     """dst (m x n, fp32) = a (m x k) @ b (k x n), or a @ b^T when trans_b (b stored n x k).
 
     instr: 'mma_sync' or 'wgmma'; dtype: operand type ('fp16', 'bf16', 'fp8', 'fp32' as tf32).
-    split: how the issuing role's warps divide the product: 'm' (rows: split-Q), 'n' (columns) or
-    'k' (split-K: each warp a slice of k; dst then holds `warps` partial sums, see WarpReduce).
+    split: how the issuing role's warps divide the product: 'm' (rows: split-Q), 'n' (columns),
+    'k' (split-K: each warp a slice of k; dst then holds `warps` partial sums, see WarpReduce), or a grid
+    'RxC' (R warps along the rows times C along the columns, as FA2's backward lays its warps out).
     async_token: issue without waiting (wgmma); GemmWait(token) waits for it."""
 
     dst: str
@@ -101,6 +102,7 @@ class Gemm:
     warps: int
     trans_b: bool = False
     accumulate: bool = False
+    trans_a: bool = False  # a stored k x m (the backward's P^T dO, dS^T Q)
     split: str = "m"
     a_scale: str | None = None  # fp8: per-row-block dequantisation scales (buffer names)
     b_scale: str | None = None
@@ -381,10 +383,112 @@ class SyncThreads:
     """__syncthreads among the role's warps (a single role in V1, V2 and standard)."""
 
 
+# -- the backward pass ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AtomicAdd:
+    """dst (a global fp32 tile) += src: a reduction done by the L2, not read back by the issuing block.
+    via 'red' (red.global.add from registers, FA2's dQ) or 'tma' (a TMA reduce-add of a tile staged in
+    shared memory, FA3's dQ). The bytes go to the L2, which reads, adds and writes its lines; HBM sees them
+    only on a miss or an eviction."""
+
+    src: str
+    dst: GTile
+    via: str = "red"
+
+    @property
+    def nbytes(self) -> int:
+        return self.dst.nbytes
+
+
+@dataclass(frozen=True, slots=True)
+class StoreShared:
+    """Registers -> a shared-memory buffer that other warp roles read (FA3's dS, the operand of the dQ GEMM
+    another warpgroup issues), in the GEMM operand type. label: what the bytes are counted as."""
+
+    src: str
+    dst: str
+    rows: int
+    cols: int
+    elem_bytes: int
+    label: str
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows * self.cols * self.elem_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class RowDot:
+    """dst (rows x 1) = rowsum(a * b): the backward's D = rowsum(dO * O) (= rowsum(P * dP))."""
+
+    dst: str
+    a: str
+    b: str
+    rows: int
+    cols: int
+    warps: int
+
+    @property
+    def exps(self) -> int:
+        return 0
+
+    @property
+    def alu_flops(self) -> int:
+        return 2 * self.rows * self.cols
+
+
+@dataclass(frozen=True, slots=True)
+class LseExp:
+    """P = exp(scale * S - LSE) row-wise, masked positions 0: the forward's probabilities recomputed from
+    S and the saved logsumexp (no max or sum needed)."""
+
+    s: str
+    p: str
+    lse: str
+    rows: int
+    cols: int
+    scale: float
+    mask: Mask | None
+    warps: int
+
+    @property
+    def exps(self) -> int:
+        return self.rows * self.cols
+
+    @property
+    def alu_flops(self) -> int:
+        return (2 + (MASK_OPS_PER_ELEMENT if self.mask is not None else 0)) * self.rows * self.cols
+
+
+@dataclass(frozen=True, slots=True)
+class SoftmaxGrad:
+    """dS = scale * P * (dP - D) row-wise: softmax's backward with the softmax scale folded in, so that
+    dQ = dS K and dK = dS^T Q."""
+
+    ds: str
+    p: str
+    dp: str
+    d: str
+    rows: int
+    cols: int
+    scale: float
+    warps: int
+
+    @property
+    def exps(self) -> int:
+        return 0
+
+    @property
+    def alu_flops(self) -> int:
+        return 3 * self.rows * self.cols
+
+
 Op = (
     Load | Store | Gemm | GemmWait | OnlineSoftmax | Rescale | RescaleMerge | WarpReduce | Normalize | MergeSplits
-    | RowSoftmax
-    | Quantize | Fill | Arrive | Wait | SyncThreads
+    | RowSoftmax | Quantize | Fill | Arrive | Wait | SyncThreads | AtomicAdd | StoreShared | RowDot | LseExp
+    | SoftmaxGrad
 )
 
 

@@ -1,4 +1,4 @@
-"""Global-memory footprint of one forward attention call: the bytes each tensor takes in HBM, per algorithm.
+"""Global-memory footprint of one attention call: the bytes each tensor takes in HBM, per algorithm.
 
 Every algorithm holds its inputs Q (B, H, Nq, d), K and V (B, Hkv, Nk, d) and its output O (B, H, Nq, d);
 what else lives in HBM while it runs is what tells the algorithms apart:
@@ -6,7 +6,10 @@ what else lives in HBM while it runs is what tells the algorithms apart:
 - standard materialises S = Q K^T and P = softmax(S), (B, H, Nq, Nk) each, in the input dtype;
 - v1 keeps O in an fp32 workspace between outer steps, with the running row max m and sum l (fp32);
 - v2 and v3 write one fp32 log-sum-exp per query row (LSE, for the backward pass);
-- v3-fp8 takes bf16 inputs, adds e4m3 copies of Q, K, V with one fp32 scale per block, and writes LSE.
+- v3-fp8 takes bf16 inputs, adds e4m3 copies of Q, K, V with one fp32 scale per block, and writes LSE;
+- the backward schedules add dO and the gradients dQ, dK, dV; v2-bwd and v3-bwd the forward's LSE,
+  D = rowsum(dO * O) and fp32 accumulators (dQ; with GQA dK, dV), standard-bwd the forward's P with dP and dS
+  (algorithms/backward.py).
 """
 
 from __future__ import annotations

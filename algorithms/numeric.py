@@ -17,11 +17,13 @@ from flashsim.errors import FlashsimError
 from .ir import (
     RMEM,
     Arrive,
+    AtomicAdd,
     Fill,
     Gemm,
     GemmWait,
     GTile,
     Load,
+    LseExp,
     Mask,
     MergeSplits,
     Normalize,
@@ -29,9 +31,12 @@ from .ir import (
     Quantize,
     Rescale,
     RescaleMerge,
+    RowDot,
     RowSoftmax,
     Schedule,
+    SoftmaxGrad,
     Store,
+    StoreShared,
     SyncThreads,
     Wait,
     WarpReduce,
@@ -79,12 +84,12 @@ def hadamard_matrix(d: int, seed: int) -> torch.Tensor:
 
 def global_shape(p: Problem, name: str) -> tuple[int, int, int, int]:
     """Shape (B, heads, rows, cols) of every global tensor a schedule may name."""
-    kv = name[0] in "KV"
+    kv = name.removeprefix("d")[:1] in ("K", "V")  # dK, dV and their fp32 accumulators too
     heads = p.kv_heads if kv else p.heads
     rows = p.seqlen_k if kv else p.seqlen_q
-    if name in ("S", "P"):
+    if name in ("S", "P", "dP", "dS"):
         return p.batch, p.heads, p.seqlen_q, p.seqlen_k
-    if name in ("LSE", "M", "L") or name.endswith("scale"):
+    if name in ("LSE", "M", "L", "D") or name.endswith("scale"):
         return p.batch, heads, max(p.seqlen_q, p.seqlen_k), 1
     return p.batch, heads, rows, p.headdim
 
@@ -213,6 +218,22 @@ class _Cta:
             regs[op.scale] = delta.reshape(1, 1)
         elif isinstance(op, Fill):
             regs[op.dst] = torch.full((op.rows, op.cols), op.value)
+        elif isinstance(op, AtomicAdd):
+            view = self.mem.view(op.dst)
+            view += self.get(regs, op.src)[: view.shape[0], : view.shape[1]]
+        elif isinstance(op, StoreShared):
+            self.smem[op.dst] = self.get(regs, op.src).clone()
+        elif isinstance(op, RowDot):
+            a, b = self.get(regs, op.a), self.get(regs, op.b)
+            regs[op.dst] = (a * b).sum(1, keepdim=True)
+        elif isinstance(op, LseExp):
+            s = _masked(self.get(regs, op.s) * op.scale, op.mask)
+            lse = self.get(regs, op.lse)[: s.shape[0]]
+            regs[op.p] = torch.exp(s - lse)  # masked (-inf) and fully masked rows (LSE = inf) give 0
+        elif isinstance(op, SoftmaxGrad):
+            p_, dp = self.get(regs, op.p), self.get(regs, op.dp)
+            d = self.get(regs, op.d)[: p_.shape[0]]
+            regs[op.ds] = op.scale * p_ * (dp - d)
         elif isinstance(op, Arrive):
             self.barriers[op.barrier] = self.barriers.get(op.barrier, 0) + op.count
         elif isinstance(op, (SyncThreads, GemmWait)):
@@ -223,6 +244,8 @@ class _Cta:
     def _gemm(self, op: Gemm, regs: dict) -> None:
         a = round_to(self.get(regs, op.a), op.dtype)
         b = round_to(self.get(regs, op.b), op.dtype)
+        if op.trans_a:
+            a = a.T
         if op.trans_b:
             b = b.T
         rows = min(a.shape[0], op.m)

@@ -11,6 +11,10 @@ from .ir import CAUSAL_ALIGNS
 # Bytes per element of each input dtype; fp8 means e4m3 (FA3's choice).
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 HEADDIMS = (32, 64, 96, 128, 192, 256)
+# FLOPs of each pass by the FA2 paper's convention (section 4.1): the backward runs 5 matmuls of the forward's
+# size (S recomputed, dV, dP, dQ, dK) where the forward runs 2 (S, O), so it counts 2.5x the forward's FLOPs.
+BACKWARD_FLOPS_RATIO = 2.5
+PASS_FLOPS_RATIO = {"fwd": 1.0, "bwd": BACKWARD_FLOPS_RATIO, "fwd+bwd": 1.0 + BACKWARD_FLOPS_RATIO}
 # Tokens per page of a paged K/V cache (vLLM's block sizes; FA2 takes multiples of 16 for its block table).
 PAGE_SIZES = (16, 32, 64, 128, 256)
 
@@ -106,10 +110,13 @@ class Problem:
     def scale(self) -> float:
         return self.headdim**-0.5
 
-    def flops(self) -> float:
-        """Forward FLOPs by the papers' convention: 4 B H Nq Nk d, halved for causal."""
+    def flops(self, pass_: str = "fwd") -> float:
+        """FLOPs by the papers' convention: forward 4 B H Nq Nk d (a variable-length batch: each sequence's
+        own lengths), halved for causal; the backward 2.5x that (BACKWARD_FLOPS_RATIO), fwd+bwd 3.5x."""
+        if pass_ not in PASS_FLOPS_RATIO:
+            raise FlashsimError(f"unknown pass {pass_!r}; choose one of {', '.join(PASS_FLOPS_RATIO)}")
         pairs = sum(self.q_len(b) * self.k_len(b) for b in range(self.batch))
-        f = 4.0 * self.heads * pairs * self.headdim
+        f = 4.0 * self.heads * pairs * self.headdim * PASS_FLOPS_RATIO[pass_]
         return f / 2 if self.causal else f
 
     def describe(self, dtype: bool = True) -> str:

@@ -31,6 +31,7 @@ class Algorithm:
     why: `flashsim explain`'s line on where the global-memory traffic comes from ({tc}, {tr}, {stages}).
     mma: the tensor-core instruction ('mma_sync' or 'wgmma'): the roofline's peak and the tile shape rule.
     features: what a profile must have (profile.has); dtypes: input dtypes, the first one the default.
+    forward: set on a backward schedule (algorithms/backward.py): the forward it belongs to, which --pass maps.
     """
 
     name: str
@@ -60,11 +61,17 @@ class Algorithm:
     auto_splits: Callable[[Problem, Tiling, object], int] | None = None
     layouts: tuple[str, ...] = ()  # input layouts beyond dense padded tensors: 'varlen', 'paged'
     max_seqlen_q: int = 0  # queries per sequence it takes at most (decode: 16); 0: any
+    forward: str = ""  # a backward schedule: the forward schedule whose gradients it computes ('' for a forward)
 
     def takes(self, problem: Problem) -> bool:
         """Whether the problem's query length is one this schedule is for (commands that run every algorithm
         leave the others out)."""
         return not self.max_seqlen_q or problem.seqlen_q <= self.max_seqlen_q
+
+    @property
+    def pass_(self) -> str:
+        """'bwd' for a backward schedule, else 'fwd'."""
+        return "bwd" if self.forward else "fwd"
 
     @property
     def default_dtype(self) -> str:

@@ -100,6 +100,7 @@ class Profile:
     l2_bandwidth_bytes_per_clk: float = _p(float)  # aggregate over the chip
     l2_hit_latency_cycles: int = _p(int)
     l2_dirty_max_bytes: int = _p(int)  # dirty data L2 keeps before writing the oldest back to HBM
+    l2_atomic_bytes_per_clk: float = _p(float)  # fp32 reduce-adds the L2 slices perform (bytes added, chip)
     hbm_bytes: int = _p(int)
     hbm_bandwidth_bytes_per_s: float = _p(float)  # achievable, not the datasheet's pin rate
     # the rate writes drain at amid reads (bus turnarounds): from a copy stream's time minus its reads' time

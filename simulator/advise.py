@@ -8,8 +8,8 @@ import sys
 from typing import Any
 
 from flashsim.algorithms import catalog
+from flashsim.algorithms.backward import forward_names
 from flashsim.algorithms.problem import DTYPE_BYTES, Problem
-from flashsim.algorithms.tiling import ALGORITHMS
 from flashsim.errors import FlashsimError
 from flashsim.hw_profiles.commands import add_profile_args, profile_from_args
 
@@ -61,7 +61,7 @@ def advise(profile, seqlen: int, headdim: int, dtype: str = "bf16", causal: bool
     if dtype not in DTYPE_BYTES:
         raise FlashsimError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPE_BYTES)}")
     rows = []
-    for algo in ALGORITHMS:
+    for algo in forward_names():
         row: dict[str, Any] = {"algo": algo, "time_s": None, "tflops": None, "bound_by": None}
         why = _unavailable(algo, dtype)
         if why is None:

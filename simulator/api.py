@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from flashsim.algorithms import catalog
+from flashsim.algorithms.backward import pass_of
 from flashsim.algorithms.counting import count_io
 from flashsim.algorithms.parts import gemm_dtype
 from flashsim.algorithms.problem import Problem
@@ -57,6 +58,7 @@ class SimResult:
     kernels: list = field(default_factory=list)
     kernel_time_s: float = 0.0  # time_s without the launch overheads
     sim: dict = field(default_factory=dict)
+    pass_: str = "fwd"  # which pass's FLOPs the throughput counts: fwd, bwd (2.5x) or fwd+bwd
     hw_provenance: str = ""  # the profile's: calibrated, derived or datasheet-only (hw_profiles PROVENANCES)
     hbm_peak_bytes_per_s: float = 0.0  # the profile's HBM bandwidth
     # a variable-length batch: its thread blocks and FLOPs against the same batch padded to its longest sequence
@@ -64,7 +66,7 @@ class SimResult:
 
     @property
     def tflops(self) -> float:
-        return self.problem.flops() / self.time_s / 1e12
+        return self.problem.flops(self.pass_) / self.time_s / 1e12
 
     @property
     def hbm_bandwidth_fraction(self) -> float:
@@ -94,6 +96,7 @@ class SimResult:
             "roofline": self.roofline,
             "kernels": self.kernels,
             "sim": self.sim,
+            "pass": self.pass_,
         }
 
 
@@ -103,13 +106,14 @@ def roofline(algo: str, problem: Problem, profile) -> dict:
     instr = catalog.get(algo).mma
     clock, sms = profile.clock_hz(instr), profile.sm_count
     rate = profile.tensor_flops_per_clk_per_sm(instr, gemm_dtype(problem))
-    exps = problem.flops() / (4 * problem.headdim)  # one exp per (visible) score
+    flops = problem.flops(pass_of(algo))
+    exps = problem.flops() / (4 * problem.headdim)  # one exp per (visible) score, in either pass
     in_bytes = 2 if problem.dtype == "fp8" else problem.elem_bytes
     q_rows = sum(problem.q_len(b) for b in range(problem.batch))  # a variable-length batch: its real rows
     k_rows = sum(problem.k_len(b) for b in range(problem.batch))
     qkv = problem.headdim * in_bytes * (problem.heads * q_rows + 2 * problem.kv_heads * k_rows)
     return {
-        "tensor": problem.flops() / (rate * sms * clock),
+        "tensor": flops / (rate * sms * clock),
         "sfu": exps / (profile.mufu_ops_per_clk_per_sm * sms * clock),
         "hbm": qkv / profile.hbm_bandwidth_bytes_per_s,
     }
@@ -125,6 +129,7 @@ def simulate(
     trace: list | None = None,
     extrapolate: bool = True,
     small_whole_chip: bool = True,
+    options: dict | None = None,
     max_steps: int | None = MAX_SIMULATED_STEPS,
     max_events: int | None = None,
     progress=None,
@@ -134,7 +139,7 @@ def simulate(
     sms: SMs simulated (sampling, see simulator/gpu.py); None simulates the whole chip.
     extrapolate: let uniform kernels skip periods of waves (simulator/gpu.py) and long V1 loops be probed.
     small_whole_chip: run grids small enough for it on the whole chip even when `sms` asks for a sample (V1's
-    probes turn it off: they take the machine their full loop gets).
+    probes turn it off: they take the machine their full loop gets). options: the schedule's own (v2-bwd's dq).
     max_steps: refuse runs that would interpret more tile steps (simulator/limits.py; None: no limit).
     max_events: stop with EventLimitReached (a FlashsimError) after scheduling that many events (each V1 probe
     has the limit of its own). progress: called with the fraction of the run's blocks done, as they finish."""
@@ -153,7 +158,7 @@ def simulate(
         result = _outer_steps(algo, problem, profile, t, sms, steps, max_events)
         if result is not None:
             return result
-    schedule = build(algo, problem, t)
+    schedule = build(algo, problem, t, **(options or {}))
     wall = time.perf_counter()
     gpu = _machine(profile, problem, schedule, sms, trace, small_whole_chip)
     if max_events is not None:
@@ -208,6 +213,7 @@ def simulate(
             "hbm_write_back_after": round(dirty_end),
             "l2_read": round(totals["l2_read"]),
             "l2_write": round(totals["l2_write"]),
+            **({"l2_atomic": round(totals["l2_atomic"])} if totals["l2_atomic"] else {}),
             "smem_read": round(totals["smem"] - totals["smem_write"]),
             "smem_write": round(totals["smem_write"]),
         },
@@ -217,6 +223,7 @@ def simulate(
         roofline=roof,
         kernels=kernels,
         kernel_time_s=kernel_s,
+        pass_=pass_of(algo),
         hbm_peak_bytes_per_s=profile.hbm_bandwidth_bytes_per_s,
         padding=padding_avoided(schedule, algo, problem, t),
         sim={
@@ -364,11 +371,13 @@ def _counters(gpu: Gpu) -> dict:
     return {
         **busy,
         "busy_l2": gpu.l2_port.busy_cycles(now),
+        "busy_l2_atomic": gpu.l2_atomic.busy_cycles(now),
         "busy_hbm": gpu.hbm.busy_cycles(now),
         "hbm_read": gpu.l2.miss_bytes,
         "hbm_write": gpu.hbm_write_bytes,
         "l2_read": gpu.l2.read_bytes,
         "l2_write": gpu.l2.write_bytes,
+        "l2_atomic": gpu.atomic_bytes,
         "smem": smem,
         "smem_write": gpu.smem_write_bytes,
     }
@@ -379,5 +388,7 @@ def _utilization(gpu: Gpu, cycles: int, totals: dict) -> dict:
         return dict.fromkeys(UNIT_NAMES, 0.0)
     out = {name: min(1.0, totals[f"busy_{name}"] / (cycles * gpu.n_sms)) for name in ("tensor", "sfu", "alu", "smem")}
     out["l2"] = min(1.0, totals["busy_l2"] / cycles)
+    if totals.get("busy_l2_atomic"):  # only schedules with atomics (the backward's dQ) use the L2's reduce units
+        out["l2_atomic"] = min(1.0, totals["busy_l2_atomic"] / cycles)
     out["hbm"] = min(1.0, totals["busy_hbm"] / cycles)
     return out

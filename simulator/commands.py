@@ -9,13 +9,16 @@ import sys
 from typing import Any
 
 from flashsim.algorithms import catalog
+from flashsim.algorithms.backward import forward_names
 from flashsim.algorithms.cli_args import (
     add_algo_arg,
+    add_pass_arg,
     add_problem_args,
     add_splits_arg,
     add_tiling_args,
     problem_from_args,
     tiling_from_args,
+    tiling_overridden,
 )
 from flashsim.algorithms.problem import Problem
 from flashsim.algorithms.tiling import ALGORITHMS
@@ -91,6 +94,9 @@ def register(subparsers: Any) -> None:
         description="Replay a schedule on a hardware profile, cycle by cycle.",
     )
     add_algo_arg(p)
+    add_pass_arg(p)
+    p.add_argument("--dq", choices=("atomic", "pass"), default="atomic",
+                   help="v2-bwd: dQ added by fp32 atomics (default, as FA2) or computed in a second pass")
     add_problem_args(p)
     add_tiling_args(p)
     add_profile_args(p)
@@ -107,9 +113,11 @@ def register(subparsers: Any) -> None:
         choices=ALGORITHMS,
         default=None,
         metavar="ALGO",
-        help="algorithms to compare (default: all that take the problem's query length)",
+        help="algorithms to compare (default: every forward schedule that takes the problem's query length; "
+        "--pass bwd maps them to their backward)",
     )
     p.add_argument("--hws", nargs="+", default=None, metavar="NAME|PATH", help="profiles to compare (default: --hw)")
+    add_pass_arg(p)
     add_problem_args(p)
     add_splits_arg(p)
     add_profile_args(p)
@@ -145,6 +153,7 @@ def register(subparsers: Any) -> None:
                    help="query heads for every point (default: the grid's, 2048 / head dim)")
     p.add_argument("--causal", choices=("off", "on", "both"), default="both",
                    help="causal mask: off, on, or both as separate panels (default both)")
+    add_pass_arg(p)
     add_profile_args(p)
     _add_run_args(p)
     p.add_argument("--csv", default=None, help="write the rows as CSV here")
@@ -155,6 +164,7 @@ def register(subparsers: Any) -> None:
 
     p = subparsers.add_parser("trace", help="timeline of one run as Chrome trace / Perfetto JSON")
     add_algo_arg(p)
+    add_pass_arg(p, ("fwd", "bwd"))
     add_problem_args(p, seqlen=1024, batch=1, heads=4)
     add_tiling_args(p)
     add_profile_args(p)
@@ -185,19 +195,25 @@ def _console():
 
 
 def _cmd_simulate(args) -> int:
-    from .api import check_features, simulate
     from .progress import RunProgress
     from .report import detail_table
+    from .runner import pass_algos, simulate_pass
 
     profile = profile_from_args(args)
     problem = problem_from_args(args)
-    check_features(args.algo, problem, profile)
-    tiling = tiling_from_args(args, args.algo, problem, profile)
+    algos = pass_algos(args.algo, args.pass_)
+    tiling = None
+    if len(algos) == 1:
+        tiling = tiling_from_args(args, algos[0], problem, profile)
+    elif tiling_overridden(args):
+        raise FlashsimError("tile options apply to one pass: use them with --pass fwd or --pass bwd")
     if args.max_steps < 0:
         raise FlashsimError(f"--max-steps must be 0 (no limit) or positive, got {args.max_steps}")
-    with RunProgress(f"{args.algo} {problem.describe()}", enabled=not args.json) as progress:
-        result = simulate(args.algo, problem, profile, tiling, sms=_sms(args, profile), extrapolate=args.extrapolate,
-                          max_steps=args.max_steps or None, max_events=_max_events(args), progress=progress)
+    label = f"{args.algo}{'' if args.pass_ == 'fwd' else ' ' + args.pass_} {problem.describe()}"
+    with RunProgress(label, enabled=not args.json) as progress:
+        result = simulate_pass(args.algo, problem, profile, args.pass_, tiling, sms=_sms(args, profile),
+                               extrapolate=args.extrapolate, options={"dq": args.dq},
+                               max_steps=args.max_steps or None, max_events=_max_events(args), progress=progress)
     if args.json:
         _print_json(result.as_dict())
     else:
@@ -225,19 +241,28 @@ def _report_skipped(skipped: list[dict], quiet: bool, console=None) -> None:
 
 def _cmd_compare(args) -> int:
     from .report import bar_chart, out_path, problem_title, results_table
+    from .runner import combine_runs, pass_jobs
 
     profiles = _profiles(args)
+    refused: list[tuple[str, str]] = []
     jobs = []
     for profile in profiles:
-        for algo in args.algos or ALGORITHMS:
-            problem = problem_from_args(args, algo)
-            if args.algos or catalog.get(algo).takes(problem):
-                jobs.append((algo, problem, profile, args.splits))
+        for fwd in args.algos or forward_names():
+            problem = problem_from_args(args, fwd)
+            if not (args.algos or catalog.get(fwd).takes(problem)):
+                continue
+            algos, why = pass_jobs([fwd], args.pass_)
+            refused += why
+            for algo in algos:
+                jobs.append((algo, problem_from_args(args, algo), profile, args.splits))
     results, skipped = run_many(jobs, lambda prof: _sms(args, prof), args.json, "compare", args.extrapolate,
-                                _jobs(args), args.dask, _max_events(args))
+                                _jobs(args), args.dask, _max_events(args)) if jobs else ([], [])
+    results = combine_runs(results, args.pass_)
+    skipped += [{"algo": a, "hw": "-", "reason": why} for a, why in dict(refused).items()]
     if not results:
         raise FlashsimError("nothing could be simulated: " + "; ".join(sorted({s["reason"] for s in skipped})))
-    title = "simulated forward throughput: " + problem_title((algo, prob) for algo, prob, *_ in jobs)
+    title = (f"simulated {_pass_words(args.pass_)} throughput: "
+             + problem_title((algo, prob) for algo, prob, *_ in jobs))
     plot = bar_chart(results, out_path(args.out, "compare.png"), title, skipped)
     if args.json:
         _report_skipped(skipped, quiet=True)
@@ -273,16 +298,21 @@ def fa2_grid(seqlens, headdims, causal: str, algos, batch: int | None = None,
 
 def _cmd_sweep(args) -> int:
     from .report import check_writable, out_path, sweep_plot, write_atomically
+    from .runner import combine_runs, pass_jobs
 
     profile = profile_from_args(args)
-    grid = fa2_grid(args.seqlens, args.headdims, args.causal, args.algos, args.batch, args.heads)
+    algos, refused = pass_jobs(args.algos, args.pass_)
+    grid = fa2_grid(args.seqlens, args.headdims, args.causal, algos, args.batch, args.heads)
     if args.csv:
         check_writable(args.csv)
     jobs = [(algo, prob, profile) for algo, prob in grid]
     results, skipped = run_many(jobs, lambda prof: _sms(args, prof), args.json, "sweep", args.extrapolate,
-                                _jobs(args), args.dask, _max_events(args))
+                                _jobs(args), args.dask, _max_events(args)) if jobs else ([], [])
+    results = combine_runs(results, args.pass_)
+    skipped += [{"algo": a, "hw": profile.name, "reason": why} for a, why in refused]
     if not results:
         raise FlashsimError("nothing could be simulated: " + "; ".join(sorted({s["reason"] for s in skipped})))
+    args.algos = list(dict.fromkeys(r.algo for r in results))
     rows = [
         {
             "algo": r.algo,
@@ -304,7 +334,7 @@ def _cmd_sweep(args) -> int:
     shape = f"batch {args.batch}" if args.batch else "batch 16k/N"
     shape += f", {args.heads} heads" if args.heads else ", heads 2048/d"
     plot = sweep_plot(rows, out_path(args.out, "sweep.png"),
-                      f"simulated forward TFLOP/s on {profile.name} ({shape})", profile)
+                      f"simulated {_pass_words(args.pass_)} TFLOP/s on {profile.name} ({shape})", profile)
     if args.csv:
         def write_rows(f) -> None:
             writer = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -349,10 +379,16 @@ def _estimated_intervals(problem: Problem, tiling, sms: int, profile) -> float:
     return 6 * blocks * min(1.0, sms / profile.sm_count) * (tiling.block_m / 64 if tiling.warps > 8 else 1)
 
 
+def _pass_words(pass_: str) -> str:
+    return {"fwd": "forward", "bwd": "backward", "fwd+bwd": "forward + backward"}[pass_]
+
+
 def _cmd_trace(args) -> int:
     from .api import check_features, simulate
     from .report import check_writable
+    from .runner import pass_algos
 
+    args.algo = pass_algos(args.algo, args.pass_)[0]
     profile = profile_from_args(args)
     problem = problem_from_args(args)
     check_features(args.algo, problem, profile)
@@ -411,7 +447,7 @@ def _cmd_tour(args) -> int:
 
     profile = profile_from_args(args)
     jobs = []
-    for algo in ALGORITHMS:
+    for algo in forward_names():
         dtype = catalog.get(algo).default_dtype
         if catalog.get(algo).takes(Problem(**TOUR_PROBLEM, dtype=dtype)):
             jobs.append((algo, Problem(**TOUR_PROBLEM, dtype=dtype), profile))

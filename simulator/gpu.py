@@ -172,6 +172,9 @@ class Gpu:
         self.clock_hz = profile.sm_clock_hz
         self.l2_port = Port(self.env, "l2", profile.l2_bandwidth_bytes_per_clk, self.private_copies)
         self.l2 = L2Cache(profile.l2_bytes, profile.l2_dirty_max_bytes)
+        # the L2 slices' reduce units (fp32 atomics of the backward's dQ): their own rate, beside the port's
+        self.l2_atomic = Port(self.env, "l2_atomic", profile.l2_atomic_bytes_per_clk, self.private_copies)
+        self.atomic_bytes = 0
         self.sms = [Sm(i, profile) for i in range(self.n_sms)]
         self.trace = trace
         self.hbm_write_bytes = 0
@@ -215,6 +218,32 @@ class Gpu:
         self.l2.write(tile, self.copies.get(tile.tensor, self.private_copies))
         self._charge_evictions(now, sm.index)
         self.l2_port.submit(now, tile.nbytes, then, flow)
+        if from_smem:
+            sm.smem.release(sm.smem.submit(now, tile.nbytes))
+
+    def atomic(self, tile, now: int, from_smem: bool, sm: Sm, then=None, flow=None) -> None:
+        """An fp32 reduce-add into a tile: its bytes cross the L2 port, then the L2 reads the lines (a miss
+        fetches them from HBM), adds at the slices' atomic rate and keeps them dirty (written back to HBM when
+        evicted). then(cycle) runs once the L2 has performed it: the warps go on at once (red.global and a TMA
+        reduce-add are fire-and-forget), but a block is not done before its reductions are."""
+        if flow is None:
+            flow = sm.index
+        p = self.profile
+        copies = self.copies.get(tile.tensor, self.private_copies)
+        l2 = self.l2
+        reads, writes = l2.read_bytes, l2.write_bytes
+        _, _, miss, missed = l2.read(tile, now, copies)
+        if miss:
+            fetch = Fetch(missed)
+            for entry in missed:
+                entry[2] = fetch
+            self.hbm.submit(now, miss, fetch.land, flow, p.hbm_latency_cycles)
+        l2.write(tile, copies)
+        l2.read_bytes, l2.write_bytes = reads, writes  # counted as atomics, not as loads and stores
+        self.atomic_bytes += tile.nbytes
+        self._charge_evictions(now, sm.index)
+        self.l2_port.submit(now, tile.nbytes, None, flow)
+        self.l2_atomic.submit(now, tile.nbytes, then, flow)
         if from_smem:
             sm.smem.release(sm.smem.submit(now, tile.nbytes))
 

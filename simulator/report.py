@@ -76,6 +76,14 @@ def detail_table(r):
     table.add_row("tiling", r.tiling.describe())
     table.add_row("time", f"{format_time(r.time_s)} ({r.cycles:,} cycles)")
     table.add_row("throughput", f"{r.tflops:.1f} TFLOP/s")
+    if "pass_time_s" in r.sim:
+        t, f = r.sim["pass_time_s"], r.sim["pass_tflops"]
+        table.add_row("passes", f"fwd {format_time(t['fwd'])} ({f['fwd']:.0f} TFLOP/s) + "
+                                f"bwd {format_time(t['bwd'])} ({f['bwd']:.0f} TFLOP/s)")
+    if getattr(r, "pass_", "fwd") != "fwd":
+        from .runner import FLOPS_NOTE
+
+        table.add_row("FLOP count", FLOPS_NOTE)
     table.add_row("bound by", r.bound_by)
     table.add_row("HBM bandwidth", f"{100 * r.hbm_bandwidth_fraction:.0f}% of {format_bytes(r.hbm_peak_bytes_per_s)}/s")
     if r.padding:

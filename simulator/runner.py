@@ -1,22 +1,32 @@
-"""Many independent simulator runs: here, in local worker processes, or on a Dask cluster's workers.
+"""Many independent simulator runs: here, in local worker processes, or on a Dask cluster's workers; and a
+pass of an algorithm: its forward schedule, its backward, or both one after the other (their times summed).
 
 Runs are deterministic and share nothing, so where they run changes only the wall time: every result
-comes back in job order and equals the run made here.
+comes back in job order and equals the run made here. A pass of several schedules runs each as a job of its
+own (forward and backward may go to different workers) and `combine_runs` pairs them afterwards.
+
+FLOPs follow the FA2 paper's convention (algorithms/problem.py): the backward counts 2.5x the forward's
+matmul FLOPs (5 matmuls against 2), so fwd+bwd counts 3.5x.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections import defaultdict
+from dataclasses import replace
 from typing import Any
 
-from flashsim.algorithms.problem import Problem
+from flashsim.algorithms.backward import forward_of, pass_algos
+from flashsim.algorithms.problem import BACKWARD_FLOPS_RATIO, Problem
 from flashsim.errors import FlashsimError
 
 from .gpu import EventLimitReached
 
 # Seconds to wait for a Dask scheduler before calling its address bad.
 DASK_CONNECT_TIMEOUT_S = 5
+FLOPS_NOTE = (f"FLOPs: backward = {BACKWARD_FLOPS_RATIO:g}x forward (FA2 paper's convention: 5 matmuls vs 2), "
+              f"fwd+bwd = {1 + BACKWARD_FLOPS_RATIO:g}x")
 
 
 def run_many(jobs: list[tuple], sms_of, quiet: bool, label: str, extrapolate: bool = True,
@@ -56,6 +66,74 @@ def simulate_task(task: tuple):
         raise
     except FlashsimError as exc:
         return {"algo": algo, "hw": profile.name, "problem": problem.as_dict(), "reason": str(exc)}
+
+
+def simulate_pass(algo: str, problem, profile, pass_: str = "fwd", tiling=None, progress=None, **kwargs):
+    """Simulate `algo`'s pass; fwd+bwd runs the forward and its backward and sums them (`combine`). tiling
+    applies to a single pass only (the two passes take different tiles). kwargs go to every run (max_steps,
+    max_events, options, ...); progress sees the fraction of the whole pass done."""
+    from .api import check_features, simulate
+
+    algos = pass_algos(algo, pass_)
+    if len(algos) > 1 and tiling is not None:
+        raise FlashsimError("tile overrides apply to one pass: use --pass fwd or --pass bwd with them")
+    for a in algos:
+        check_features(a, problem, profile)
+    results = []
+    for i, a in enumerate(algos):
+        part = None if progress is None else (lambda f, i=i: progress((i + f) / len(algos)))
+        results.append(simulate(a, problem, profile, tiling, progress=part, **kwargs))
+    return results[0] if len(results) == 1 else combine(results[0], results[1])
+
+
+def combine(fwd, bwd):
+    """One result for a forward and a backward run back to back: times, cycles and bytes add; utilisation
+    is the time-weighted mean; each pass's time stays in sim['pass_time_s'] and its kernels are labelled."""
+    total = fwd.time_s + bwd.time_s
+
+    def mean(a: dict, b: dict) -> dict:
+        return {k: (a.get(k, 0.0) * fwd.time_s + b.get(k, 0.0) * bwd.time_s) / total for k in {**a, **b}}
+
+    def added(a: dict, b: dict) -> dict:
+        return {k: a.get(k, 0) + b.get(k, 0) for k in {**a, **b}}
+
+    util = mean(fwd.utilization, bwd.utilization)
+    kernels = [{**k, "pass": "fwd"} for k in fwd.kernels] + [{**k, "pass": "bwd"} for k in bwd.kernels]
+    sim = {key: fwd.sim.get(key, 0) + bwd.sim.get(key, 0)
+           for key in ("wall_s", "events", "ops", "blocks_extrapolated", "launch_overhead_s")}
+    sim["sms_simulated"] = max(fwd.sim["sms_simulated"], bwd.sim["sms_simulated"])
+    sim["pass_time_s"] = {"fwd": fwd.time_s, "bwd": bwd.time_s}
+    sim["pass_tflops"] = {"fwd": fwd.tflops, "bwd": bwd.tflops}
+    sim["algos"] = {"fwd": fwd.algo, "bwd": bwd.algo}
+    return replace(
+        fwd, algo=f"{fwd.algo} fwd+bwd", cycles=fwd.cycles + bwd.cycles, time_s=total,
+        bytes={k: fwd.bytes.get(k, 0) + bwd.bytes.get(k, 0) for k in {**fwd.bytes, **bwd.bytes}},
+        utilization=util, bound_by=f"{fwd.bound_by} / {bwd.bound_by}",
+        roofline_time_s=fwd.roofline_time_s + bwd.roofline_time_s, roofline=added(fwd.roofline, bwd.roofline),
+        kernels=kernels, kernel_time_s=fwd.kernel_time_s + bwd.kernel_time_s, sim=sim, pass_="fwd+bwd")
+
+
+def pass_jobs(algos, pass_: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """The schedules to run for `algos` in a pass, and (algo, reason) for those that have no such pass."""
+    out, refused = [], []
+    for algo in algos:
+        try:
+            out += pass_algos(algo, pass_)
+        except FlashsimError as exc:
+            refused.append((algo, str(exc)))
+    return list(dict.fromkeys(out)), refused
+
+
+def combine_runs(results: list, pass_: str) -> list:
+    """fwd+bwd: pair each forward run with its backward on the same profile and problem and combine them;
+    other passes come back as they are."""
+    if pass_ != "fwd+bwd":
+        return results
+    forward = forward_of()
+    runs: dict = defaultdict(dict)
+    for r in results:
+        runs[(forward.get(r.algo, r.algo), r.hw, r.problem)][r.pass_] = r
+    return [combine(pair["fwd"], pair["bwd"]) for pair in runs.values() if len(pair) == 2]
 
 
 def _progress(label: str, quiet: bool):

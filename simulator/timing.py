@@ -13,25 +13,32 @@ from flashsim.algorithms.ir import (
     RMEM,
     SMEM,
     Arrive,
+    AtomicAdd,
     Fill,
     Gemm,
     GemmWait,
     Load,
+    LseExp,
     MergeSplits,
     Normalize,
     OnlineSoftmax,
     Quantize,
     Rescale,
     RescaleMerge,
+    RowDot,
     RowSoftmax,
+    SoftmaxGrad,
     Store,
+    StoreShared,
     SyncThreads,
     Wait,
     WarpReduce,
 )
 
 OPERAND_BYTES = {"fp8": 1, "fp16": 2, "bf16": 2, "fp32": 4}
-_ELEMENTWISE = frozenset((OnlineSoftmax, Normalize, Rescale, RescaleMerge, RowSoftmax, Quantize, MergeSplits))
+_ELEMENTWISE = frozenset(
+    (OnlineSoftmax, Normalize, Rescale, RescaleMerge, RowSoftmax, Quantize, MergeSplits, RowDot, LseExp, SoftmaxGrad)
+)
 
 
 def gemm_smem_bytes(op: Gemm) -> int:
@@ -41,7 +48,10 @@ def gemm_smem_bytes(op: Gemm) -> int:
     a = op.m * op.k * e if op.a_level == SMEM else 0
     b = op.k * op.n * e if op.b_level == SMEM else 0
     if op.instr == "mma_sync" and op.warps > 1:
-        if op.split == "m":
+        if "x" in op.split:  # a grid of warps (counting.operand_reads)
+            rows, cols = map(int, op.split.split("x"))
+            a, b = a * cols, b * rows
+        elif op.split == "m":
             b *= op.warps
         elif op.split == "n":
             a *= op.warps
@@ -97,6 +107,7 @@ class RoleTimer:
         tracing = self.trace is not None
         inflight: dict[str, object] = {}  # register or SMEM buffer -> event: a plain load into it landed
         rates: dict[tuple, float] = {}  # (instr, dtype) -> tensor FLOP/clk, looked up once per role
+        reductions = []  # events: an atomic add the L2 has performed (the block ends after the last)
         # branches in order of how often schedules issue them (barrier waits and arrivals first)
         for op in program:
             gpu.ops += 1
@@ -195,9 +206,18 @@ class RoleTimer:
                     self._mark("reduce", now, env.now)
             elif kind is Fill:
                 yield from self._until([(sm.alu, sm.alu.submit(now, op.rows * op.cols))], 1)
+            elif kind is StoreShared:
+                yield from self._until([(sm.smem, sm.smem.submit(now, op.nbytes))], p.smem_latency_cycles)
+            elif kind is AtomicAdd:
+                tma = op.via == "tma"
+                event = env.event()
+                reductions.append(event)
+                gpu.atomic(op.dst, now, tma, sm, self._landing(event.succeed, f"atomic {op.dst.tensor}", now),
+                           None if tma else self.flow)
+                yield env.timeout(p.tma_issue_cycles if tma else 1)
             else:
                 raise TypeError(f"timing interpreter has no rule for {kind.__name__}")
-        for event in inflight.values():
+        for event in [*inflight.values(), *reductions]:
             if not event.processed:
                 yield event
 

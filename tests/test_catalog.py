@@ -187,6 +187,8 @@ def _cases():
             if not all(profile.has(f) for f in rec.features):
                 continue
             for d in HEADDIMS:
+                if rec.name == "v3-bwd" and d == 256 and profile.smem_per_block_max_bytes < 150 * 1024:
+                    continue  # FA3's backward stages a Br x d fp32 dQ tile beside Q and dO: ~146 KB at least
                 for dtype in rec.dtypes:
                     for causal in (False, True):
                         yield profile, rec, Problem(2, 4, 4096, d, dtype=dtype, causal=causal)

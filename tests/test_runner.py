@@ -12,7 +12,7 @@ from flashsim.errors import FlashsimError
 from flashsim.hw_profiles import load_profile
 from flashsim.simulator import simulate
 from flashsim.simulator.gpu import EventLimitReached
-from flashsim.simulator.runner import dask_client
+from flashsim.simulator.runner import dask_client, simulate_pass
 
 H100 = load_profile("h100")
 SWEEP = ["sweep", "--hw", "h100", "--algos", "v2", "v3", "--seqlens", "512", "1024", "--headdims", "64",
@@ -81,3 +81,39 @@ def test_progress_reports_the_fraction_of_blocks_done():
     simulate("v2", Problem(2, 8, 1024, 64), H100, progress=fractions.append)
     assert fractions == sorted(fractions)
     assert 0 < fractions[0] < 1 and fractions[-1] == 1.0
+
+
+def test_a_dask_training_step_equals_the_local_one(tmp_path, capsys):
+    """--pass fwd+bwd runs the forward and the backward as separate jobs and pairs them afterwards, on Dask's
+    workers as here."""
+    distributed = pytest.importorskip("distributed")
+    compare = ["compare", "--algos", "v2", "--seqlen", "512", "--batch", "1", "--heads", "2", "--pass", "fwd+bwd",
+               "--json", "--out", str(tmp_path)]
+
+    def results() -> list[dict]:
+        out = json.loads(capsys.readouterr().out)["results"]
+        for r in out:
+            del r["sim"]["wall_s"]
+        return out
+
+    assert cli.main([*compare, "--jobs", "1"]) == 0
+    local = results()
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as lc:
+        assert cli.main([*compare, "--dask", lc.scheduler_address]) == 0
+    remote = results()
+    assert [r["algo"] for r in local] == ["v2 fwd+bwd"]
+    assert remote == local
+
+
+def test_a_pass_takes_the_event_limit_and_reports_progress_over_both_runs():
+    problem = Problem(1, 4, 512, 64)
+    fwd = simulate("v2", problem, H100)
+    fractions: list[float] = []
+    both = simulate_pass("v2", problem, H100, "fwd+bwd", progress=fractions.append)
+    assert both.sim["pass_time_s"]["fwd"] == fwd.time_s
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0
+    assert any(0.45 <= f <= 0.55 for f in fractions)  # the forward ends halfway
+    with pytest.raises(EventLimitReached):
+        simulate_pass("v2", problem, H100, "bwd", max_events=100)
+    with pytest.raises(FlashsimError, match="tile steps"):
+        simulate_pass("v2", Problem(1, 4, 4096, 64), H100, "fwd+bwd", max_steps=10)
