@@ -15,7 +15,7 @@ from flashsim.hw_profiles.commands import add_profile_args, profile_from_args
 
 from .sdpa import sdpa_backend
 
-FLASH = ("v1", "v2", "v3", "v3-fp8")
+FLASH = ("v1", "v2", "v3", "v3-fp8", "decode")
 # why an algorithm that runs is slower than the best, beside what bounds it
 SLOWER = {
     "standard": "writes S and P (N^2 elements) to HBM and reads them back",
@@ -24,9 +24,10 @@ SLOWER = {
     "v3": "",
     "v3-fp8": "",
 }
-TRAIN_NOTE = "forward only: the backward pass is not modelled yet, so this ranks the forward pass"
-DECODE_NOTE = ("decode: no split-KV (FlashDecoding) schedule is modelled; these are the prefill schedules with one "
-               "query row per sequence, which read all of K and V for it")
+TRAIN_NOTE = ("forward only: this ranks the forward pass; `flashsim simulate --pass fwd+bwd` simulates a training "
+              "step")
+DECODE_NOTE = ("decode: the prefill schedules run one query row per sequence in a full tile; the decode schedule "
+               "splits the K/V sequence over the chip and packs a GQA group's query heads into one tile")
 
 
 def problem_for(algo: str, seqlen: int, headdim: int, dtype: str, causal: bool, decode: bool, batch: int,

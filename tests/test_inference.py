@@ -126,7 +126,9 @@ def test_splits_auto_from_the_profile():
 def test_packed_decode_equals_reference(nq, nk, group, splits, causal):
     p = Problem(2, 2 * group, nq, 64, seqlen_k=nk, kv_heads=2, causal=causal, dtype="fp16")
     out, ref = run("decode", p, Tiling(64, 64, 4, splits=splits))
-    assert max_error(p, out, ref) < 2e-3  # P rounded to fp16 before the PV product, as the kernel does
+    # P rounded to fp16 before the PV product, as the kernel does: up to half an ulp (2^-11) of each P times
+    # |V| (a few units for normal V) and the fp16 output rounding on top
+    assert max_error(p, out, ref) < 5e-3
 
 
 def test_packed_decode_reads_kv_once_per_kv_head():
