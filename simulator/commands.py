@@ -13,8 +13,11 @@ from flashsim.algorithms.cli_args import (
     add_algo_arg,
     add_problem_args,
     add_splits_arg,
+    add_switch_args,
     add_tiling_args,
+    options_from_args,
     problem_from_args,
+    takes_switches,
     tiling_from_args,
 )
 from flashsim.algorithms.problem import Problem
@@ -94,6 +97,7 @@ def register(subparsers: Any) -> None:
     add_problem_args(p)
     add_tiling_args(p)
     add_profile_args(p)
+    add_switch_args(p)
     _add_run_args(p)
     p.add_argument("--max-steps", type=int, default=MAX_SIMULATED_STEPS,
                    help="refuse runs that would interpret more tile steps, one Q block meeting one K/V block "
@@ -113,6 +117,7 @@ def register(subparsers: Any) -> None:
     add_problem_args(p)
     add_splits_arg(p)
     add_profile_args(p)
+    add_switch_args(p)
     _add_run_args(p)
     p.add_argument("--out", default=None, help="directory for the bar chart (default ./flashsim-out)")
     _add_jobs_arg(p)
@@ -158,6 +163,7 @@ def register(subparsers: Any) -> None:
     add_problem_args(p, seqlen=1024, batch=1, heads=4)
     add_tiling_args(p)
     add_profile_args(p)
+    add_switch_args(p)
     p.add_argument("--sms", type=int, default=2, help="SMs to simulate and record (default 2)")
     p.add_argument("--out", default="trace.json", help="trace file to write (default trace.json)")
     p.add_argument(
@@ -191,13 +197,15 @@ def _cmd_simulate(args) -> int:
 
     profile = profile_from_args(args)
     problem = problem_from_args(args)
+    options = options_from_args(args, args.algo)
     check_features(args.algo, problem, profile)
     tiling = tiling_from_args(args, args.algo, problem, profile)
     if args.max_steps < 0:
         raise FlashsimError(f"--max-steps must be 0 (no limit) or positive, got {args.max_steps}")
     with RunProgress(f"{args.algo} {problem.describe()}", enabled=not args.json) as progress:
         result = simulate(args.algo, problem, profile, tiling, sms=_sms(args, profile), extrapolate=args.extrapolate,
-                          max_steps=args.max_steps or None, max_events=_max_events(args), progress=progress)
+                          max_steps=args.max_steps or None, max_events=_max_events(args), progress=progress,
+                          options=options)
     if args.json:
         _print_json(result.as_dict())
     else:
@@ -228,11 +236,13 @@ def _cmd_compare(args) -> int:
 
     profiles = _profiles(args)
     jobs = []
+    # with switches and no --algos, the algorithms that take them; a named one that does not is refused
+    algos = args.algos or [a for a in ALGORITHMS if takes_switches(a, args)]
     for profile in profiles:
-        for algo in args.algos or ALGORITHMS:
+        for algo in algos:
             problem = problem_from_args(args, algo)
             if args.algos or catalog.get(algo).takes(problem):
-                jobs.append((algo, problem, profile, args.splits))
+                jobs.append((algo, problem, profile, args.splits, options_from_args(args, algo)))
     results, skipped = run_many(jobs, lambda prof: _sms(args, prof), args.json, "compare", args.extrapolate,
                                 _jobs(args), args.dask, _max_events(args))
     if not results:
@@ -355,6 +365,7 @@ def _cmd_trace(args) -> int:
 
     profile = profile_from_args(args)
     problem = problem_from_args(args)
+    options = options_from_args(args, args.algo)
     check_features(args.algo, problem, profile)
     tiling = tiling_from_args(args, args.algo, problem, profile)
     sms = _sms(args, profile)
@@ -366,7 +377,7 @@ def _cmd_trace(args) -> int:
             "smaller --seqlen/--batch/--heads, fewer --sms, or raise --max-events"
         )
     trace: list = []
-    result = simulate(args.algo, problem, profile, tiling, sms=sms, trace=trace)
+    result = simulate(args.algo, problem, profile, tiling, sms=sms, trace=trace, options=options)
     write_chrome_trace(trace, profile.sm_clock_hz, args.out, result)
     _console().print(
         f"wrote {len(trace):,} intervals to {args.out} (open in ui.perfetto.dev or chrome://tracing); "
