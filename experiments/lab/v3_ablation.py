@@ -5,7 +5,11 @@ GEMMs and softmax, only ordered and synchronised differently), on the paper's ab
 16 heads, seqlen 8448, head dim 128, non-causal, on an H100. Published (Shah et al. 2024, FlashAttention-3):
 Table 2 gives 661 TFLOP/s for FA3, 582 without the intra-warpgroup 2-stage pipelining and 570 without warp
 specialisation; Section 3.1 says ping-pong scheduling takes the d128 seqlen-8k forward pass from about 570
-to 620-640 TFLOP/s (a different baseline, so its slowdown is compared as a fraction, as are the others)."""
+to 620-640 TFLOP/s (a different baseline, so its slowdown is compared as a fraction, as are the others).
+
+Ping-pong's effect is the one the simulator misses: its tensor cores take the warpgroups' wgmma in issue
+order, so once one warpgroup's GEMMs finish before the other's, their softmaxes stay staggered without the
+named barriers (a lone SM whose warpgroups start in lockstep does lose time without them)."""
 
 from __future__ import annotations
 
