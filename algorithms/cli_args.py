@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from flashsim.errors import FlashsimError
+
 from . import catalog
 from .backward import PASSES
 from .ir import CAUSAL_ALIGNS
@@ -54,6 +56,45 @@ def add_splits_arg(parser) -> None:
         help="v1: thread blocks per (batch, head) (default: as the released FA1 kernel picks them); v2, v3, "
              "decode: split-KV, thread blocks per Q tile, each a contiguous share of the K/V blocks, merged by a "
              "combine kernel (N or auto: FA2's heuristic; default 1, decode auto)")
+
+
+# Build options a record may take that are switched off from the command line (on by default), with help.
+SWITCHES = {
+    "warp_specialization": "v3: no producer warpgroup; the consumers issue their own TMA loads",
+    "pingpong": "v3: consumer warpgroups issue their GEMMs whenever ready, without taking turns",
+    "intra_overlap": "v3: a warpgroup's softmax overlaps none of its own GEMMs",
+}
+
+
+def _flag(option: str) -> str:
+    return "--no-" + option.replace("_", "-")
+
+
+def add_switch_args(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("ablation (FA3's techniques, each on by default)")
+    for option, text in SWITCHES.items():
+        g.add_argument(_flag(option), dest=option, action="store_false", help=text)
+
+
+def switched_off(args: argparse.Namespace) -> list[str]:
+    """The switches the command line turned off."""
+    return [o for o in SWITCHES if getattr(args, o, True) is False]
+
+
+def takes_switches(algo: str, args: argparse.Namespace) -> bool:
+    return set(switched_off(args)) <= set(catalog.get(algo).options)
+
+
+def options_from_args(args: argparse.Namespace, algo: str) -> dict[str, bool]:
+    """Build options for `algo` from the switches; refuses a switch the algorithm does not take."""
+    off = switched_off(args)
+    rec = catalog.get(algo)
+    missing = [o for o in off if o not in rec.options]
+    if missing:
+        takers = [r.name for r in catalog.records() if set(missing) <= set(r.options)]
+        raise FlashsimError(f"{algo} has no {' or '.join(_flag(o) for o in missing)}"
+                            + (f" (only {', '.join(takers)} do)" if takers else ""))
+    return dict.fromkeys(off, False)
 
 
 def _splits(text: str) -> int | str:

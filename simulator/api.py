@@ -63,6 +63,7 @@ class SimResult:
     hbm_peak_bytes_per_s: float = 0.0  # the profile's HBM bandwidth
     # a variable-length batch: its thread blocks and FLOPs against the same batch padded to its longest sequence
     padding: dict = field(default_factory=dict)
+    options: dict = field(default_factory=dict)  # build options switched from the record's defaults
 
     @property
     def tflops(self) -> float:
@@ -92,6 +93,7 @@ class SimResult:
             "bound_by": self.bound_by,
             "hbm_bandwidth_fraction": self.hbm_bandwidth_fraction,
             **({"padding": self.padding} if self.padding else {}),
+            **({"options": self.options} if self.options else {}),
             "roofline_time_s": self.roofline_time_s,
             "roofline": self.roofline,
             "kernels": self.kernels,
@@ -139,11 +141,17 @@ def simulate(
     sms: SMs simulated (sampling, see simulator/gpu.py); None simulates the whole chip.
     extrapolate: let uniform kernels skip periods of waves (simulator/gpu.py) and long V1 loops be probed.
     small_whole_chip: run grids small enough for it on the whole chip even when `sms` asks for a sample (V1's
-    probes turn it off: they take the machine their full loop gets). options: the schedule's own (v2-bwd's dq).
+    probes turn it off: they take the machine their full loop gets).
     max_steps: refuse runs that would interpret more tile steps (simulator/limits.py; None: no limit).
     max_events: stop with EventLimitReached (a FlashsimError) after scheduling that many events (each V1 probe
-    has the limit of its own). progress: called with the fraction of the run's blocks done, as they finish."""
+    has the limit of its own). progress: called with the fraction of the run's blocks done, as they finish.
+    options: the record's build options (V3's ablation switches, v2-bwd's dq); one it does not take is refused."""
     rec = catalog.get(algo)
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(rec.options))
+    if unknown:
+        raise FlashsimError(f"{algo} takes no option {', '.join(unknown)}"
+                            + (f" (it takes {', '.join(rec.options)})" if rec.options else ""))
     check_features(algo, problem, profile)
     if sms is not None and not 0 < sms <= profile.sm_count:
         raise FlashsimError(f"cannot simulate {sms} SMs: {profile.name} has {profile.sm_count} (--full runs them all)")
@@ -155,10 +163,10 @@ def simulate(
     probed = extrapolate and rec.probe_outer_steps and not problem.causal and steps >= V1_PROBE_FROM
     check_work(algo, problem, t, profile, sms, max_steps, V1_PROBE_MAX * (V1_PROBE_MAX + 1) // 2 if probed else None)
     if probed:
-        result = _outer_steps(algo, problem, profile, t, sms, steps, max_events)
+        result = _outer_steps(algo, problem, profile, t, sms, steps, max_events, options)
         if result is not None:
             return result
-    schedule = build(algo, problem, t, **(options or {}))
+    schedule = build(algo, problem, t, **options)
     wall = time.perf_counter()
     gpu = _machine(profile, problem, schedule, sms, trace, small_whole_chip)
     if max_events is not None:
@@ -225,7 +233,8 @@ def simulate(
         kernel_time_s=kernel_s,
         pass_=pass_of(algo),
         hbm_peak_bytes_per_s=profile.hbm_bandwidth_bytes_per_s,
-        padding=padding_avoided(schedule, algo, problem, t),
+        padding=padding_avoided(schedule, algo, problem, t, options),
+        options=options,
         sim={
             "wall_s": time.perf_counter() - wall,
             "events": gpu.env.events,
@@ -237,14 +246,14 @@ def simulate(
     )
 
 
-def padding_avoided(schedule, algo: str, problem: Problem, t: Tiling) -> dict:
+def padding_avoided(schedule, algo: str, problem: Problem, t: Tiling, options: dict | None = None) -> dict:
     """For a variable-length batch: thread blocks of its first kernel, global-memory bytes and FLOPs against
     the same batch padded to its longest sequence (a kernel without cu_seqlens), and the fraction of each
     that packing avoids."""
     if not problem.varlen:
         return {}
     padded = problem.padded()
-    other = build(algo, padded, t)
+    other = build(algo, padded, t, **(options or {}))
     out = {}
     for key, real, pad in (("blocks", len(schedule.kernels[0].ctas), len(other.kernels[0].ctas)),
                            ("gmem_bytes", count_io(schedule).gmem_bytes, count_io(other).gmem_bytes),
@@ -262,7 +271,7 @@ V1_PROBE_MAX = 8
 
 
 def _outer_steps(algo: str, problem: Problem, profile, t: Tiling, sms: int | None, steps: int,
-                 max_events: int | None = None) -> SimResult | None:
+                 max_events: int | None = None, options: dict | None = None) -> SimResult | None:
     """V1 (a record with probe_outer_steps) with `steps` full outer steps (and the same ragged last step, if
     any) from shorter loops whose step costs have settled; None if they do not settle within V1_PROBE_MAX steps."""
     wall = time.perf_counter()
@@ -272,14 +281,14 @@ def _outer_steps(algo: str, problem: Problem, profile, t: Tiling, sms: int | Non
         return replace(problem, seqlen_k=n * t.block_n + ragged)
 
     # the short runs take the machine (whole chip or sample) that the full loop gets
-    if sms and _whole_chip(build(algo, problem, t), profile):
+    if sms and _whole_chip(build(algo, problem, t, **(options or {})), profile):
         sms = None
     runs = []
     for n in range(1, V1_PROBE_MAX + 1):
         if n * (n + 1) / 2 > steps / 4:
             return None  # probing further would cost more than a quarter of the loop it stands for
         runs.append(simulate(algo, loop(n), profile, t, sms=sms, extrapolate=False, small_whole_chip=False,
-                             max_events=max_events))
+                             max_events=max_events, options=options))
         c = [r.cycles for r in runs[-3:]]
         if n >= 3 and c[2] - c[1] == c[1] - c[0]:
             break

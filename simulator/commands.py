@@ -15,8 +15,11 @@ from flashsim.algorithms.cli_args import (
     add_pass_arg,
     add_problem_args,
     add_splits_arg,
+    add_switch_args,
     add_tiling_args,
+    options_from_args,
     problem_from_args,
+    takes_switches,
     tiling_from_args,
     tiling_overridden,
 )
@@ -100,6 +103,7 @@ def register(subparsers: Any) -> None:
     add_problem_args(p)
     add_tiling_args(p)
     add_profile_args(p)
+    add_switch_args(p)
     _add_run_args(p)
     p.add_argument("--max-steps", type=int, default=MAX_SIMULATED_STEPS,
                    help="refuse runs that would interpret more tile steps, one Q block meeting one K/V block "
@@ -121,6 +125,7 @@ def register(subparsers: Any) -> None:
     add_problem_args(p)
     add_splits_arg(p)
     add_profile_args(p)
+    add_switch_args(p)
     _add_run_args(p)
     p.add_argument("--out", default=None, help="directory for the bar chart (default ./flashsim-out)")
     _add_jobs_arg(p)
@@ -168,6 +173,7 @@ def register(subparsers: Any) -> None:
     add_problem_args(p, seqlen=1024, batch=1, heads=4)
     add_tiling_args(p)
     add_profile_args(p)
+    add_switch_args(p)
     p.add_argument("--sms", type=int, default=2, help="SMs to simulate and record (default 2)")
     p.add_argument("--out", default="trace.json", help="trace file to write (default trace.json)")
     p.add_argument(
@@ -210,9 +216,10 @@ def _cmd_simulate(args) -> int:
     if args.max_steps < 0:
         raise FlashsimError(f"--max-steps must be 0 (no limit) or positive, got {args.max_steps}")
     label = f"{args.algo}{'' if args.pass_ == 'fwd' else ' ' + args.pass_} {problem.describe()}"
+    options = {**options_from_args(args, args.algo), "dq": args.dq}
     with RunProgress(label, enabled=not args.json) as progress:
         result = simulate_pass(args.algo, problem, profile, args.pass_, tiling, sms=_sms(args, profile),
-                               extrapolate=args.extrapolate, options={"dq": args.dq},
+                               extrapolate=args.extrapolate, options=options,
                                max_steps=args.max_steps or None, max_events=_max_events(args), progress=progress)
     if args.json:
         _print_json(result.as_dict())
@@ -246,15 +253,20 @@ def _cmd_compare(args) -> int:
     profiles = _profiles(args)
     refused: list[tuple[str, str]] = []
     jobs = []
+    # with switches and no --algos, the algorithms that take them; a named one that does not is refused
+    algos = args.algos or [a for a in forward_names() if takes_switches(a, args)]
     for profile in profiles:
-        for fwd in args.algos or forward_names():
+        for fwd in algos:
             problem = problem_from_args(args, fwd)
             if not (args.algos or catalog.get(fwd).takes(problem)):
                 continue
-            algos, why = pass_jobs([fwd], args.pass_)
+            switches = options_from_args(args, fwd)
+            pass_algos_, why = pass_jobs([fwd], args.pass_)
             refused += why
-            for algo in algos:
-                jobs.append((algo, problem_from_args(args, algo), profile, args.splits))
+            for algo in pass_algos_:
+                # a backward takes the switches its record has (none of V3's ablation switches today)
+                opts = {k: v for k, v in switches.items() if k in catalog.get(algo).options}
+                jobs.append((algo, problem_from_args(args, algo), profile, args.splits, opts))
     results, skipped = run_many(jobs, lambda prof: _sms(args, prof), args.json, "compare", args.extrapolate,
                                 _jobs(args), args.dask, _max_events(args)) if jobs else ([], [])
     results = combine_runs(results, args.pass_)
@@ -391,6 +403,7 @@ def _cmd_trace(args) -> int:
     args.algo = pass_algos(args.algo, args.pass_)[0]
     profile = profile_from_args(args)
     problem = problem_from_args(args)
+    options = options_from_args(args, args.algo)
     check_features(args.algo, problem, profile)
     tiling = tiling_from_args(args, args.algo, problem, profile)
     sms = _sms(args, profile)
@@ -402,7 +415,7 @@ def _cmd_trace(args) -> int:
             "smaller --seqlen/--batch/--heads, fewer --sms, or raise --max-events"
         )
     trace: list = []
-    result = simulate(args.algo, problem, profile, tiling, sms=sms, trace=trace)
+    result = simulate(args.algo, problem, profile, tiling, sms=sms, trace=trace, options=options)
     write_chrome_trace(trace, profile.sm_clock_hz, args.out, result)
     _console().print(
         f"wrote {len(trace):,} intervals to {args.out} (open in ui.perfetto.dev or chrome://tracing); "

@@ -17,6 +17,7 @@ from collections import defaultdict
 from dataclasses import replace
 from typing import Any
 
+from flashsim.algorithms import catalog
 from flashsim.algorithms.backward import forward_of, pass_algos
 from flashsim.algorithms.problem import BACKWARD_FLOPS_RATIO, Problem
 from flashsim.errors import FlashsimError
@@ -31,12 +32,13 @@ FLOPS_NOTE = (f"FLOPs: backward = {BACKWARD_FLOPS_RATIO:g}x forward (FA2 paper's
 
 def run_many(jobs: list[tuple], sms_of, quiet: bool, label: str, extrapolate: bool = True,
              workers: int | None = None, dask: str | None = None, max_events: int | None = None) -> tuple:
-    """Simulate each (algo, problem, profile[, splits]) with a progress bar on stderr; returns (results, skipped),
-    skipped being what a profile can't run. splits: the K/V splits (an int or 'auto'; default the record's
-    tiles). `workers` local processes (default: the CPUs, at most 8; 1 runs here), or the workers of the Dask
-    scheduler at address `dask`. A run that reaches `max_events` stops them all."""
-    tasks = [(algo, problem, profile, sms_of(profile), extrapolate, max_events, splits)
-             for algo, problem, profile, splits in (_with_splits(job) for job in jobs)]
+    """Simulate each (algo, problem, profile[, splits[, options]]) with a progress bar on stderr; returns (results,
+    skipped), skipped being what a profile can't run. splits: the K/V splits (an int or 'auto'; default the
+    record's tiles); options: the record's build options (V3's ablation switches). `workers` local processes
+    (default: the CPUs, at most 8; 1 runs here), or the workers of the Dask scheduler at address `dask`. A run
+    that reaches `max_events` stops them all."""
+    tasks = [(algo, problem, profile, sms_of(profile), extrapolate, max_events, splits, options)
+             for algo, problem, profile, splits, options in (_complete(job) for job in jobs)]
     progress = _progress(label, quiet)
     if dask:
         outcomes = _run_dask(tasks, dask, progress)
@@ -47,8 +49,8 @@ def run_many(jobs: list[tuple], sms_of, quiet: bool, label: str, extrapolate: bo
     return results, skipped
 
 
-def _with_splits(job: tuple) -> tuple[str, Problem, Any, int | str | None]:
-    return (*job, None) if len(job) == 3 else job
+def _complete(job: tuple) -> tuple[str, Problem, Any, int | str | None, dict | None]:
+    return (*job, None, None)[:5]
 
 
 def simulate_task(task: tuple):
@@ -58,10 +60,11 @@ def simulate_task(task: tuple):
 
     from .api import simulate
 
-    algo, problem, profile, sms, extrapolate, max_events, splits = task
+    algo, problem, profile, sms, extrapolate, max_events, splits, options = task
     try:
         tiling = None if splits is None else resolve_tiling(algo, problem, profile, splits=splits)
-        return simulate(algo, problem, profile, tiling, sms=sms, extrapolate=extrapolate, max_events=max_events)
+        return simulate(algo, problem, profile, tiling, sms=sms, extrapolate=extrapolate, max_events=max_events,
+                        options=options)
     except EventLimitReached:
         raise
     except FlashsimError as exc:
@@ -82,7 +85,8 @@ def simulate_pass(algo: str, problem, profile, pass_: str = "fwd", tiling=None, 
     results = []
     for i, a in enumerate(algos):
         part = None if progress is None else (lambda f, i=i: progress((i + f) / len(algos)))
-        results.append(simulate(a, problem, profile, tiling, progress=part, **kwargs))
+        opts = {k: v for k, v in (kwargs.get("options") or {}).items() if k in catalog.get(a).options}
+        results.append(simulate(a, problem, profile, tiling, progress=part, **{**kwargs, "options": opts}))
     return results[0] if len(results) == 1 else combine(results[0], results[1])
 
 

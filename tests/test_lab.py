@@ -237,3 +237,12 @@ def test_bad_input_is_one_line_exit_2(capsys, tmp_path, argv):
     assert cli.main([*argv, "--out", str(tmp_path)] if argv[0] == "lab" else argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("flashsim: error:") and err.count("\n") == 1
+
+
+def test_v3_ablation_each_switch_off_is_slower(quick):
+    rows = quick("v3-ablation")["numbers"]["rows"]
+    on, off = rows[0], rows[1:]
+    assert on["switch"] == "" and {r["switch"] for r in off} == {"warp_specialization", "pingpong", "intra_overlap"}
+    for r in off:
+        assert r["tflops"] < on["tflops"] and r["slowdown"] == pytest.approx(1 - r["tflops"] / on["tflops"])
+        assert f"{r['label']} {-r['slowdown']:+.1%}" in quick("v3-ablation")["verdict"]

@@ -60,6 +60,8 @@ WG_ROWS = 64  # rows of a wgmma accumulator: one warpgroup's share of block_m
 V3_CONSUMER_REGS = {1: 240, 2: 240, 3: 160}
 V3_PRODUCER_REGS = {1: 24, 2: 24, 3: 32}
 # The public FA3 tiles, (block_m, block_n), two stages; causal and fp8 differ where FA3 differs.
+# build()'s switches for the FA3 paper's ablation (each on by default, as FA3 ships).
+ABLATION_SWITCHES = ("warp_specialization", "pingpong", "intra_overlap")
 _FA3_TILES = {32: (192, 192), 64: (192, 192), 96: (192, 144), 128: (128, 176), 192: (128, 128), 256: (128, 80)}
 _FA3_CAUSAL = {64: (192, 128), 128: (128, 128)}
 _FA3_FP8 = {32: (192, 160), 64: (192, 160), 96: (192, 128), 128: (128, 224), 192: (128, 160), 256: (128, 128)}
@@ -126,7 +128,10 @@ def kv_range(p: Problem, t: Tiling, cta: tuple) -> tuple[int, int]:
     return split_range(cdiv(p.seqlen_k, t.block_n), n, t.splits, cta[3])
 
 
-def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3") -> Schedule:
+def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_specialization: bool = True,
+          pingpong: bool = True, intra_overlap: bool = True) -> Schedule:
+    """The FA3 schedule; each of the three switches off gives the kernel without that technique (the FA3
+    paper's ablation): the same loads, GEMMs and softmax, only ordered and synchronised differently."""
     bm, bn, d, stages, splits = t.block_m, t.block_n, p.headdim, t.stages, t.splits
     consumers = bm // WG_ROWS
     dt = gemm_dtype(p)
@@ -136,15 +141,17 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3") -> Schedul
         """Consumers with rows to compute in Q block i (the last block may be ragged)."""
         return min(consumers, cdiv(p.seqlen_q - i * bm, WG_ROWS))
 
-    def producer(cta):
+    def load_q(cta, c):
         b, h, i = cta[:3]
-        (first, n), c_act = kv_range(p, t, cta), active(i)
-        for c in range(c_act if n or splits == 1 else 0):
-            yield Load(row_tile(p, q_src, b, h, i * bm + c * WG_ROWS, WG_ROWS), f"sQ{c}", SMEM, "tma", f"q{c}")
-        hk = h // p.group
+        yield Load(row_tile(p, q_src, b, h, i * bm + c * WG_ROWS, WG_ROWS), f"sQ{c}", SMEM, "tma", f"q{c}")
+
+    def kv_step(cta, j):
+        """The K/V loads issued at step j: K_0 first, then K_j+1 and V_j, as the consumers need K_j+1 (for
+        S_j+1) before V_j (for P_j V_j); each into its ring slot once every consumer has released it."""
+        b, h = cta[:2]
+        (first, n), c_act, hk = kv_range(p, t, cta), active(cta[2]), h // p.group
 
         def load(tensor, src, j):
-            """Tile j of K or V into its ring slot once every consumer has released the slot's last use."""
             s, use = j % stages, j // stages
             if use:
                 yield Wait(f"empty{tensor}{s}", c_act * use)
@@ -154,13 +161,18 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3") -> Schedul
                 yield Load(GTile(f"{tensor}scale", b, hk, first + j, 1, 0, 1, 4), f"{tensor.lower()}s{s}", SMEM, "tma",
                            f"full{tensor}{s}")
 
-        # K runs one block ahead of V, as the consumers need K_j+1 (for S_j+1) before V_j (for P_j V_j).
-        if n:
+        if j == 0:
             yield from load("K", k_src, 0)
+        if j + 1 < n:
+            yield from load("K", k_src, j + 1)
+        yield from load("V", v_src, j)
+
+    def producer(cta):
+        n, c_act = kv_range(p, t, cta)[1], active(cta[2])
+        for c in range(c_act if n or splits == 1 else 0):
+            yield from load_q(cta, c)
         for j in range(n):
-            if j + 1 < n:
-                yield from load("K", k_src, j + 1)
-            yield from load("V", v_src, j)
+            yield from kv_step(cta, j)
 
     def consumer_program(c: int):
         def program(cta):
@@ -171,18 +183,25 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3") -> Schedul
             first, n = kv_range(p, t, cta)
             turns = iter(range(10**9))
             c_act = active(i)
+            # Without a producer, each consumer loads its own Q slice and the first one issues the shared
+            # K/V loads one step ahead, stalling on the ring's empty slots itself.
+            loads_kv = not warp_specialization and c == 0
 
             def take_turn():
-                if c_act > 1:
+                if pingpong and c_act > 1:
                     yield Wait(f"turn{c}", next(turns) + (1 if c else 0))
 
             def pass_turn():
-                if c_act > 1:
+                if pingpong and c_act > 1:
                     yield Arrive(f"turn{(c + 1) % c_act}")
 
             arrivals = 2 if fp8 else 1  # tile (+ its scale) per fill of a slot
 
-            def qk(j, s):
+            def wait_k(j):
+                yield Wait(f"fullK{j % stages}", arrivals * (j // stages + 1))
+
+            def qk(j):
+                s = j % stages
                 yield Gemm("S", f"sQ{c}", f"sK{s}", WG_ROWS, bn, d, SMEM, SMEM, "wgmma", dt, 4, trans_b=True,
                            a_scale="qs" if fp8 else None, b_scale=f"ks{s}" if fp8 else None, async_token="s")
 
@@ -192,12 +211,26 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3") -> Schedul
                 yield Gemm("acc", f"P{j % 2}", f"sV{s}", WG_ROWS, d, bn, RMEM, SMEM, "wgmma", dt, 4,
                            accumulate=True, b_scale=f"vs{s}" if fp8 else None, async_token="o")
 
+            def wait_s(j):
+                yield GemmWait("s")
+                yield Arrive(f"emptyK{j % stages}")
+
+            def wait_o(j):
+                yield GemmWait("o")
+                yield Arrive(f"emptyV{j % stages}")
+
             def softmax(j):
                 col0 = (first + j) * bn
                 yield OnlineSoftmax("S", f"P{j % 2}", "m", "l", WG_ROWS, bn, p.scale,
                                     tile_mask(p, row0, col0, WG_ROWS, bn), dt, acc="acc", acc_cols=d,
                                     corr="corr", warps=4)
 
+            def loads(j):
+                if loads_kv:
+                    yield from kv_step(cta, j)
+
+            if not warp_specialization and (n or splits == 1):
+                yield from load_q(cta, c)
             if n or splits == 1:  # an empty split loads no Q: it only writes an empty partial
                 yield Wait(f"q{c}", 1)
             if fp8:
@@ -205,33 +238,32 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3") -> Schedul
             yield Fill("acc", WG_ROWS, d, 0.0)
             yield Fill("m", WG_ROWS, 1, -math.inf)
             yield Fill("l", WG_ROWS, 1, 0.0)
-            if n:
-                yield Wait("fullK0", arrivals)
+            for j in range(n):
+                yield from loads(j)
+                yield from wait_k(j)
                 yield from take_turn()
-                yield from qk(0, 0)
+                if not j:
+                    yield from qk(0)
+                elif intra_overlap:  # S_j's softmax will run while P_j-1 V_j-1 does
+                    yield from qk(j)
+                    yield from pv(j - 1)
+                else:  # S_j after P_j-1 V_j-1 on the in-order tensor pipe: its softmax overlaps nothing
+                    yield from pv(j - 1)
+                    yield from qk(j)
                 yield from pass_turn()
-                yield GemmWait("s")
-                yield Arrive("emptyK0")
-                yield from softmax(0)
-            for j in range(1, n):
-                s = j % stages
-                yield Wait(f"fullK{s}", arrivals * (j // stages + 1))
-                yield from take_turn()
-                yield from qk(j, s)
-                yield from pv(j - 1)
-                yield from pass_turn()
-                yield GemmWait("s")
-                yield Arrive(f"emptyK{s}")
+                if j and not intra_overlap:
+                    yield from wait_o(j - 1)
+                yield from wait_s(j)
                 yield from softmax(j)
-                yield GemmWait("o")
-                yield Arrive(f"emptyV{(j - 1) % stages}")
-                yield Rescale("acc", "corr", WG_ROWS, d, 4)
+                if j:
+                    if intra_overlap:
+                        yield from wait_o(j - 1)
+                    yield Rescale("acc", "corr", WG_ROWS, d, 4)
             if n:
                 yield from take_turn()
                 yield from pv(n - 1)
                 yield from pass_turn()
-                yield GemmWait("o")
-                yield Arrive(f"emptyV{(n - 1) % stages}")
+                yield from wait_o(n - 1)
             if splits > 1:
                 yield from partial_epilogue(p, b, h, row0, WG_ROWS, cta[3], "acc", "m", "l", 4)
             else:
@@ -239,7 +271,7 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3") -> Schedul
 
         return program
 
-    roles = (Role("producer", 4, producer),) + tuple(
+    roles = ((Role("producer", 4, producer),) if warp_specialization else ()) + tuple(
         Role(f"consumer{c}", 4, consumer_program(c)) for c in range(consumers))
     q_blocks = range(cdiv(p.seqlen_q, bm))
     order = list(reversed(q_blocks)) if p.causal else q_blocks  # causal: longest tiles first
@@ -350,4 +382,5 @@ ALGORITHM = Algorithm(
     register_budget=register_budget,
     check_tiling=check_tiling,
     complete_tiling=complete_tiling,
+    options=ABLATION_SWITCHES,
 )

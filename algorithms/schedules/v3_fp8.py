@@ -24,7 +24,8 @@ HADAMARD_SEED = 0
 IN_BYTES = 2  # the unquantised inputs arrive in bf16
 
 
-def build(p: Problem, t: Tiling, hadamard: bool = True) -> Schedule:
+def build(p: Problem, t: Tiling, hadamard: bool = True, **ablation) -> Schedule:
+    """ablation: V3's switches (warp_specialization, pingpong, intra_overlap) for the attention kernel."""
     d = p.headdim
 
     def quantize(cta):
@@ -44,7 +45,7 @@ def build(p: Problem, t: Tiling, hadamard: bool = True) -> Schedule:
              for j in range(cdiv(p.seqlen_k, t.block_n))]
     quant = Kernel("quantize_fp8", ctas, (Role("warps", 4, quantize),), 0, 64, classes=lambda c: (c[0], c[3]),
                    kv_head_of=lambda c: (c[1], c[2] if c[0] in "KV" else c[2] // p.group))
-    attn = build_v3(p, t, fp8=True, name="v3_fp8")
+    attn = build_v3(p, t, fp8=True, name="v3_fp8", **ablation)
     return Schedule("v3-fp8", p, t, (quant, *attn.kernels))
 
 
@@ -95,7 +96,7 @@ ALGORITHM = replace(
         "reads the 1-byte K and V once per q-block (Tr = {tr} passes).",
     features=("tma", "wgmma", "fp8"),
     dtypes=("fp8",),
-    options=("hadamard",),
+    options=("hadamard", *v3.ABLATION_SWITCHES),
     hbm_tensors=hbm_tensors,
     input_bytes=IN_BYTES,
 )
