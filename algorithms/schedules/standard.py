@@ -38,19 +38,18 @@ def registers(p: Problem, t: Tiling) -> int:
     return REG_OVERHEAD + t.block_m * t.block_n // t.threads
 
 
-def _gemm_kernel(name, p: Problem, t: Tiling, a_of, b_of, out_of, n_tile, k_total, trans_b, ctas):
-    """A tiled GEMM out = A @ B(^T): for each (bm x bn) output tile, stream k-slices of A and B through a
-    ring of `stages` shared-memory buffers (stages - 1 slices in flight), as the kernels do."""
+def gemm_kernel(name, p: Problem, t: Tiling, a_of, b_of, out_of, n_tile, slices, ctas, classes, *,
+                trans_a: bool = False, trans_b: bool = False) -> Kernel:
+    """A tiled GEMM: each thread block's (bm x n_tile) output tile is the sum over `slices` k-slices of A @ B,
+    streamed through a ring of `stages` shared-memory buffers (stages - 1 slices in flight), as the kernels
+    do. a_of / b_of(cta, kc) give slice kc's tiles, out_of(cta) the output tile (the backward's GEMMs too)."""
     dt = gemm_dtype(p)
+    ring = max(1, t.stages)  # k-slice buffers; stages - 1 slices are in flight while one is used
 
     def program(cta):
-        b, h, i, j = cta
-        slices = cdiv(k_total, K_CHUNK)
-        ring = max(1, t.stages)  # k-slice buffers; stages - 1 slices are in flight while one is used
-
         def load(kc):
-            yield Load(a_of(b, h, i, kc), f"sA{kc % ring}", SMEM, "cp.async", "ab")
-            yield Load(b_of(b, h, j, kc), f"sB{kc % ring}", SMEM, "cp.async", "ab")
+            yield Load(a_of(cta, kc), f"sA{kc % ring}", SMEM, "cp.async", "ab")
+            yield Load(b_of(cta, kc), f"sB{kc % ring}", SMEM, "cp.async", "ab")
 
         yield Fill("acc", t.block_m, n_tile, 0.0)
         for kc in range(min(ring - 1, slices)):
@@ -63,12 +62,12 @@ def _gemm_kernel(name, p: Problem, t: Tiling, a_of, b_of, out_of, n_tile, k_tota
             if ring > 1 and kc + ring - 1 < slices:
                 yield from load(kc + ring - 1)
             yield Gemm("acc", f"sA{kc % ring}", f"sB{kc % ring}", t.block_m, n_tile, K_CHUNK, SMEM, SMEM,
-                       "mma_sync", dt, t.warps, trans_b=trans_b, accumulate=kc > 0)
+                       "mma_sync", dt, t.warps, trans_a=trans_a, trans_b=trans_b, accumulate=kc > 0)
         yield SyncThreads()  # the output tile is staged through the k-slice buffers
-        yield Store("acc", out_of(b, h, i, j), RMEM)
+        yield Store("acc", out_of(cta), RMEM)
 
     return Kernel(name, ctas, (Role("warps", t.warps, program),), smem_bytes(p, t), registers(p, t),
-                  classes=lambda c: c[2:])
+                  classes=classes)
 
 
 def build(p: Problem, t: Tiling) -> Schedule:
@@ -102,10 +101,14 @@ def build(p: Problem, t: Tiling) -> Schedule:
         return block("O", b, h, i, bm, nq, j, dn, d)
 
     heads = [(b, h) for b in range(p.batch) for h in range(p.heads)]
-    qk = _gemm_kernel("gemm_qk", p, t, q_chunk, k_chunk, s_tile, bn, d, True,
-                      [(b, h, i, j) for b, h in heads for i in range(tq) for j in range(tk)])
-    pv = _gemm_kernel("gemm_pv", p, t, p_chunk, v_chunk, o_tile, dn, nk, False,
-                      [(b, h, i, j) for b, h in heads for i in range(tq) for j in range(cdiv(d, dn))])
+    # a thread block (b, h, i, j) computes output tile (i, j) of head (b, h)
+    qk = gemm_kernel("gemm_qk", p, t, lambda c, kc: q_chunk(*c[:3], kc), lambda c, kc: k_chunk(*c[:2], c[3], kc),
+                     lambda c: s_tile(*c), bn, cdiv(d, K_CHUNK),
+                     [(b, h, i, j) for b, h in heads for i in range(tq) for j in range(tk)], lambda c: c[2:],
+                     trans_b=True)
+    pv = gemm_kernel("gemm_pv", p, t, lambda c, kc: p_chunk(*c[:3], kc), lambda c, kc: v_chunk(*c[:2], c[3], kc),
+                     lambda c: o_tile(*c), dn, cdiv(nk, K_CHUNK),
+                     [(b, h, i, j) for b, h in heads for i in range(tq) for j in range(cdiv(d, dn))], lambda c: c[2:])
 
     def softmax(cta):
         b, h, r = cta

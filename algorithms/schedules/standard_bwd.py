@@ -16,9 +16,6 @@ from .. import closed_form as cf
 from ..backward import standard_backward_tensors
 from ..ir import (
     RMEM,
-    SMEM,
-    Fill,
-    Gemm,
     GTile,
     Kernel,
     Load,
@@ -27,44 +24,12 @@ from ..ir import (
     Schedule,
     SoftmaxGrad,
     Store,
-    SyncThreads,
-    Wait,
 )
 from ..mapping import Tiling
-from ..parts import cdiv, gemm_dtype
+from ..parts import cdiv
 from ..problem import Problem
 from ..record import Algorithm
-from .standard import K_CHUNK, SOFTMAX_ROWS, mapper, registers, smem_bytes
-
-
-def _gemm_kernel(name, p: Problem, t: Tiling, a_of, b_of, out_of, n_tile, slices, trans_a, trans_b, ctas, classes):
-    """out tile (bm x n_tile) = sum over `slices` k-slices of A @ B, streamed through a ring of `stages`
-    shared-memory buffers as the forward's GEMMs do; a_of / b_of(cta, kc) give slice kc's tiles."""
-    dt = gemm_dtype(p)
-    ring = max(1, t.stages)
-
-    def program(cta):
-        def load(kc):
-            yield Load(a_of(cta, kc), f"sA{kc % ring}", SMEM, "cp.async", "ab")
-            yield Load(b_of(cta, kc), f"sB{kc % ring}", SMEM, "cp.async", "ab")
-
-        yield Fill("acc", t.block_m, n_tile, 0.0)
-        for kc in range(min(ring - 1, slices)):
-            yield from load(kc)
-        for kc in range(slices):
-            if ring == 1:
-                yield from load(kc)
-            yield Wait("ab", 2 * (kc + 1))
-            yield SyncThreads()
-            if ring > 1 and kc + ring - 1 < slices:
-                yield from load(kc + ring - 1)
-            yield Gemm("acc", f"sA{kc % ring}", f"sB{kc % ring}", t.block_m, n_tile, K_CHUNK, SMEM, SMEM,
-                       "mma_sync", dt, t.warps, trans_a=trans_a, trans_b=trans_b, accumulate=kc > 0)
-        yield SyncThreads()
-        yield Store("acc", out_of(cta), RMEM)
-
-    return Kernel(name, ctas, (Role("warps", t.warps, program),), smem_bytes(p, t), registers(p, t),
-                  classes=classes)
+from .standard import K_CHUNK, SOFTMAX_ROWS, gemm_kernel, mapper, registers, smem_bytes
 
 
 def build(p: Problem, t: Tiling) -> Schedule:
@@ -103,23 +68,23 @@ def build(p: Problem, t: Tiling) -> Schedule:
         return out
 
     kv_ctas = [(b, hk, j, c) for b, hk in kv_heads for j in range(cdiv(nk, bm)) for c in range(td)]
-    dv = _gemm_kernel("gemm_dv", p, t, over_queries("P"), queries_of("dO"), kv_out("dV"), dn, g * kq, True,
-                      False, kv_ctas, lambda c: c[2:])
-    dk = _gemm_kernel("gemm_dk", p, t, over_queries("dS"), queries_of("Q"), kv_out("dK"), dn, g * kq, True,
-                      False, kv_ctas, lambda c: c[2:])
+    dv = gemm_kernel("gemm_dv", p, t, over_queries("P"), queries_of("dO"), kv_out("dV"), dn, g * kq, kv_ctas,
+                     lambda c: c[2:], trans_a=True)
+    dk = gemm_kernel("gemm_dk", p, t, over_queries("dS"), queries_of("Q"), kv_out("dK"), dn, g * kq, kv_ctas,
+                     lambda c: c[2:], trans_a=True)
 
     kd, kn = cdiv(d, K_CHUNK), cdiv(nk, K_CHUNK)
-    dp = _gemm_kernel(
+    dp = gemm_kernel(
         "gemm_dp", p, t,
         lambda c, kc: block("dO", c[0], c[1], c[2], bm, nq, kc, K_CHUNK, d),
         lambda c, kc: block("V", c[0], c[1] // g, c[3], bn, nk, kc, K_CHUNK, d),
-        lambda c: block("dP", c[0], c[1], c[2], bm, nq, c[3], bn, nk), bn, kd, False, True,
-        [(b, h, i, j) for b, h in q_heads for i in range(tq) for j in range(tk)], lambda c: c[2:])
-    dq = _gemm_kernel(
+        lambda c: block("dP", c[0], c[1], c[2], bm, nq, c[3], bn, nk), bn, kd,
+        [(b, h, i, j) for b, h in q_heads for i in range(tq) for j in range(tk)], lambda c: c[2:], trans_b=True)
+    dq = gemm_kernel(
         "gemm_dq", p, t,
         lambda c, kc: block("dS", c[0], c[1], c[2], bm, nq, kc, K_CHUNK, nk),
         lambda c, kc: block("K", c[0], c[1] // g, kc, K_CHUNK, nk, c[3], dn, d),
-        lambda c: block("dQ", c[0], c[1], c[2], bm, nq, c[3], dn, d), dn, kn, False, False,
+        lambda c: block("dQ", c[0], c[1], c[2], bm, nq, c[3], dn, d), dn, kn,
         [(b, h, i, c) for b, h in q_heads for i in range(tq) for c in range(td)], lambda c: c[2:])
 
     def softmax_bwd(cta):
