@@ -83,6 +83,13 @@ def summary_sets(dev: dict, path: Path, test: dict | None) -> dict:
     return out
 
 
+def render_one(report: dict, path: Path, console=None) -> None:
+    """One set's tables under its title."""
+    console = console or _console()
+    console.print(f"\n[bold]{report['set']['title']}[/bold]: {path.name}")
+    render(report, path, console)
+
+
 def render_sets(dev: dict | None, path: Path, test: dict | None, console=None) -> None:
     """Each set's tables under its title, then the GPU busy time of both side by side."""
     console = console or _console()

@@ -34,7 +34,7 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "validate",
         help="time real attention kernels on this GPU and compare with the simulator",
-        description="Sweep configurations (the FA2 benchmark grid plus ragged shapes, or the held-out test set) "
+        description="Sweep configurations (the FA2 benchmark grid plus ragged shapes, or a held-out test set) "
         "over our kernels and PyTorch SDPA's flash, cuDNN and math backends; time them, measure bytes with ncu "
         "for a subset, and compare with simulator predictions. Measurements are appended as they finish (the "
         "test set's to their own file); a rerun resumes. The comparison reports the development and test sets "
@@ -43,9 +43,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--out-dir", default="experiments/results/h200", help="where the validation files go")
     p.add_argument("--grid", default="fa2",
                    help="configurations: fa2 (FA2 grid + ragged: the development set), test (the held-out test "
-                   "set, timed only, into testset-measured.jsonl) or smoke")  # fmt: skip
+                   "set, timed only, into testset-measured.jsonl), test-decode (decoding steps against a dense or "
+                   "paged K/V cache), test-bwd (the backward kernels alone) or smoke")  # fmt: skip
     p.add_argument("--impls", metavar="NAMES",
-                   help="comma-separated implementations (default: all; for --grid test v2,v3,sdpa-flash,sdpa-cudnn)")
+                   help="comma-separated implementations (default: the grid's: fa2 every forward one; test "
+                   "v2,v3,sdpa-flash,sdpa-cudnn; test-decode decode and SDPA's flash, cuDNN and efficient; "
+                   "test-bwd v2 and those three)")  # fmt: skip
     p.add_argument("--seqlens", metavar="N,...", help="keep only these sequence lengths")
     p.add_argument("--max-minutes", type=float, default=8.0, help="time limit of the measuring (timing + ncu)")
     p.add_argument("--min-reps", type=int, default=10, help="timed calls per measurement, at least")
@@ -122,7 +125,7 @@ def _validate(args: argparse.Namespace) -> int:
         opts = v.SweepOptions(impls, configs, out_dir, args.max_minutes, args.min_reps, args.max_reps,
                               args.budget_s, args.retry_failed, measured.name)  # fmt: skip
         v.measure(opts, deadline=deadline)
-        if not args.no_ncu and args.grid != "test":  # the test set is timed only
+        if not args.no_ncu and args.grid not in v.TIMED_ONLY:  # the test sets are timed only
             v.measure_bytes(opts, _csv_ints(args.ncu_seqlens, "--ncu-seqlens") or [], deadline)
         print(f"measurements in {measured}")
         if args.measure_only:
@@ -133,7 +136,7 @@ def _validate(args: argparse.Namespace) -> int:
         raise FlashsimError(
             f"the simulator cannot be imported here ({exc}); run `flashsim validate --compare-only` where it can"
         ) from None
-    from .accuracy import render_sets
+    from .accuracy import render_one, render_sets
     from .validate_compare import compare
     from .validate_sets import DEV, SETS
 
@@ -143,4 +146,7 @@ def _validate(args: argparse.Namespace) -> int:
     if not reports:
         raise FlashsimError(f"no measurements in {out_dir}; run `flashsim validate` on a GPU first")
     render_sets(reports.get("dev"), out_dir / DEV.report, reports.get("test"))
+    for s in SETS[2:]:  # the decode and backward sets, each under its title
+        if s.name in reports:
+            render_one(reports[s.name], out_dir / s.report)
     return 0

@@ -110,16 +110,16 @@ def _length(rng: random.Random, lo: int = MIN_LEN) -> int:
     return max(lo, min(MAX_LEN, n))
 
 
-def _draw(rng: random.Random, config: type):
+def _draw(rng: random.Random, config: type, headdims: tuple = HEADDIMS, scenarios: tuple = SCENARIOS):
     while True:
-        d = _weighted(rng, HEADDIMS)
+        d = _weighted(rng, headdims)
         heads = HEADS[rng.randrange(len(HEADS))]
         if HIDDEN[0] <= heads * d <= HIDDEN[1]:
             break
     ratios = [r for r in GQA_RATIOS if heads % r == 0]
     ratio = ratios[rng.randrange(len(ratios))]
     batch = min(64, rng.randrange(1 << (e := rng.randrange(7)), 2 << e))
-    scenario = _weighted(rng, SCENARIOS)
+    scenario = _weighted(rng, scenarios)
     if scenario == "prefix":
         nk = _length(rng, 2 * MIN_LEN)
         nq = rng.randrange(max(MIN_LEN, nk // 64), nk // 2 + 1)
@@ -132,12 +132,12 @@ def _draw(rng: random.Random, config: type):
                   kv_heads=heads // ratio if ratio > 1 else 0)  # fmt: skip
 
 
-def _fit(cfg):
-    """The problem cut to FLOP_CAP and MEMORY_CAP: batch first, then heads (GQA ratio kept), then Nq."""
+def _fit(cfg, flop_cap: int = FLOP_CAP, memory_cap: int = MEMORY_CAP):
+    """The problem cut to flop_cap and memory_cap: batch first, then heads (GQA ratio kept), then Nq."""
     from dataclasses import replace
 
     def over(c) -> bool:
-        return work_flops(c) > FLOP_CAP or memory_bytes(c) > MEMORY_CAP
+        return work_flops(c) > flop_cap or memory_bytes(c) > memory_cap
 
     while over(cfg) and cfg.batch > 1:
         cfg = replace(cfg, batch=cfg.batch // 2)
@@ -156,20 +156,30 @@ def _fit(cfg):
 # -- the committed list ---------------------------------------------------------------------------------
 
 
-def as_json(configs: list) -> str:
-    header = {"seed": SEED, "count": len(configs), "flop_cap": FLOP_CAP, "memory_cap_bytes": MEMORY_CAP}
-    rows = [json.dumps({"id": c.id, **asdict(c)}, sort_keys=True) for c in configs]
+def as_json(configs: list, header: dict | None = None) -> str:
+    header = {**(header or {"seed": SEED, "flop_cap": FLOP_CAP, "memory_cap_bytes": MEMORY_CAP}), "count": len(configs)}
+    rows = [json.dumps({"id": c.id, **config_row(c)}, sort_keys=True) for c in configs]
     return json.dumps(header, sort_keys=True)[:-1] + ', "configs": [\n' + ",\n".join(rows) + "\n]}\n"
 
 
-def committed(path: Path = FILE) -> list:
-    """The committed test set (validate.Config), in its order."""
+def config_row(cfg) -> dict:
+    """A configuration's fields, less the pass and page size where they are the defaults (the forward set's
+    rows predate them)."""
+    fields = asdict(cfg)
+    for name, default in (("pass_name", "fwd"), ("page_size", 0)):
+        if fields.get(name) == default:
+            del fields[name]
+    return fields
+
+
+def committed(path: Path = FILE, writer: str = "testset") -> list:
+    """The committed test set (validate.Config), in its order; `writer` is the module that writes it."""
     from flashsim.errors import FlashsimError
 
     from .validate import Config
 
     if not path.is_file():
-        raise FlashsimError(f"no test set at {path}; write it with python3 -m flashsim.experiments.testset --write")
+        raise FlashsimError(f"no test set at {path}; write it with python3 -m flashsim.experiments.{writer} --write")
     data = json.loads(path.read_text())
     return [Config(**{k: v for k, v in row.items() if k != "id"}) for row in data["configs"]]
 

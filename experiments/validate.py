@@ -25,10 +25,23 @@ from flashsim.errors import FlashsimError
 
 from . import validate_store as store
 from . import validate_support as support
-from .validate_impls import IMPLS, Config, Impl, impl_context, inputs, key, make_call, our_tiling  # noqa: F401
-from .validate_sets import DEV, TEST
+from .validate_impls import (  # noqa: F401 (re-exported: validate's callers use these names)
+    DEV_IMPLS,
+    IMPLS,
+    Config,
+    Impl,
+    impl_context,
+    inputs,
+    key,
+    make_call,
+    our_tiling,
+    sim_algo,
+)
+from .validate_passes import reference as pass_reference
+from .validate_sets import BWD, DECODE, DEV, TEST
 
 DEFAULT_OUT_DIR = Path("experiments/results/h200")
+BACKWARD_FLOPS_RATIO = 2.5  # FA2's convention (algorithms/problem.py): the backward counts 2.5x the forward
 # Development and test measurements live in separate files, so that neither is ever scored as the other.
 MEASURED_NAME = DEV.measured
 TEST_MEASURED_NAME = TEST.measured
@@ -72,12 +85,35 @@ def test_set() -> list[Config]:
     return committed()
 
 
+def decode_test_set() -> list[Config]:
+    """The held-out decode set (experiments/testset_passes.py): one decoding step against a dense or paged cache."""
+    from .testset_passes import DECODE_SET
+
+    return DECODE_SET.committed()
+
+
+def backward_test_set() -> list[Config]:
+    """The held-out backward set (experiments/testset_passes.py): the backward kernels alone."""
+    from .testset_passes import BWD_SET
+
+    return BWD_SET.committed()
+
+
 GRIDS: dict[str, Callable[[], list[Config]]] = {"fa2": lambda: fa2_grid() + ragged(), "smoke": smoke,
-                                                "test": test_set}  # fmt: skip
-# The measurement file of each grid: the test set's own, everything else the development set's.
-MEASURED_NAMES = {"test": TEST_MEASURED_NAME}
-# What the test grid times unless --impls says otherwise.
-DEFAULT_IMPLS = {"test": ["v2", "v3", "sdpa-flash", "sdpa-cudnn"]}
+                                                "test": test_set, DECODE.name: decode_test_set,
+                                                BWD.name: backward_test_set}  # fmt: skip
+# The measurement file of each grid: each test set's own, everything else the development set's.
+MEASURED_NAMES = {"test": TEST_MEASURED_NAME, DECODE.name: DECODE.measured, BWD.name: BWD.measured}
+# What each grid times unless --impls says otherwise.
+DEFAULT_IMPLS = {
+    "fa2": DEV_IMPLS,
+    "smoke": DEV_IMPLS,
+    "test": ["v2", "v3", "sdpa-flash", "sdpa-cudnn"],
+    DECODE.name: ["decode", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient"],
+    BWD.name: ["v2", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient"],
+}
+# Grids that are timed only (no Nsight Compute byte counts).
+TIMED_ONLY = ("test", DECODE.name, BWD.name)
 
 
 def measured_name(grid: str) -> str:
@@ -132,6 +168,9 @@ def gpu_work(fn: Callable[[], object], flush: Callable[[], None], calls: int = 3
 
 
 def rel_err(out, ref) -> float:
+    """Relative L2 error; of the worst one for a tuple of tensors (the backward's dQ, dK, dV)."""
+    if isinstance(out, (tuple, list)):
+        return max(rel_err(o, r) for o, r in zip(out, ref, strict=True))
     import torch
 
     o, r = out.float(), ref.float()
@@ -212,9 +251,9 @@ def measure(opts: SweepOptions, deadline: float | None = None, log=print) -> Pat
         q, k, v = inputs(cfg)
         refs: dict[str, object] = {}  # by causal alignment, made when an implementation needs it
         for name in names:
-            align = support.causal_align(IMPLS[name])
+            align = support.causal_align(IMPLS[name], cfg)
             if align not in refs:
-                refs[align] = support.reference(q, k, v, cfg, align)
+                refs[align] = pass_reference(q, k, v, cfg, align)
             rec = _measure_one(IMPLS[name], cfg, q, k, v, refs.get(align), flush, opts, name not in profiled)
             if rec.get("launched"):
                 profiled.add(name)
@@ -259,18 +298,22 @@ def _reference(q, k, v, cfg: Config):
 def _measure_one(impl: Impl, cfg: Config, q, k, v, ref, flush, opts: SweepOptions, profile_it: bool) -> dict:
     import torch
 
-    align = support.causal_align(impl)
+    align = support.causal_align(impl, cfg)
     rec = {
         "type": "time",
         "key": key("time", impl.name, cfg),
         "impl": impl.name,
-        "algo": impl.algo,
-        "config": cfg.problem_dict(impl.sim_dtype, align),
+        "algo": sim_algo(impl, cfg),
+        "config": cfg.problem_dict(impl.sim_dtype, align, paged=impl.paged),
         "config_id": cfg.id,
         "tiling": None,
         "causal_align": align,
         "status": "ok",
     }
+    if cfg.pass_name != "fwd":  # forward records stay as they were
+        rec["pass"] = cfg.pass_name
+    if cfg.page_size and not impl.paged:
+        rec["note"] = f"ran on a dense cache, standing in for pages of {cfg.page_size} (this backend has none)"
     try:
         # inside the try: a kernel that refuses the shape (a head dim it is not built for) is a skipped result
         rec["tiling"] = our_tiling(impl, cfg, q, k, v)
@@ -303,6 +346,7 @@ def _measure_one(impl: Impl, cfg: Config, q, k, v, ref, flush, opts: SweepOption
             rec["fatal"] = True
         return rec
     flops = 4.0 * cfg.batch * cfg.heads * cfg.seqlen_q * cfg.nk * cfg.headdim / (2 if cfg.causal else 1)
+    flops *= BACKWARD_FLOPS_RATIO if cfg.pass_name == "bwd" else 1.0
     med = statistics.median(samples)
     rec.update(
         time_s=med,

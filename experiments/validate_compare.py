@@ -53,6 +53,8 @@ def ran_tiling(rec: dict) -> dict | None:
     no tiles; V1's split count is left to FA1's rule, which the kernel also follows)."""
     if rec.get("tiling") or rec["impl"] not in IMPLS or IMPLS[rec["impl"]].kind != "ours":
         return rec.get("tiling")
+    if rec["algo"] != IMPLS[rec["impl"]].algo:
+        return None  # a backward or decode record: its kernel's tiles are recorded or the schedule's own
     cfg = rec["config"]
     try:
         tiling = kernel_tiling(rec["impl"], cfg["headdim"], cfg["causal"])
@@ -193,7 +195,8 @@ def predict(rows: list[dict], hw: str, overrides: list[str], jobs: int, cached: 
 
 
 def _problem_args(config: dict) -> dict:
-    keys = ("batch", "heads", "kv_heads", "seqlen_q", "seqlen_k", "headdim", "causal", "dtype", "causal_align")
+    keys = ("batch", "heads", "kv_heads", "seqlen_q", "seqlen_k", "headdim", "causal", "dtype", "causal_align",
+            "page_size")
     return {k: config[k] for k in keys if k in config}
 
 

@@ -9,7 +9,15 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from flashsim.errors import FlashsimError
+
 from . import validate_support as support
+
+# What a configuration measures. fwd: the forward. bwd: the backward kernels alone (the forward runs outside
+# the timed call). decode: a decoding step's forward against a K/V cache, simulated by the decode schedule.
+PASSES = ("fwd", "bwd", "decode")
+# The simulator's backward schedule of each forward one (algorithms/backward.py's records say the same).
+BACKWARD_ALGO = {"standard": "standard-bwd", "v2": "v2-bwd", "v3": "v3-bwd"}
 
 
 @dataclass(frozen=True)
@@ -21,6 +29,15 @@ class Config:
     causal: bool = False
     seqlen_k: int = 0
     kv_heads: int = 0
+    # defaulted so that every forward configuration keeps its id and its records
+    pass_name: str = "fwd"
+    page_size: int = 0  # decode: tokens per page of the K/V cache (0: dense)
+
+    def __post_init__(self) -> None:
+        if self.pass_name not in PASSES:
+            raise FlashsimError(f"unknown pass {self.pass_name!r}; choose one of {', '.join(PASSES)}")
+        if self.page_size and self.pass_name != "decode":
+            raise FlashsimError(f"a page size is a decode configuration's, not a {self.pass_name} one's")
 
     @property
     def nk(self) -> int:
@@ -35,10 +52,13 @@ class Config:
         nk = f"-k{self.nk}" if self.nk != self.seqlen_q else ""
         kv = f"-kv{self.hkv}" if self.hkv != self.heads else ""
         causal = "-causal" if self.causal else ""
-        return f"b{self.batch}-h{self.heads}{kv}-n{self.seqlen_q}{nk}-d{self.headdim}{causal}"
+        paged = f"-p{self.page_size}" if self.page_size else ""
+        pass_ = f"-{self.pass_name}" if self.pass_name != "fwd" else ""
+        return f"b{self.batch}-h{self.heads}{kv}-n{self.seqlen_q}{nk}-d{self.headdim}{causal}{paged}{pass_}"
 
-    def problem_dict(self, dtype: str, causal_align: str = support.DEFAULT_ALIGN) -> dict:
-        """The arguments of algorithms.Problem for this configuration, run with the given causal alignment."""
+    def problem_dict(self, dtype: str, causal_align: str = support.DEFAULT_ALIGN, paged: bool = False) -> dict:
+        """The arguments of algorithms.Problem for this configuration, run with the given causal alignment
+        (and with its paged K/V cache where the implementation ran one)."""
         args = {
             "batch": self.batch,
             "heads": self.heads,
@@ -52,6 +72,8 @@ class Config:
         # a non-default alignment is recorded only where it changes the mask, so other records read as before
         if causal_align != support.DEFAULT_ALIGN and support.alignment_matters(self):
             args["causal_align"] = causal_align
+        if paged and self.page_size:
+            args["page_size"] = self.page_size
         return args
 
 
@@ -65,6 +87,10 @@ class Impl:
     kind: str  # "ours" | "sdpa"
     backend: str = ""  # SDPA backend name
     note: str = ""
+    paged: bool = False  # takes the decode set's paged K/V cache (SDPA's backends run it dense)
+
+
+DENSE_STAND_IN = "on the decode set a dense K/V cache: SDPA has no paged cache, the dense call stands in"
 
 
 IMPLS: dict[str, Impl] = {
@@ -75,12 +101,30 @@ IMPLS: dict[str, Impl] = {
         Impl("v2", "v2", "bf16", "ours"),
         Impl("v3", "v3", "bf16", "ours"),
         Impl("v3-fp8", "v3-fp8", "fp8", "ours", note="bf16 inputs, fp8 e4m3 inside"),
-        Impl("sdpa-flash", "v2", "bf16", "sdpa", "FLASH_ATTENTION", "FA2 kernels, FA2 tiles"),
-        Impl("sdpa-cudnn", "v3", "bf16", "sdpa", "CUDNN_ATTENTION", "cuDNN Hopper kernel, FA3 tiles assumed"),
+        Impl("sdpa-flash", "v2", "bf16", "sdpa", "FLASH_ATTENTION", f"FA2 kernels, FA2 tiles; {DENSE_STAND_IN}"),
+        Impl("sdpa-cudnn", "v3", "bf16", "sdpa", "CUDNN_ATTENTION",
+             f"cuDNN Hopper kernel, FA3 tiles assumed; {DENSE_STAND_IN}"),  # fmt: skip
         Impl("sdpa-math", "standard", "fp32", "sdpa", "MATH", "unfused, upcast to fp32, cuBLAS FFMA SGEMMs"),
         Impl("sdpa-math-bf16", "standard", "bf16", "sdpa", "MATH", "unfused, bf16 cuBLAS GEMMs and softmax"),
+        Impl("sdpa-efficient", "v2", "bf16", "sdpa", "EFFICIENT_ATTENTION",
+             f"memory-efficient (CUTLASS) kernels, simulated as v2; {DENSE_STAND_IN}"),  # fmt: skip
+        Impl("decode", "decode", "bf16", "ours", note="our decode kernel: split-KV, packed GQA heads, the set's "
+             "paged or dense K/V cache", paged=True),  # fmt: skip
     )
 }
+# What the development set measures unless --impls says otherwise: every forward implementation it had
+# before the decode and backward sets came.
+DEV_IMPLS = ["standard", "v1", "v2", "v3", "v3-fp8", "sdpa-flash", "sdpa-cudnn", "sdpa-math", "sdpa-math-bf16"]
+
+
+def sim_algo(impl: Impl, cfg: Config) -> str:
+    """The simulator's schedule for impl on cfg: its forward one, that one's backward, or the decode schedule
+    (the one model of a decoding step, for SDPA's kernels too)."""
+    if cfg.pass_name == "decode":
+        return "decode"
+    if cfg.pass_name == "bwd":
+        return BACKWARD_ALGO.get(impl.algo, f"{impl.algo}-bwd")
+    return impl.algo
 
 
 def key(kind: str, impl: str, cfg: Config) -> str:
@@ -109,6 +153,11 @@ def impl_context(impl: Impl):
 
 
 def make_call(impl: Impl, q, k, v, cfg: Config) -> Callable[[], object]:
+    """The call to time: the forward, or (validate_passes) the backward alone or a decoding step."""
+    if cfg.pass_name != "fwd":
+        from . import validate_passes
+
+        return validate_passes.make_call(impl, q, k, v, cfg)
     if impl.kind == "ours":
         from flashsim import kernels
 
@@ -132,9 +181,13 @@ def our_tiling(impl: Impl, cfg: Config, q, k, v) -> dict | None:
     Errors propagate: a comparison that silently simulated other tiles would be wrong, not partial."""
     if impl.kind != "ours":
         return None
+    from flashsim.kernels import registry
     from flashsim.kernels.launch import device_limits
 
-    tiling = kernel_tiling(impl.name, cfg.headdim, cfg.causal, device_limits(q.device) if q is not None else None)
+    family = impl.name if cfg.pass_name == "fwd" else sim_algo(impl, cfg)
+    if cfg.pass_name != "fwd" and family not in registry.families():
+        return None  # a kernel outside the registry: the simulator takes the schedule's own tiles
+    tiling = kernel_tiling(family, cfg.headdim, cfg.causal, device_limits(q.device) if q is not None else None)
     if impl.name == "v1":
         from flashsim.kernels.api import v1_splits
 

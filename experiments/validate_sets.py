@@ -2,6 +2,7 @@
 
 dev: the FA2 benchmark grid and the ragged shapes, on which the model was developed and tuned.
 test: the held-out LLM shapes of experiments/testset.py, on which it never was.
+test-decode, test-bwd: held-out decoding steps and backward passes (experiments/testset_passes.py).
 """
 
 from __future__ import annotations
@@ -24,4 +25,8 @@ class DataSet:
 DEV = DataSet("dev", "development set (FA2 grid + ragged; the model was tuned on it)", "validation-measured.jsonl",
               "validation")  # fmt: skip
 TEST = DataSet("test", "test set (LLM shapes the model was never tuned on)", "testset-measured.jsonl", "testset")
-SETS = (DEV, TEST)
+DECODE = DataSet("test-decode", "decode test set (one decoding step against a dense or paged K/V cache; never "
+                 "tuned on)", "testset-decode-measured.jsonl", "testset-decode")  # fmt: skip
+BWD = DataSet("test-bwd", "backward test set (the backward kernels alone; never tuned on)",
+              "testset-bwd-measured.jsonl", "testset-bwd")  # fmt: skip
+SETS = (DEV, TEST, DECODE, BWD)
