@@ -145,7 +145,7 @@ BWD_SET = FrozenSet("test-bwd", BWD_SEED, RESULTS / "testset-bwd.json", generate
 def call_seconds(cfg) -> float:
     """One call's device time, guessed on the slow side: a decoding step reads its cache; a backward runs
     2.5x the forward's FLOPs."""
-    if cfg.pass_name == "decode":
+    if cfg.is_decode:
         return kv_bytes(cfg) / DECODE_BANDWIDTH
     return BACKWARD_RATIO * base.work_flops(cfg) / (BWD_TFLOPS * 1e12)
 
@@ -157,10 +157,10 @@ def estimate(configs: list, impls: tuple[str, ...] = DEVICE_IMPLS) -> dict:
     seconds = PROCESS_START_S
     for cfg in configs:
         t = call_seconds(cfg)
-        fwd = t / BACKWARD_RATIO if cfg.pass_name == "bwd" else 0.0
+        fwd = 0.0 if cfg.is_decode else t / BACKWARD_RATIO
         # the reference, twice where the causal alignments differ; a bottom-right one repeats the K/V heads
         refs = 2 if cfg.causal and cfg.seqlen_q != cfg.nk else 1
-        seconds += refs * (t + fwd) * (cfg.heads // cfg.hkv if cfg.pass_name == "decode" else 1)
+        seconds += refs * (t + fwd) * (cfg.heads // cfg.hkv if cfg.is_decode else 1)
         for _ in impls:
             calls = base.calls_per_measurement(t)
             seconds += calls * (t + base.CALL_OVERHEAD_S) + fwd + SETUP_OVERHEAD_S

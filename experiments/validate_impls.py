@@ -16,6 +16,9 @@ from . import validate_support as support
 # What a configuration measures. fwd: the forward. bwd: the backward kernels alone (the forward runs outside
 # the timed call). decode: a decoding step's forward against a K/V cache, simulated by the decode schedule.
 PASSES = ("fwd", "bwd", "decode")
+FORWARD_PASS, BACKWARD_PASS, DECODE_PASS = PASSES
+# Our kernels with a backward (kernels.attention_backward).
+BACKWARD_KERNELS = ("v2",)
 # The simulator's backward schedule of each forward one (algorithms/backward.py's records say the same).
 BACKWARD_ALGO = {"standard": "standard-bwd", "v2": "v2-bwd", "v3": "v3-bwd"}
 
@@ -36,8 +39,12 @@ class Config:
     def __post_init__(self) -> None:
         if self.pass_name not in PASSES:
             raise FlashsimError(f"unknown pass {self.pass_name!r}; choose one of {', '.join(PASSES)}")
-        if self.page_size and self.pass_name != "decode":
+        if self.page_size and not self.is_decode:
             raise FlashsimError(f"a page size is a decode configuration's, not a {self.pass_name} one's")
+
+    @property
+    def is_decode(self) -> bool:
+        return self.pass_name == DECODE_PASS
 
     @property
     def nk(self) -> int:
@@ -120,9 +127,9 @@ DEV_IMPLS = ["standard", "v1", "v2", "v3", "v3-fp8", "sdpa-flash", "sdpa-cudnn",
 def sim_algo(impl: Impl, cfg: Config) -> str:
     """The simulator's schedule for impl on cfg: its forward one, that one's backward, or the decode schedule
     (the one model of a decoding step, for SDPA's kernels too)."""
-    if cfg.pass_name == "decode":
-        return "decode"
-    if cfg.pass_name == "bwd":
+    if cfg.is_decode:
+        return DECODE_PASS  # the decode schedule's name
+    if cfg.pass_name == BACKWARD_PASS:
         return BACKWARD_ALGO.get(impl.algo, f"{impl.algo}-bwd")
     return impl.algo
 

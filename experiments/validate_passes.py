@@ -21,6 +21,7 @@ from collections.abc import Callable
 from flashsim.errors import FlashsimError
 
 from . import validate_support as support
+from .validate_impls import BACKWARD_KERNELS, BACKWARD_PASS
 
 GRAD_SEED = 1  # dO: drawn apart from q, k, v (seed 0) and the same for every implementation and the reference
 PAGE_SEED = 2  # the order of the cache's pages
@@ -39,9 +40,9 @@ def our_function(name: str) -> Callable:
 
 
 def make_call(impl, q, k, v, cfg) -> Callable[[], object]:
-    if cfg.pass_name == "bwd":
+    if cfg.pass_name == BACKWARD_PASS:
         return _backward_call(impl, q, k, v, cfg)
-    if cfg.pass_name == "decode":
+    if cfg.is_decode:
         return _decode_call(impl, q, k, v, cfg)
     raise FlashsimError(f"no {cfg.pass_name} call here; the forward's is validate_impls.make_call")
 
@@ -56,11 +57,11 @@ def grad_output(q):
 
 def _backward_call(impl, q, k, v, cfg) -> Callable[[], object]:
     if impl.kind == "ours":
-        if impl.name != "v2":
-            raise FlashsimError(f"our backward kernel is v2's; {impl.name} has none")
+        if impl.name not in BACKWARD_KERNELS:
+            raise FlashsimError(f"our backward kernels are {', '.join(BACKWARD_KERNELS)}; {impl.name} has none")
         backward = our_function("attention_backward")
         dout = grad_output(q)
-        out, lse = our_function("attention")(q, k, v, algo="v2", causal=cfg.causal, return_lse=True)
+        out, lse = our_function("attention")(q, k, v, algo=impl.name, causal=cfg.causal, return_lse=True)
         return lambda: backward(q, k, v, out, lse, dout, causal=cfg.causal)
     import torch
     import torch.nn.functional as F
@@ -117,7 +118,7 @@ def paged_cache(k, v, page_size: int, seed: int = PAGE_SEED):
 def reference(q, k, v, cfg, align: str):
     """What a measured call must return: attention's output (support.reference), or for the backward the
     gradients (dQ, dK, dV) of that output against grad_output's dO (None where no reference runs)."""
-    if cfg.pass_name != "bwd":
+    if cfg.pass_name != BACKWARD_PASS:
         return support.reference(q, k, v, cfg, align)
     import torch
 

@@ -17,7 +17,7 @@ SKIPPED = "skipped"  # the status of a configuration an implementation refuses
 def causal_align(impl, cfg=None) -> str:
     """The mask impl runs on cfg: its kind's, except on the decode set, where SDPA is handed an explicit
     bottom-right mask (the new tokens are the cache's last ones; top-left would hide the cache from them)."""
-    if cfg is not None and cfg.pass_name == "decode":
+    if cfg is not None and cfg.is_decode:
         return "bottom-right"
     return CAUSAL_ALIGN[impl.kind]
 
