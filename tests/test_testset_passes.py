@@ -204,3 +204,53 @@ def test_rel_err_of_gradients_is_the_worst_one() -> None:
     ref = (torch.ones(4), torch.ones(4), torch.ones(4))
     out = (torch.ones(4), torch.ones(4) * 1.5, torch.ones(4) * 1.1)
     assert validate.rel_err(out, ref) == pytest.approx(0.5)
+
+
+# -- the calls on CPU tensors (fp32): what the GPU runs, less the backend selection ---------------------------
+
+
+def _qkv(torch, cfg):
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(cfg.batch, cfg.heads, cfg.seqlen_q, cfg.headdim, generator=g)
+    k = torch.randn(cfg.batch, cfg.hkv, cfg.nk, cfg.headdim, generator=g)
+    return q, k, torch.randn(k.shape, generator=g)
+
+
+def test_sdpa_backward_call_times_the_gradients_again_and_again() -> None:
+    torch = pytest.importorskip("torch")
+    cfg = validate.Config(2, 8, 67, 64, causal=True, kv_heads=2, pass_name="bwd")
+    q, k, v = _qkv(torch, cfg)
+    fn = validate.make_call(validate.IMPLS["sdpa-flash"], q, k, v, cfg)
+    ref = validate_passes.reference(q, k, v, cfg, "top-left")
+    first, again = fn(), fn()  # the graph is retained between calls
+    assert [g.shape for g in first] == [q.shape, k.shape, v.shape]
+    assert validate.rel_err(first, ref) < 1e-5 and validate.rel_err(again, ref) < 1e-5
+    assert validate.rel_err(first, validate_passes.reference(q, k, v, cfg, "bottom-right")) < 1e-5  # Nq == Nk
+
+
+def test_decode_calls_see_the_cache_bottom_right_dense_or_paged(monkeypatch) -> None:
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+    from flashsim import kernels
+
+    cfg = validate.Config(2, 8, 4, 64, causal=True, seqlen_k=100, kv_heads=2, pass_name="decode", page_size=16)
+    q, k, v = _qkv(torch, cfg)
+    ref = validate_passes.reference(q, k, v, cfg, "bottom-right")
+    top_left = F.scaled_dot_product_attention(q, k.repeat_interleave(4, 1), v.repeat_interleave(4, 1), is_causal=True)
+    assert validate.rel_err(top_left, ref) > 0.1  # the two masks differ here
+
+    def decode(q, k_cache, v_cache, cache_seqlens=None, block_table=None, causal=False):
+        """Our decode's contract, computed densely: gather the pages back, attend bottom-right."""
+        b, pages = block_table.shape
+        dense = [c[block_table.long()].reshape(b, -1, *c.shape[2:])[:, : int(cache_seqlens[0])].transpose(1, 2)
+                 for c in (k_cache, v_cache)]  # fmt: skip
+        return validate_passes.reference(q, *dense, cfg, "bottom-right")
+
+    monkeypatch.setattr(kernels, "decode", decode, raising=False)
+    ours = validate.make_call(validate.IMPLS["decode"], q, k, v, cfg)()
+    assert validate.rel_err(ours, ref) < 1e-6
+    try:
+        sdpa = validate.make_call(validate.IMPLS["sdpa-efficient"], q, k, v, cfg)()
+    except RuntimeError:  # a torch without GQA under an explicit mask: on a GPU that is a skipped row
+        return
+    assert validate.rel_err(sdpa, ref) < 1e-5
