@@ -2,9 +2,9 @@
 # The held-out decode and backward test sets measured on an H200 (bash experiments/h200_testset_inference.sh),
 # timed only, each into its own measurement file, with SDPA's flash, cuDNN and memory-efficient kernels (set
 # IMPLS to time others, e.g. IMPLS=decode,sdpa-flash,sdpa-cudnn once our decode kernel exists; ours skip with
-# the reason while they do not). About 3 minutes (python3 -m flashsim.experiments.testset_passes estimates
-# it); each grid is capped below so that the whole run stays under 7 minutes, and a rerun of the same command
-# resumes where a capped one stopped. Run from the repository root with simpy's wheel in .whl/ and the cubins
+# the reason while they do not). It ran in about a minute on an H200 with SDPA's three (session6/); python3
+# -m flashsim.experiments.testset_passes estimates under 3 minutes. Each grid is capped below so that the whole
+# run stays under 7 minutes, and a rerun of the same command resumes where a capped one stopped. Run from the repository root with simpy's wheel in .whl/ and the cubins
 # in build/ (flashsim kernels build --out build/kernels --arch sm_90a: the L2 flush kernel comes from them).
 # Writes under $OUT: gpu.txt, testset-decode-measured.jsonl, testset-bwd-measured.jsonl (the validator's
 # records, a session record with the provenance first), decode-log.txt, bwd-log.txt, summary.txt.
