@@ -74,6 +74,8 @@ def _backward_call(impl, q, k, v, cfg) -> Callable[[], object]:
 
 def _decode_call(impl, q, k, v, cfg) -> Callable[[], object]:
     if impl.kind == "ours":
+        if not impl.paged:
+            raise FlashsimError(f"on the decode set our kernel is kernels.decode; {impl.name} is not timed here")
         decode = our_function("decode")
         if not cfg.page_size:
             return lambda: decode(q, k, v, causal=cfg.causal)

@@ -181,6 +181,9 @@ def test_a_missing_kernel_of_ours_is_skipped_with_the_reason(impl, cfg, missing,
     bwd = validate.Config(1, 8, 64, 64, pass_name="bwd")
     with pytest.raises(FlashsimError, match="v3 has none"):
         validate_passes.make_call(validate.IMPLS["v3"], None, None, None, bwd)
+    dec = validate.Config(1, 8, 1, 64, seqlen_k=2048, pass_name="decode")
+    with pytest.raises(FlashsimError, match="v2 is not timed here"):  # not kernels.decode under another name
+        validate_passes.make_call(validate.IMPLS["v2"], None, None, None, dec)
 
 
 def test_paged_cache_holds_every_token_where_the_block_table_says() -> None:
