@@ -72,6 +72,8 @@ struct Config {
 };
 
 // Which split-KV blocks tile (b, row block) visits, as algorithms/splitkv.py's split_range.
+constexpr int MAX_SPLITS = 128;  // algorithms/splitkv.py, MAX_SPLITS (the combine's shared memory holds as many)
+
 struct BlockRange {
   int first, count;
 };
@@ -313,37 +315,49 @@ __device__ __forceinline__ void split_kv(const DecodeParams& p) {
   }
 }
 
-// The combine (algorithms/splitkv.py, combine_kernel): 128 threads per (batch, head, 512 / D query rows);
-// each thread merges four columns of one row over every split: LSE = log sum_s e^LSE_s,
-// O = sum_s e^(LSE_s - LSE) O_s (a split that saw no key has LSE_s = -inf and weighs 0).
+// The combine (algorithms/splitkv.py, combine_kernel): 128 threads per (batch, head, 512 / D query rows).
+// The D / 4 threads of a row (one warp at d128, half of one at d64) share its splits: each takes every
+// (D / 4)-th split's LSE_s, and shuffles give the row's max and LSE = log sum_s e^LSE_s; the weights
+// e^(LSE_s - LSE) go to shared memory (a split that saw no key has LSE_s = -inf and weighs 0). Then each
+// thread merges four columns, O = sum_s w_s O_s, with several splits' loads in flight.
 template <typename T, int D>
 __device__ __forceinline__ void combine(const DecodeParams& p) {
   constexpr int kThreadsPerRow = D / 4;
   constexpr int kRows = 128 / kThreadsPerRow;
+  __shared__ float weights[kRows][MAX_SPLITS];
   const int head = blockIdx.y, batch = blockIdx.z;
-  const int q = blockIdx.x * kRows + static_cast<int>(threadIdx.x) / kThreadsPerRow;
-  const int col = (static_cast<int>(threadIdx.x) % kThreadsPerRow) * 4;
+  const int row = static_cast<int>(threadIdx.x) / kThreadsPerRow;
+  const int lane = static_cast<int>(threadIdx.x) % kThreadsPerRow;
+  const int q = blockIdx.x * kRows + row;
+  const int col = lane * 4;
   const int nq = p.seqlen_q, splits = p.num_splits;
-  if (q >= nq) return;
+  const bool ok = q < nq;
   const int64_t bh = static_cast<int64_t>(batch) * p.heads + head;
-  const float* lse_s = p.ws_lse + bh * splits * nq + q;
+  const float* lse_s = p.ws_lse + bh * splits * nq + (ok ? q : 0);
   float mx = -INFINITY;
-  for (int s = 0; s < splits; ++s) mx = fmaxf(mx, lse_s[s * nq]);
+  for (int s = lane; s < splits; s += kThreadsPerRow) mx = fmaxf(mx, ok ? lse_s[s * nq] : -INFINITY);
+#pragma unroll
+  for (int m = kThreadsPerRow / 2; m > 0; m >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, m));
+  const float base = mx == -INFINITY ? 0.f : mx;  // every split empty: weights 0, LSE -inf
   float total = 0.f;
-  if (mx != -INFINITY)
-    for (int s = 0; s < splits; ++s) total += __expf(lse_s[s * nq] - mx);
-  const float lse = mx == -INFINITY ? -INFINITY : mx + __logf(total);
+  for (int s = lane; s < splits; s += kThreadsPerRow) total += ok ? __expf(lse_s[s * nq] - base) : 0.f;
+#pragma unroll
+  for (int m = kThreadsPerRow / 2; m > 0; m >>= 1) total += __shfl_xor_sync(0xffffffffu, total, m);
+  const float lse = total > 0.f ? base + __logf(total) : -INFINITY;
+  for (int s = lane; s < splits; s += kThreadsPerRow)
+    weights[row][s] = ok && total > 0.f ? __expf(lse_s[s * nq] - lse) : 0.f;
+  __syncthreads();
+  if (!ok) return;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (mx != -INFINITY) {
-    const float* o_s = p.ws_o + (bh * splits * nq + q) * D + col;
-    for (int s = 0; s < splits; ++s) {
-      const float w = __expf(lse_s[s * nq] - lse);
-      const float4 x = *reinterpret_cast<const float4*>(o_s + static_cast<int64_t>(s) * nq * D);
-      acc.x += w * x.x;
-      acc.y += w * x.y;
-      acc.z += w * x.z;
-      acc.w += w * x.w;
-    }
+  const float* o_s = p.ws_o + (bh * splits * nq + q) * D + col;
+#pragma unroll 8
+  for (int s = 0; s < splits; ++s) {
+    const float w = weights[row][s];
+    const float4 x = *reinterpret_cast<const float4*>(o_s + static_cast<int64_t>(s) * nq * D);
+    acc.x += w * x.x;
+    acc.y += w * x.y;
+    acc.z += w * x.z;
+    acc.w += w * x.w;
   }
   if (col == 0) p.lse[bh * nq + q] = lse;
   uint16_t* o = static_cast<uint16_t*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride + q * p.o_row_stride + col;

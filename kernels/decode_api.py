@@ -116,6 +116,13 @@ def auto_splits(batch: int, heads: int, kv_heads: int, seqlen_q: int, seqlen_k: 
     return schedule.auto(p, t, SimpleNamespace(sm_count=sm_count))
 
 
+def _check_splits(splits) -> None:
+    if splits is None or splits == "auto":
+        return
+    if isinstance(splits, bool) or not isinstance(splits, int) or not 1 <= splits <= MAX_SPLITS:
+        raise FlashsimError(f"splits must be None, 'auto' or an integer in 1..{MAX_SPLITS}, got {splits!r}")
+
+
 def _splits(splits, q, hkv: int, capacity: int, device_index: int) -> int:
     if splits is None or splits == "auto":
         import torch
@@ -123,8 +130,6 @@ def _splits(splits, q, hkv: int, capacity: int, device_index: int) -> int:
         sm_count = torch.cuda.get_device_properties(device_index).multi_processor_count
         b, h, nq, d = q.shape
         return auto_splits(b, h, hkv, nq, capacity, d, sm_count)
-    if isinstance(splits, bool) or not isinstance(splits, int) or not 1 <= splits <= MAX_SPLITS:
-        raise FlashsimError(f"splits must be None, 'auto' or an integer in 1..{MAX_SPLITS}, got {splits!r}")
     return splits
 
 
@@ -151,6 +156,7 @@ def decode(q, k_cache, v_cache, cache_seqlens=None, block_table=None, causal: bo
     if tiling is not None and not isinstance(tiling, Tiling):
         raise FlashsimError(f"tiling must be an algorithms.tiling.Tiling, got {type(tiling).__name__}")
     variant = family.variant(d, dtype, tiling or default)
+    _check_splits(splits)
     _check_device(q, k_cache, v_cache, cache_seqlens, block_table)
     index = q.device.index if q.device.index is not None else torch.cuda.current_device()
     n_splits = _splits(splits, q, hkv, capacity, index)
