@@ -75,6 +75,7 @@ IMPLS: dict[str, Impl] = {
         Impl("v2", "v2", "bf16", "ours"),
         Impl("v3", "v3", "bf16", "ours"),
         Impl("v3-fp8", "v3-fp8", "fp8", "ours", note="bf16 inputs, fp8 e4m3 inside"),
+        Impl("decode", "decode", "bf16", "ours", note="Nq <= 16: split-KV over packed GQA rows"),
         Impl("sdpa-flash", "v2", "bf16", "sdpa", "FLASH_ATTENTION", "FA2 kernels, FA2 tiles"),
         Impl("sdpa-cudnn", "v3", "bf16", "sdpa", "CUDNN_ATTENTION", "cuDNN Hopper kernel, FA3 tiles assumed"),
         Impl("sdpa-math", "standard", "fp32", "sdpa", "MATH", "unfused, upcast to fp32, cuBLAS FFMA SGEMMs"),
@@ -139,6 +140,10 @@ def our_tiling(impl: Impl, cfg: Config, q, k, v) -> dict | None:
         from flashsim.kernels.api import v1_splits
 
         tiling["splits"] = v1_splits(q, k, v)
+    if impl.name == "decode":
+        from flashsim.kernels.decode_api import decode_splits
+
+        tiling["splits"] = decode_splits(q, k)
     return tiling
 
 
