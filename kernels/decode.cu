@@ -43,7 +43,7 @@ struct DecodeParams {
   int32_t batch, heads, kv_heads, group, seqlen_q, seqlen_k;
   int32_t page_shift;  // log2(page size); 31 when dense
   int32_t causal;      // bottom-right: query i sees keys j <= i + Nk - Nq
-  int32_t num_splits, row_blocks;
+  int32_t num_splits, row_blocks;  // row_blocks: the grid's y (recorded for debugging; the kernel reads blockIdx)
   float scale_log2;  // softmax scale * log2(e)
   int32_t pad_;
 };

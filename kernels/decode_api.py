@@ -17,7 +17,6 @@ from flashsim.errors import FlashsimError
 
 from . import registry
 from .decode import DecodeCall
-from .launch import cdiv
 
 PAGE_SIZES = (16, 32, 64, 256)
 _DTYPES = {"float16": "fp16", "bfloat16": "bf16"}
@@ -195,7 +194,3 @@ def decode_splits(q, k_cache, block_table=None) -> int:
     index = q.device.index if q.device.index is not None else torch.cuda.current_device()
     return _splits(None, q, hkv, capacity, index)
 
-
-def paged_pages(seqlens: list[int], page_size: int) -> int:
-    """Pages a batch of these lengths needs (for building caches in tests and benchmarks)."""
-    return sum(cdiv(n, page_size) for n in seqlens)
