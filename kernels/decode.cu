@@ -97,13 +97,18 @@ __device__ __forceinline__ BlockRange split_blocks(const DecodeParams& p, int nk
   return {first, max(0, min(visible, first + per) - first)};
 }
 
-template <typename T, int D, int BM, int BN, int WARPS, int STAGES>
+// kColSplit: the tile has at most 16 rows (one query, GQA group <= 16, or few queries). Then every warp takes
+// the same 16 rows and its own BN / WARPS keys of each block, with its own running max, sum and O, and the
+// warps merge at the end, so the math of a block is spread over four warps instead of resting on one.
+template <typename T, int D, int BM, int BN, int WARPS, int STAGES, bool kColSplit>
 __device__ __forceinline__ void split_kv(const DecodeParams& p) {
   using Cfg = Config<T, D, BM, BN, WARPS, STAGES>;
   using QTile = typename Cfg::QTile;
   using KVTile = typename Cfg::KVTile;
   using Copy = typename Cfg::Copy;
-  constexpr int kNT = Cfg::kNT, kDT = Cfg::kDT, kPasses = Copy::kPasses;
+  constexpr int kWarpCols = kColSplit ? BN / WARPS : BN;  // keys of a block each warp multiplies
+  constexpr int kNT = kWarpCols / 8, kDT = Cfg::kDT, kPasses = Copy::kPasses;
+  static_assert(kWarpCols % 16 == 0, "each warp needs whole k16 steps of keys");
 
   extern __shared__ __align__(128) unsigned char smem[];
   require_dynamic_smem(Cfg::kSmemBytes);
@@ -151,7 +156,8 @@ __device__ __forceinline__ void split_kv(const DecodeParams& p) {
   };
 
   // Per-thread facts of its two rows g and g + 8 of the warp's m16 tile: last visible key, output address.
-  const int warp_row0 = warp * 16;
+  const int warp_row0 = kColSplit ? 0 : warp * 16;
+  const int warp_col0 = kColSplit ? warp * kWarpCols : 0;
   const bool warp_active = warp_row0 < rows;
   int last_key[2], head_of[2], query_of[2];
   bool row_ok[2];
@@ -204,8 +210,9 @@ __device__ __forceinline__ void split_kv(const DecodeParams& p) {
     const uint32_t q_anchor = QTile::addr(sQ, warp_row0 + (lane & 15), lane >> 4);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(qf[kk], QTile::at(q_anchor, 0, kk * 2));
-    const uint32_t k_anchor0 = KVTile::addr(sKV, (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
-    const uint32_t v_anchor0 = KVTile::addr(sKV + KVTile::kBytes, (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
+    const uint32_t k_anchor0 = KVTile::addr(sKV, warp_col0 + (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+    const uint32_t v_anchor0 =
+        KVTile::addr(sKV + KVTile::kBytes, warp_col0 + (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
 
     for (int j = 0; j < n_blocks; ++j) {
       cp_async_wait<STAGES - 2>();
@@ -235,8 +242,8 @@ __device__ __forceinline__ void split_kv(const DecodeParams& p) {
           mma16816<T>(s[2 * nt2 + 1], qf[kk], b[2], b[3]);
         }
 
-      const int n0 = (range.first + j) * BN;
-      if (n0 + BN - 1 > min(last_key[0], last_key[1])) {  // the end of the sequence or a causal edge
+      const int n0 = (range.first + j) * BN + warp_col0;
+      if (n0 + kWarpCols - 1 > min(last_key[0], last_key[1])) {  // the end of the sequence or a causal edge
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
@@ -269,7 +276,7 @@ __device__ __forceinline__ void split_kv(const DecodeParams& p) {
       }
 
 #pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk) {
+      for (int kk = 0; kk < kWarpCols / 16; ++kk) {
         uint32_t a[4];
         a[0] = Elem<T>::pack(s[2 * kk][0], s[2 * kk][1]);
         a[1] = Elem<T>::pack(s[2 * kk][2], s[2 * kk][3]);
@@ -287,12 +294,65 @@ __device__ __forceinline__ void split_kv(const DecodeParams& p) {
     cp_async_wait<0>();  // no copy outlives the block (the trailing groups are empty)
   }
 
+  float row_l[2];  // the row's full sum (the per-thread partials quad-reduced)
+#pragma unroll
+  for (int r = 0; r < 2; ++r) row_l[r] = quad_sum(row_sum[r]);
+  if constexpr (kColSplit) {
+    // Merge the warps' (max, sum, O) of the same rows through the K/V ring's shared memory (free now):
+    // M = max_w m_w, L = sum_w l_w e^(m_w - M), O = sum_w O_w e^(m_w - M); warp 0 writes the result.
+    float* red_o = reinterpret_cast<float*>(smem + QTile::kBytes);  // [WARPS][16][D]
+    float* red_m = red_o + WARPS * 16 * D;                          // [WARPS][16]
+    float* red_l = red_m + WARPS * 16;                              // [WARPS][16]
+    static_assert(WARPS * 16 * (D + 2) * 4 <= STAGES * Cfg::kStageBytes, "the merge fits in the K/V ring");
+    __syncthreads();  // every warp is done with the ring
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = warp * 16 + g + 8 * r;
+      if (t == 0) {
+        red_m[row] = row_max[r];
+        red_l[row] = row_l[r];
+      }
+#pragma unroll
+      for (int dt = 0; dt < kDT; ++dt)
+        *reinterpret_cast<float2*>(red_o + row * D + dt * 8 + t * 2) = make_float2(acc_o[dt][2 * r], acc_o[dt][2 * r + 1]);
+    }
+    __syncthreads();
+    if (warp != 0) return;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = g + 8 * r;
+      float m = -INFINITY;
+#pragma unroll
+      for (int w = 0; w < WARPS; ++w) m = fmaxf(m, red_m[w * 16 + row]);
+      float weight[WARPS], l = 0.f;
+#pragma unroll
+      for (int w = 0; w < WARPS; ++w) {
+        weight[w] = m == -INFINITY ? 0.f : fast_exp2((red_m[w * 16 + row] - m) * p.scale_log2);
+        l += weight[w] * red_l[w * 16 + row];
+      }
+      row_max[r] = m;
+      row_l[r] = l;
+#pragma unroll
+      for (int dt = 0; dt < kDT; ++dt) {
+        float2 o = make_float2(0.f, 0.f);
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) {
+          const float2 x = *reinterpret_cast<const float2*>(red_o + (w * 16 + row) * D + dt * 8 + t * 2);
+          o.x += weight[w] * x.x;
+          o.y += weight[w] * x.y;
+        }
+        acc_o[dt][2 * r] = o.x;
+        acc_o[dt][2 * r + 1] = o.y;
+      }
+    }
+  }
+
   if (!warp_active) return;
   // Epilogue: each quad holds one row; lane t writes columns 8 dt + 2t, 8 dt + 2t + 1.
   const bool direct = p.num_splits == 1;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const float l = quad_sum(row_sum[r]);
+    const float l = row_l[r];
     if (!row_ok[r]) continue;
     const float inv = l > 0.f ? __fdividef(1.f, l) : 0.f;
     const float lse = l > 0.f ? (row_max[r] * p.scale_log2 + __log2f(l)) * 0.69314718056f : -INFINITY;
@@ -313,6 +373,15 @@ __device__ __forceinline__ void split_kv(const DecodeParams& p) {
         *reinterpret_cast<float2*>(o + dt * 8) = make_float2(acc_o[dt][2 * r] * inv, acc_o[dt][2 * r + 1] * inv);
     }
   }
+}
+
+// One thread block's tile: the column-split variant when the tile's packed rows fit one m16 tile.
+template <typename T, int D, int BM, int BN, int WARPS, int STAGES>
+__device__ __forceinline__ void tile(const DecodeParams& p) {
+  if (p.seqlen_q * p.group - static_cast<int>(blockIdx.y) * BM <= 16)
+    split_kv<T, D, BM, BN, WARPS, STAGES, true>(p);
+  else
+    split_kv<T, D, BM, BN, WARPS, STAGES, false>(p);
 }
 
 // The combine (algorithms/splitkv.py, combine_kernel): 128 threads per (batch, head, 512 / D query rows).
@@ -372,7 +441,7 @@ __device__ __forceinline__ void combine(const DecodeParams& p) {
 #define FLASHSIM_DECODE(NAME, DTYPE, D, BM, BN, WARPS, STAGES)                                                    \
   extern "C" __global__ void __launch_bounds__(WARPS * 32)                                                       \
       NAME##_fwd(const __grid_constant__ flashsim::decode::DecodeParams p) {                                    \
-    flashsim::decode::split_kv<FLASHSIM_T_##DTYPE, D, BM, BN, WARPS, STAGES>(p);                                \
+    flashsim::decode::tile<FLASHSIM_T_##DTYPE, D, BM, BN, WARPS, STAGES>(p);                                    \
   }                                                                                                              \
   extern "C" __global__ void __launch_bounds__(128)                                                              \
       NAME##_combine(const __grid_constant__ flashsim::decode::DecodeParams p) {                                \
