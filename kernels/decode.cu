@@ -4,8 +4,9 @@
 //
 // Grid (splits, row blocks, batch x kv_heads), WARPS * 32 threads. A tile's BM rows are the packed query rows
 // of one K/V head, head-major: tile row r of row block i is packed row pr = i * BM + r, query head
-// hk * group + pr / Nq, query pr % Nq. Warp w owns tile rows [16 w, 16 w + 16); a warp whose rows are all
-// padding (one query, GQA group < 64) skips the math but still copies and synchronises.
+// hk * group + pr / Nq, query pr % Nq. Warp w owns tile rows [16 w, 16 w + 16), and a warp whose rows are all
+// padding skips the math but still copies and synchronises; a tile of at most 16 rows (one query, GQA group
+// <= 16) instead gives every warp those rows and a quarter of each block's keys, and merges the warps at the end.
 //
 // The K/V blocks of a sequence (BN keys each) are cut into `splits` ranges exactly as algorithms/splitkv.py's
 // split_range: ceil(blocks / splits) per split, a causal tile stopping at its last visible block. Each split
