@@ -115,12 +115,10 @@ def attention(
     torch = _torch()
     if algo in _HOPPER:
         return _hopper(torch, algo, q, k, v, causal, tiling, softmax_scale, out, return_lse)
-    if algo == "decode":
-        from .decode_api import decode
-
-        return decode(q, k, v, causal=causal, splits=splits, softmax_scale=softmax_scale, return_lse=return_lse,
-                      out=out, tiling=tiling)
     family = registry.family(algo)
+    if family.attention is not None:
+        return family.attention(q, k, v, causal=causal, tiling=tiling, softmax_scale=softmax_scale, out=out,
+                                return_lse=return_lse, splits=splits)
     dtype = _check_tensors(torch, q, k, v)
     b, h, nq, d = q.shape
     if tiling is None:

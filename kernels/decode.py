@@ -123,6 +123,19 @@ def run(kernels, variant: Variant, call: DecodeCall) -> None:
         kernels.launch("combine", (cdiv(nq, combine_rows(d)), h, b), 128, 0, params)
 
 
+def _attention(q, k, v, **kwargs):
+    """attention(algo="decode"): a dense cache (B, Hkv, Nk, D) through kernels.decode."""
+    from .decode_api import decode
+
+    return decode(q, k, v, **kwargs)
+
+
+def _launched_splits(q, k) -> int:
+    from .decode_api import decode_splits
+
+    return decode_splits(q, k)
+
+
 FAMILY = register(
     KernelFamily(
         algo="decode",
@@ -134,5 +147,7 @@ FAMILY = register(
         default_tiling=default,
         run=run,
         summary="Decode: split-KV over packed GQA rows, dense or paged K/V cache, combine kernel",
+        attention=_attention,
+        launched_splits=_launched_splits,
     )
 )
