@@ -199,6 +199,11 @@ def our_tiling(impl: Impl, cfg: Config, q, k, v) -> dict | None:
         from flashsim.kernels.api import v1_splits
 
         tiling["splits"] = v1_splits(q, k, v)
+    from flashsim.kernels import registry
+
+    launched_splits = registry.family(impl.name).launched_splits
+    if launched_splits is not None:
+        tiling["splits"] = launched_splits(q, k)
     return tiling
 
 

@@ -5,5 +5,6 @@ kernels.attention(q, k, v, algo="v2", causal=False, tiling=None, softmax_scale=N
 """
 
 from .api import attention, available
+from .decode_api import decode
 
-__all__ = ["attention", "available"]
+__all__ = ["attention", "available", "decode"]

@@ -108,14 +108,17 @@ def attention(
     were built with (None: the algorithm's default, the public FA2 tiles for v2; for v3 and v3-fp8 the
     default rows of kernels/v3_tiles.tsv). softmax_scale: None means D**-0.5.
     out: optional (B, H, Nq, D) tensor to write into. return_lse: also return the fp32 (B, H, Nq)
-    natural-log logsumexp. splits: v1 only, thread blocks per (batch, head); None fills the GPU, 1 is
-    the paper's grid.
+    natural-log logsumexp. splits: v1: thread blocks per (batch, head), None fills the GPU, 1 is the
+    paper's grid; decode (Nq <= 16, kernels.decode for paged caches): K/V ranges per tile, None is FA2's rule.
     Returns out (or (out, lse)).
     """
     torch = _torch()
     if algo in _HOPPER:
         return _hopper(torch, algo, q, k, v, causal, tiling, softmax_scale, out, return_lse)
     family = registry.family(algo)
+    if family.attention is not None:
+        return family.attention(q, k, v, causal=causal, tiling=tiling, softmax_scale=softmax_scale, out=out,
+                                return_lse=return_lse, splits=splits)
     dtype = _check_tensors(torch, q, k, v)
     b, h, nq, d = q.shape
     if tiling is None:
@@ -124,7 +127,7 @@ def attention(
         raise FlashsimError(f"tiling must be an algorithms.tiling.Tiling, got {type(tiling).__name__}")
     variant = family.variant(d, dtype, tiling)
     if splits is not None and (algo != "v1" or int(splits) < 1):
-        raise FlashsimError("splits is a v1 option and must be a positive integer")
+        raise FlashsimError("splits is a v1 and decode option and must be a positive integer")
 
     if not all(t.is_cuda for t in (q, k, v)):
         raise FlashsimError(f"the kernels run on CUDA tensors; got q on {q.device}, k on {k.device}, v on {v.device}")
@@ -152,6 +155,11 @@ def attention(
         module = _module(family, arch, index)
         family.run(BoundKernels(module, variant.symbol(family.algo), q.device), variant, call)
     return (out, lse) if return_lse else out
+
+
+def bound_kernels(family, variant, arch: str, index: int, device) -> BoundKernels:
+    """The kernels of one built variant on device `index` (its cubin loaded, and built first if stale)."""
+    return BoundKernels(_module(family, arch, index), variant.symbol(family.algo), device)
 
 
 def v1_splits(q, k, v, tiling: Tiling | None = None) -> int:

@@ -26,7 +26,7 @@ from flashsim.errors import FlashsimError
 DTYPES = ("fp16", "bf16")
 ARCHS = ("sm_80", "sm_90a")
 # Modules that register families; every one must import (a typo here would hide a family).
-FAMILY_MODULES = tuple(f"flashsim.kernels.{name}" for name in ("standard", "v1", "v2", "hopper_family"))
+FAMILY_MODULES = tuple(f"flashsim.kernels.{name}" for name in ("standard", "v1", "v2", "decode", "hopper_family"))
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,10 @@ class KernelFamily:
     entry_lines: Callable[[], list[str]] | None = None  # the translation unit's lines after the #include
     kernels_of: Callable[[Variant], dict[str, str]] | None = None  # entry label -> kernel symbol
     causal_tiling: Callable[[int, bool], Tiling] | None = None  # (headdim, causal) -> default Tiling
+    # Optional, for families with an entry point of their own (decode: kernels.decode):
+    attention: Callable | None = None  # serves attention(q, k, v, causal=, tiling=, softmax_scale=, out=,
+    #                                    return_lse=, splits=) for this algo
+    launched_splits: Callable | None = None  # (q, k) -> the split count a call with no splits launches
 
     def kernel_symbols(self, variant: Variant) -> dict[str, str]:
         """Entry label -> the extern "C" symbol the build emits for it."""

@@ -197,7 +197,7 @@ def attention(*args, **kwargs):
         ((cpu(1, 2, 8, 192),) * 3, {}, "built for head dims"),
         ((cpu(1, 2, 8, 128),) * 3, {"tiling": Tiling(128, 128, 4, 2)}, "built:"),
         ((cpu(1, 2, 8, 64),) * 3, {"tiling": (128, 128)}, "must be an algorithms.tiling.Tiling"),
-        ((cpu(1, 2, 8, 64),) * 3, {"splits": 2}, "splits is a v1 option"),
+        ((cpu(1, 2, 8, 64),) * 3, {"splits": 2}, "splits is a v1 and decode option"),
         ((cpu(1, 2, 8, 64),) * 3, {}, "CUDA tensors"),
         ((cpu(1, 2, 8, 64),) * 3, {"algo": "v1"}, "CUDA tensors"),
         ((cpu(1, 2, 8, 64),) * 3, {"algo": "v3"}, "CUDA tensors"),

@@ -23,7 +23,8 @@ pytestmark = [
     pytest.mark.skipif(SANITIZER is None, reason="needs compute-sanitizer"),
 ]
 
-# Ragged lengths, seqlen_q != seqlen_k, GQA, causal and not, every algorithm and its default tiles.
+# Ragged lengths, seqlen_q != seqlen_k, GQA, causal and not, every algorithm and its default tiles (decode:
+# dense and paged caches).
 TARGET = """
 import torch
 from flashsim.kernels import attention
@@ -36,6 +37,19 @@ for algo in ("standard", "v1", "v2"):
             k = torch.randn(b, hkv, nk, d, device="cuda", dtype=torch.bfloat16)
             v = torch.randn(b, hkv, nk, d, device="cuda", dtype=torch.bfloat16)
             attention(q, k, v, algo=algo, causal=causal)
+# decode: dense and paged (page 16, shuffled pages, ragged lengths), GQA 4, 1 and 5 queries, 1 and 3 splits
+from flashsim.kernels import decode
+for nq in (1, 5):
+    q = torch.randn(2, 8, nq, 128, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(2, 2, 150, 128, device="cuda", dtype=torch.bfloat16)
+    lens = torch.tensor([150, 3], dtype=torch.int32, device="cuda")
+    pool = torch.randn(12, 16, 2, 128, device="cuda", dtype=torch.bfloat16)
+    table = torch.tensor([[11, 3, 7, 0, 9, 1, 5, 2, 8, 4], [6, 0, 0, 0, 0, 0, 0, 0, 0, 0]], dtype=torch.int32,
+                         device="cuda")
+    for causal in (False, True):
+        for splits in (1, 3):
+            decode(q, k, k, cache_seqlens=lens, causal=causal, splits=splits)
+            decode(q, pool, pool, cache_seqlens=lens, block_table=table, causal=causal, splits=splits)
 torch.cuda.synchronize()
 print("sanitized run done")
 """
@@ -71,8 +85,8 @@ def test_sanitizer_clean(tool):
     from flashsim.kernels import attention
 
     q = torch.randn(1, 1, 64, 64, device="cuda", dtype=torch.bfloat16)
-    for algo in ("standard", "v1", "v2"):
-        attention(q, q, q, algo=algo)  # build outside the sanitizer
+    for algo in ("standard", "v1", "v2", "decode"):
+        attention(q[:, :, :1], q, q, algo=algo)  # build outside the sanitizer
     proc = run_sanitizer(tool)
     if "sanitized run done" not in proc.stdout and "kernel-name" in proc.stderr + proc.stdout:
         proc = run_sanitizer(tool, filtered=False)  # an older sanitizer without kernel filters
