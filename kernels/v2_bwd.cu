@@ -186,6 +186,17 @@ __device__ __forceinline__ void backward(const BwdParams& p) {
   for (int mb = first; mb < n_q_blocks; ++mb) {
     const int m0 = mb * BM;
     const uint32_t sQ = ((mb - first) & 1) ? sQ1 : sQ0;
+    // LSE and D of this thread's rows of S, read before the barrier so that their latency hides behind it.
+    float lse2[kSMT][2], dsum[kSMT][2];
+#pragma unroll
+    for (int mt = 0; mt < kSMT; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = m0 + sdp_m0 + mt * 16 + g + 8 * r;
+        lse2[mt][r] = row < p.seqlen_q ? lse[row] : -INFINITY;
+        dsum[mt][r] = row < p.seqlen_q ? dpsum[row] : 0.f;
+      }
+
     cp_async_wait<0>();
     __syncthreads();  // Q_i and dO_i landed; every warp is done with step i-1 (the other Q buffer, P, dS)
     if (mb + 1 < n_q_blocks) {
@@ -193,35 +204,37 @@ __device__ __forceinline__ void backward(const BwdParams& p) {
       cp_async_commit();
     }
 
-    // This thread's rows of S: LSE in log2 units (+inf where no key is visible or past the end: P = 0), D.
-    float lse2[kSMT][2], dsum[kSMT][2];
+    // LSE in log2 units; +inf where a row sees no key or lies past the end, so that its P is 0.
 #pragma unroll
     for (int mt = 0; mt < kSMT; ++mt)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = m0 + sdp_m0 + mt * 16 + g + 8 * r;
-        const float l = row < p.seqlen_q ? lse[row] : -INFINITY;
-        lse2[mt][r] = l == -INFINITY ? INFINITY : l * 1.4426950408889634f;
-        dsum[mt][r] = row < p.seqlen_q ? dpsum[row] : 0.f;
-      }
+      for (int r = 0; r < 2; ++r)
+        lse2[mt][r] = lse2[mt][r] == -INFINITY ? INFINITY : lse2[mt][r] * 1.4426950408889634f;
 
     // S = Q_i K_j^T, P = exp2(S scale log2(e) - LSE log2(e)), written to sP for dV.
     float s[kSMT][kSNT][4];
     zero(s);
     warp_gemm<T, Cfg::kSdpWM, Cfg::kSdpWN, D, false, false, QTile, KVTile>(s, sQ, sdp_m0, sK, sdp_n0, lane);
-    const bool masked = n0 + BN > p.seqlen_k || (p.causal && n0 + BN - 1 > m0 + shift);
 #pragma unroll
     for (int mt = 0; mt < kSMT; ++mt)
 #pragma unroll
       for (int nt = 0; nt < kSNT; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = m0 + sdp_m0 + mt * 16 + g + (e >> 1) * 8;
-          const int col = n0 + sdp_n0 + nt * 8 + t * 2 + (e & 1);
-          float x = fast_exp2(s[mt][nt][e] * p.scale_log2 - lse2[mt][e >> 1]);
-          if (masked && (col >= p.seqlen_k || (p.causal && col > row + shift))) x = 0.f;
-          s[mt][nt][e] = x;
-        }
+        for (int e = 0; e < 4; ++e) s[mt][nt][e] = fast_exp2(s[mt][nt][e] * p.scale_log2 - lse2[mt][e >> 1]);
+    // Only tiles that cross the causal diagonal or the end of K are masked: a uniform branch, kept apart from
+    // the exponentials so unmasked tiles pay no per-element compare.
+    if (n0 + BN > p.seqlen_k || (p.causal && n0 + BN - 1 > m0 + shift)) {
+      const int row_base = m0 + sdp_m0 + g + shift, col_base = n0 + sdp_n0 + t * 2;
+#pragma unroll
+      for (int mt = 0; mt < kSMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kSNT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int col = col_base + nt * 8 + (e & 1);
+            if (col >= p.seqlen_k || (p.causal && col > row_base + mt * 16 + (e >> 1) * 8)) s[mt][nt][e] = 0.f;
+          }
+    }
 #pragma unroll
     for (int mt = 0; mt < kSMT; ++mt)
 #pragma unroll
