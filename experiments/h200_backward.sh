@@ -19,7 +19,7 @@ echo "backward-tests: exit $rc ($(tail -1 "$OUT/backward-tests.txt"))" | tee -a 
 # The benchmark stops (exit 1) on a gradient mismatch before timing anything.
 timeout 300 python3 -m flashsim.experiments.bench_backward --out "$OUT" > /dev/null 2>&1
 rc=$?
-echo "bench-backward: exit $rc ($(tail -1 "$OUT/backward.log" 2>/dev/null))" | tee -a "$OUT/summary.txt"
+echo "bench-backward: exit $rc ($(grep -m1 "small-shape" "$OUT/backward.log" 2>/dev/null))" | tee -a "$OUT/summary.txt"
 [ "$rc" -eq 0 ] || status=1
 [ "$status" -eq 0 ] && echo PASS | tee -a "$OUT/summary.txt" || echo FAIL | tee -a "$OUT/summary.txt"
 exit "$status"
