@@ -115,6 +115,8 @@ struct Config {
   using QTile = SmemTile<BM, D>;   // Q, dO
   using KVTile = SmemTile<BN, D>;  // K, V
   using PTile = SmemTile<BM, BN>;  // P, dS
+  // dP's GEMM straight after S's: measured faster at d128 (64 x 128 tiles); at d64 (128 x 128) it spills.
+  static constexpr bool kDpFirst = BM * BN <= 64 * 128;
   static constexpr int kSmemBytes = 3 * QTile::kBytes + 2 * KVTile::kBytes + 2 * PTile::kBytes;
   static_assert(WARPS % kSdpR == 0 && WARPS % kKvR == 0 && WARPS % kDqR == 0, "warp grids must tile the warps");
   static_assert(kSdpWM % 16 == 0 && kSdpWN % 16 == 0 && kKvWM % 16 == 0 && kKvWN % 16 == 0 && kDqWM % 16 == 0 &&
@@ -211,10 +213,15 @@ __device__ __forceinline__ void backward(const BwdParams& p) {
       for (int r = 0; r < 2; ++r)
         lse2[mt][r] = lse2[mt][r] == -INFINITY ? INFINITY : lse2[mt][r] * 1.4426950408889634f;
 
-    // S = Q_i K_j^T, P = exp2(S scale log2(e) - LSE log2(e)), written to sP for dV.
-    float s[kSMT][kSNT][4];
+    // S = Q_i K_j^T, P = exp2(S scale log2(e) - LSE log2(e)), written to sP for dV. dP = dO_i V_j^T runs
+    // right after S where that does not make ptxas spill (one long run of mma for the scheduler), else
+    // after P is stored.
+    float s[kSMT][kSNT][4], dp[kSMT][kSNT][4];
     zero(s);
+    zero(dp);
     warp_gemm<T, Cfg::kSdpWM, Cfg::kSdpWN, D, false, false, QTile, KVTile>(s, sQ, sdp_m0, sK, sdp_n0, lane);
+    if constexpr (Cfg::kDpFirst)
+      warp_gemm<T, Cfg::kSdpWM, Cfg::kSdpWN, D, false, false, QTile, KVTile>(dp, sdO, sdp_m0, sV, sdp_n0, lane);
 #pragma unroll
     for (int mt = 0; mt < kSMT; ++mt)
 #pragma unroll
@@ -244,22 +251,18 @@ __device__ __forceinline__ void backward(const BwdParams& p) {
           *reinterpret_cast<uint32_t*>(sP_ptr + PTile::offset(sdp_m0 + mt * 16 + g + 8 * r, (sdp_n0 >> 3) + nt) +
                                        t * 2) = Elem<T>::pack(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]);
 
-    // dP = dO_i V_j^T; dS = P (dP - D_i), written to sdS for dK and dQ.
-    {
-      float dp[kSMT][kSNT][4];
-      zero(dp);
+    if constexpr (!Cfg::kDpFirst)
       warp_gemm<T, Cfg::kSdpWM, Cfg::kSdpWN, D, false, false, QTile, KVTile>(dp, sdO, sdp_m0, sV, sdp_n0, lane);
+    // dS = P (dP - D_i), written to sdS for dK and dQ.
 #pragma unroll
-      for (int mt = 0; mt < kSMT; ++mt)
+    for (int mt = 0; mt < kSMT; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < kSNT; ++nt)
+      for (int nt = 0; nt < kSNT; ++nt)
 #pragma unroll
-          for (int r = 0; r < 2; ++r)
-            *reinterpret_cast<uint32_t*>(sdS_ptr + PTile::offset(sdp_m0 + mt * 16 + g + 8 * r, (sdp_n0 >> 3) + nt) +
-                                         t * 2) =
-                Elem<T>::pack(s[mt][nt][2 * r] * (dp[mt][nt][2 * r] - dsum[mt][r]),
-                              s[mt][nt][2 * r + 1] * (dp[mt][nt][2 * r + 1] - dsum[mt][r]));
-    }
+        for (int r = 0; r < 2; ++r)
+          *reinterpret_cast<uint32_t*>(sdS_ptr + PTile::offset(sdp_m0 + mt * 16 + g + 8 * r, (sdp_n0 >> 3) + nt) +
+                                       t * 2) = Elem<T>::pack(s[mt][nt][2 * r] * (dp[mt][nt][2 * r] - dsum[mt][r]),
+                                                              s[mt][nt][2 * r + 1] * (dp[mt][nt][2 * r + 1] - dsum[mt][r]));
     __syncthreads();  // P and dS complete
 
     // dV_j += P^T dO_i, then dO's buffer is free for dO_{i+1}.
