@@ -18,6 +18,10 @@
 // V_j, and P and dS, which every warp writes and other warps read transposed for dV and dK. Q_{i+1} streams
 // in (cp.async) during step i; dO_{i+1} once every warp is done with dO_i (after dV).
 //
+// One step, three barriers: [Q_i, dO_i landed] S, dP, P, dS (P and dS to shared memory) [P, dS complete]
+// dV [dO_i free: load dO_{i+1}] dK, dQ. The schedule lists dV before dS; computing dS first lets one barrier
+// cover both staged tiles, and the loads, stores and products are the same.
+//
 // Every product is a warp-tiled mma.sync m16n8k16 with both operands read by ldmatrix from XOR-swizzled
 // tiles; an operand stored with its reduction dimension along rows (P^T, dS^T, dO, Q, K as B of dS K) uses
 // ldmatrix.trans. Warp grids are FA2's (AtomLayoutMSdP, AtomLayoutNdKV, AtomLayoutMdQ) for its tiles.
@@ -57,7 +61,9 @@ constexpr int dkv_rows(int d, int bm, int bn) { return (d == 128 && bn == 64) ? 
 constexpr int dq_rows(int d, int bm, int bn) { return (d == 128) ? 2 : 4; }
 
 // C (WM x WN, per warp) += A (WM x K) B (K x WN). A_T: A is stored K-major (tile row = k), else M-major;
-// B_T: B is stored K-major (tile row = k), else N-major. m0, n0: the warp's first row of C and column.
+// B_T: B is stored K-major (tile row = k), else N-major. m0, n0: the warp's first row of C and column; in
+// every warp grid here they are multiples of 32, so the anchors' chunk bits stay clear of the even chunk
+// steps that SmemTile::at XORs in.
 template <typename T, int WM, int WN, int K, bool A_T, bool B_T, typename ATile, typename BTile>
 __device__ __forceinline__ void warp_gemm(float (&c)[WM / 16][WN / 8][4], uint32_t a_base, int m0, uint32_t b_base,
                                           int n0, int lane) {
