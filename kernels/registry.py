@@ -26,7 +26,9 @@ from flashsim.errors import FlashsimError
 DTYPES = ("fp16", "bf16")
 ARCHS = ("sm_80", "sm_90a")
 # Modules that register families; every one must import (a typo here would hide a family).
-FAMILY_MODULES = tuple(f"flashsim.kernels.{name}" for name in ("standard", "v1", "v2", "decode", "hopper_family"))
+FAMILY_MODULES = tuple(
+    f"flashsim.kernels.{name}" for name in ("standard", "v1", "v2", "v2_bwd", "decode", "hopper_family")
+)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ pytestmark = [
     pytest.mark.skipif(build.find_nvcc() is None, reason="needs nvcc"),
 ]
 
-ALGOS = ("standard", "v1", "v2")
+ALGOS = ("standard", "v1", "v2", "v2-bwd")
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +49,16 @@ def test_v2_spills_are_small(built):
             assert r["spill_store_bytes"] <= 64 and r["stack_bytes"] <= 64, r
             if r["headdim"] == 64 and r["tiling"]["block_n"] == 128:
                 assert r["spill_store_bytes"] == 0, r
+
+
+def test_v2_bwd_spills_are_small(built):
+    """The backward's main kernel holds dK, dV and the S / dP tiles (~190 fp32 values per thread at d64)
+    within 255 registers; ptxas may spill a word or two, not more."""
+    _, _, rows = built
+    main = [r for r in rows if r["algo"] == "v2-bwd" and r["kernel"].endswith("_bwd")]
+    assert len(main) == 2 * len(registry.family("v2-bwd").variants)
+    for r in main:
+        assert r["spill_store_bytes"] <= 16 and r["stack_bytes"] <= 16, r
 
 
 def test_up_to_date_build_is_reused(built):
