@@ -45,8 +45,8 @@ def test_plan_and_refusals():
     assert hopper.plan("v3-fp8", "E4m3", 128, False, 1, 1, 128).block_n == 224  # FA3's fp8 default
     assert hopper.plan("v3-fp8", "E4m3", 64, True, 1, 1, 128).name.startswith("v3_E4m3_d64_m192_n160")
     assert [hopper.panel_bytes(x) for x in (256, 224, 192, 160, 64)] == [128, 32, 64, 32, 64]
-    with pytest.raises(FlashsimError, match="built for head dims 64, 128, not 256"):
-        hopper.plan("v3", "Bf16", 256, False, 1, 1, 128)
+    with pytest.raises(FlashsimError, match="built for head dims 64, 96, 128, 192, 256, not 80"):
+        hopper.plan("v3", "Bf16", 80, False, 1, 1, 128)
     with pytest.raises(FlashsimError, match="no bf16 kernel for d128 128x64 non-causal pingpong"):
         hopper.plan("v3", "Bf16", 128, False, 1, 1, 128, tiling=Tiling(128, 64, 12, 2))
     with pytest.raises(FlashsimError, match="unknown schedule"):
