@@ -1,10 +1,12 @@
 """Forward TFLOP/s of our FA3 kernels (v3 bf16, v3-fp8) beside PyTorch SDPA's cuDNN and flash backends.
 
-The FA2/FA3 papers' grid: seqlen 512..16k, batch = 16384 / seqlen, d64 x 32 heads and d128 x 16 heads,
-causal off and on. FLOPs by the papers' convention (4 B H N^2 d, halved for causal). v3-fp8 is timed on
-pre-quantised inputs (the kernel alone); its torch quantisation pass is timed separately.
+The FA2/FA3 papers' grid: seqlen 512..16k, batch = 16384 / seqlen, hidden 2048 (heads = 2048 // d: d64 x 32,
+d128 x 16; --headdims adds 96, 192, 256), causal off and on. FLOPs by the papers' convention (4 B H N^2 d,
+halved for causal). v3-fp8 is timed on pre-quantised inputs (the kernel alone); its torch quantisation pass
+is timed separately.
 
     python -m flashsim.experiments.bench_hopper bench --out experiments/results/h200
+    python -m flashsim.experiments.bench_hopper bench --headdims 96 192 256 --alt-tile --name hopper-headdims
     python -m flashsim.experiments.bench_hopper smoke          # one small launch per kernel (for compute-sanitizer)
 """
 
@@ -20,7 +22,7 @@ from pathlib import Path
 from flashsim.experiments.torch_provenance import torch_gpu_provenance
 
 SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
-HEADS = {64: 32, 128: 16}
+HEADDIMS = (64, 128)  # the default grid's head dims
 TOKENS = 16384
 GRID = {"auto": None, "plain": False}  # --grid: v3's own choice, or one thread block per tile
 _persistent = None
@@ -72,6 +74,9 @@ def _runner(name: str, q, k, v, causal: bool):
         return lambda: hopper.attention(q, k, v, causal=causal, out=out, persistent=_persistent)
     if name == "v3 other grid":  # the persistence choice v3 does not make by default
         return lambda: hopper.attention(q, k, v, causal=causal, out=out, persistent=causal)
+    if name == "v3 alt tile":  # the table's other ping-pong tile for this head dim and mask
+        tiling = alternative_tile(q.shape[-1], causal).tiling
+        return lambda: hopper.attention(q, k, v, causal=causal, tiling=tiling, out=out, persistent=_persistent)
     if name == "v3-fp8":
         bm, bn = hopper.choose_tile("v3-fp8", q.shape[-1], causal)
         qq, kq, vt, *scales = hopper_fp8.prepare(q, k, v, bm, bn)
@@ -84,14 +89,26 @@ def _runner(name: str, q, k, v, causal: bool):
     return lambda: fn(q, k, v, causal)
 
 
+def alternative_tile(d: int, causal: bool):
+    """The first bf16 ping-pong row of v3_tiles.tsv for (d, causal) that is not the default, or None."""
+    from flashsim.kernels import hopper_tiles
+
+    for t in hopper_tiles.tiles("v3"):
+        if (t.dtype, t.headdim, t.causal, t.schedule, t.default) == ("bf16", d, causal, "pingpong", False):
+            return t
+    return None
+
+
 def measure(d: int, n: int, causal: bool, methods) -> dict:
     import torch
 
-    b, h = TOKENS // n, HEADS[d]
+    b, h = TOKENS // n, 2048 // d
     q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     flops = _flops(b, h, n, d, causal)
     row = {"d": d, "seqlen": n, "batch": b, "heads": h, "causal": causal}
     for name in methods:
+        if name == "v3 alt tile" and alternative_tile(d, causal) is None:
+            continue  # only head dims with a second tile
         try:
             ms = _time_ms(_runner(name, q, k, v, causal))
             row[f"{name} ms"] = round(ms, 4)
@@ -137,9 +154,10 @@ def cmd_bench(args) -> int:
     global _persistent
     _persistent = GRID[args.grid]
     methods = ["v3", "v3-fp8", "sdpa-cudnn", "sdpa-flash", "v3 other grid", "v3-fp8 quant"]
-    seqlens = (1024, 4096, 16384) if args.quick else SEQLENS
+    methods += ["v3 alt tile"] if args.alt_tile else []
+    seqlens = args.seqlens or ((1024, 4096, 16384) if args.quick else SEQLENS)
     rows = []
-    for d in (64, 128):
+    for d in args.headdims:
         for causal in (False, True):
             for n in seqlens:
                 row = measure(d, n, causal, methods)
@@ -148,9 +166,9 @@ def cmd_bench(args) -> int:
     meta = provenance(sys.argv[1:])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "hopper-bench.json").write_text(json.dumps({"provenance": meta, "rows": rows}, indent=1) + "\n")
+    (out / f"{args.name}.json").write_text(json.dumps({"provenance": meta, "rows": rows}, indent=1) + "\n")
     md = to_markdown(meta, rows, methods)
-    (out / "hopper-bench.md").write_text(md)
+    (out / f"{args.name}.md").write_text(md)
     print(md)
     return 0
 
@@ -261,7 +279,7 @@ def ablation() -> list[dict]:
             )
     for d, tile in ((128, (128, 224)), (128, (128, 192)), (128, (128, 128)), (64, (192, 160))):
         n = 8192
-        b, h = TOKENS // n, HEADS[d]
+        b, h = TOKENS // n, 2048 // d
         q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         out = torch.empty_like(q)
         qq, kq, vt, *scales = hopper_fp8.prepare(q, k, v, *tile)
@@ -324,6 +342,10 @@ def main(argv=None) -> int:
     b.add_argument("--out", default="experiments/results/h200")
     b.add_argument("--quick", action="store_true", help="seqlens 1k, 4k, 16k only")
     b.add_argument("--grid", choices=sorted(GRID), default="auto", help="plain: one thread block per tile")
+    b.add_argument("--headdims", nargs="+", type=int, default=list(HEADDIMS), metavar="D")
+    b.add_argument("--seqlens", nargs="+", type=int, default=None, metavar="N", help="overrides --quick")
+    b.add_argument("--alt-tile", action="store_true", help="also time the table's other v3 tile (JSON only)")
+    b.add_argument("--name", default="hopper-bench", help="output files NAME.json and NAME.md")
     b.set_defaults(func=cmd_bench)
     e = sub.add_parser("extras", help="schedule ablation, fp8 tiles and the fp8 RMSE table")
     e.add_argument("--out", default="experiments/results/h200")

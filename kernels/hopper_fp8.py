@@ -1,7 +1,9 @@
 """FP8 (e4m3) FlashAttention-3 forward: the quantisation pre-pass in torch, then kernels/v3_fp8.cu.
 
-Pre-pass: optional incoherent processing of Q and K (x -> x diag(s) H / sqrt(d), s random +-1, H the
-Sylvester-Hadamard matrix; Q K^T is unchanged because (diag(s) H / sqrt(d)) is orthogonal), then one scale
+Pre-pass: optional incoherent processing of Q and K (x -> x diag(s) H / sqrt(n), s random +-1, H the
+Sylvester-Hadamard matrix of order n = d, or where d is not a power of two block-diagonal with blocks of
+order n, the largest power of two dividing d; Q K^T is unchanged because diag(s) H / sqrt(n) is
+orthogonal), then one scale
 delta = max|x| / 448 per block_m x d block of Q and per block_n x d block of K and V ("block"), or one per
 tensor ("tensor", the baseline). V is transposed to (B, Hkv, d, N_pad) with keys permuted inside groups of 16
 (see the header of v3_fp8.cu) because the fp8 wgmma reads its B operand K-major only.
@@ -21,15 +23,18 @@ KEY_PERM = [2 * (p // 4) + (p % 4 & 1) + 8 * (p % 4 >> 1) for p in range(16)]
 
 
 def hadamard(d: int, device=None):
-    """Sylvester-Hadamard matrix of order d (a power of two), scaled to be orthogonal."""
+    """Sylvester-Hadamard matrix of order d, scaled to be orthogonal. A head dim that is not a power of two
+    (96, 192) gets a block-diagonal one, blocks of the largest power of two dividing d (as the simulator's
+    algorithms.numeric.hadamard_matrix): still orthogonal, outliers spread within each block."""
     import torch
 
-    if d & (d - 1):
-        raise FlashsimError(f"Hadamard transform needs a power-of-two head dim, got {d}")
+    if d < 1:
+        raise FlashsimError(f"Hadamard transform needs a positive head dim, got {d}")
+    n = d & -d
     h = torch.ones(1, 1, dtype=torch.float64, device=device)
-    while h.shape[0] < d:
+    while h.shape[0] < n:
         h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
-    return h / math.sqrt(d)
+    return torch.block_diag(*[h] * (d // n)) / math.sqrt(n)
 
 
 def incoherent(q, k, seed: int = 0):

@@ -11,8 +11,8 @@ from pathlib import Path
 
 HEADER = Path(__file__).with_name("v3_wgmma.cuh")
 # N of the QK^T GEMM (block_n) and of the PV GEMM (head dim).
-SS_N = (64, 80, 96, 128, 144, 160, 176, 192, 224, 256)
-RS_N = (64, 128, 256)
+SS_N = (64, 80, 96, 112, 128, 144, 160, 176, 192, 224, 256)
+RS_N = (64, 96, 128, 192, 256)
 # tag -> (PTX type, K of one instruction, has transpose immediates)
 TYPES = {"Bf16": ("bf16", 16, True), "Fp16": ("f16", 16, True), "E4m3": ("e4m3", 32, False)}
 

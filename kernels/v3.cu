@@ -6,7 +6,8 @@
 // or one thread block per tile (the default when causal, where tile costs differ and the hardware's
 // block scheduler balances them). Tiles of one head are consecutive, heaviest query block first.
 //
-// Shared memory (tiles stored as 128-byte swizzled panels of 64 16-bit columns, 1024-byte aligned):
+// Shared memory (tiles stored as swizzled panels of 128-byte rows, 64 16-bit columns; 64-byte rows where
+// the head dim is not a multiple of 64 (d96); 1024-byte aligned):
 //   Q              block_m x d, refilled per tile
 //   K[s], V[s]     block_n x d each, s = 0..STAGES-1, a circular buffer whose stage/phase run on across tiles
 //   barriers       q_full, k_full[s], v_full[s]: TMA transaction counts (the producer's arrive.expect_tx)
@@ -110,7 +111,7 @@ __device__ __forceinline__ void attention_fwd(const CUtensorMap& tm_q, const CUt
                           x.kv_head, x.batch);
           } else {
             for (int p = 0; p < QK_PANELS; ++p)
-              tma_load_4d(sv + s * C::KV_BYTES + p * C::BN * 128, &tm_v, v_full(s), p * QK_COLS, j * C::BN,
+              tma_load_4d(sv + s * C::KV_BYTES + p * C::BN * C::QK_W, &tm_v, v_full(s), p * QK_COLS, j * C::BN,
                           x.kv_head, x.batch);
           }
         }

@@ -18,8 +18,9 @@ struct Cfg {
   static constexpr int THREADS = 128 * (NC + 1);
   static constexpr int EB = Elem<T>::bytes;
   // Tiles are stored as panels of rows W bytes wide, swizzled in W-byte mode: Q/K (and 16-bit V) rows
-  // hold head-dim columns (W = 128 unless d is 64 fp8 bytes); fp8 V^T rows hold keys (W divides block_n).
-  static constexpr int QK_W = D * EB >= 128 ? 128 : D * EB;
+  // hold head-dim columns, W the widest of 128/64/32 that divides a row (d96: 64 bf16, 32 fp8; d192 fp8:
+  // 64); fp8 V^T rows hold keys (W divides block_n). The host's tensor maps use the same widths.
+  static constexpr int QK_W = (D * EB) % 128 == 0 ? 128 : (D * EB) % 64 == 0 ? 64 : 32;
   static constexpr int V_W = !FP8 ? 128 : BN % 128 == 0 ? 128 : BN % 64 == 0 ? 64 : 32;
   static constexpr int KSTEP = 32 / EB;          // K of one wgmma instruction
   static constexpr int Q_BYTES = BM * D * EB;
@@ -31,8 +32,10 @@ struct Cfg {
   static constexpr int PRODUCER_REGS = NC == 2 ? 24 : 32;
   static constexpr int CONSUMER_REGS = NC == 2 ? 240 : 160;
   static_assert(BM % 64 == 0 && (NC == 2 || NC == 3), "block_m must be 128 or 192");
-  static_assert((D * EB) % QK_W == 0 && (QK_W == 128 || QK_W == 64), "head dim must fill 64/128-byte panels");
-  static_assert(FP8 || QK_W == 128, "16-bit V is read N-major from 128-byte panels");
+  static_assert((D * EB) % QK_W == 0, "head dim must fill 32/64/128-byte panels");
+  static_assert(FP8 || QK_W >= 64, "16-bit V is read N-major from 64/128-byte panels");
+  // Every panel starts on a swizzle-atom boundary (8 rows of W bytes; the base is 1024-byte aligned).
+  static_assert(Q_BYTES % 1024 == 0 && KV_BYTES % 1024 == 0, "tiles must keep the panels 1024-byte aligned");
   static_assert(BN % 16 == 0 && BN <= 256, "block_n must be a multiple of 16, at most 256");
   static_assert(!FP8 || BN % 32 == 0, "fp8 P fragments cover 32 keys");
   static_assert(!PINGPONG || OVERLAP, "ping-pong schedules the two GEMMs of the overlapped loop");
@@ -77,8 +80,9 @@ struct Consumer {
         constexpr int W = C::V_W;
         b = smem_desc<W>(v_base + (kk * 32 / W) * C::D * W + kk * 32 % W, 16, 8 * W);
       } else {
-        // V tile read N-major: LBO = distance between 64-column panels, SBO = 8 keys.
-        b = smem_desc<128>(v_base + kk * 16 * 128, C::BN * 128, 1024);
+        // V tile read N-major: LBO = distance between panels of head-dim columns, SBO = 8 keys.
+        constexpr int W = C::QK_W;
+        b = smem_desc<W>(v_base + kk * 16 * W, C::BN * W, 8 * W);
       }
       const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
       Wpv::rs(o, a, b);

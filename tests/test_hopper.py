@@ -45,8 +45,8 @@ def test_plan_and_refusals():
     assert hopper.plan("v3-fp8", "E4m3", 128, False, 1, 1, 128).block_n == 224  # FA3's fp8 default
     assert hopper.plan("v3-fp8", "E4m3", 64, True, 1, 1, 128).name.startswith("v3_E4m3_d64_m192_n160")
     assert [hopper.panel_bytes(x) for x in (256, 224, 192, 160, 64)] == [128, 32, 64, 32, 64]
-    with pytest.raises(FlashsimError, match="built for head dims 64, 128, not 256"):
-        hopper.plan("v3", "Bf16", 256, False, 1, 1, 128)
+    with pytest.raises(FlashsimError, match="built for head dims 64, 96, 128, 192, 256, not 80"):
+        hopper.plan("v3", "Bf16", 80, False, 1, 1, 128)
     with pytest.raises(FlashsimError, match="no bf16 kernel for d128 128x64 non-causal pingpong"):
         hopper.plan("v3", "Bf16", 128, False, 1, 1, 128, tiling=Tiling(128, 64, 12, 2))
     with pytest.raises(FlashsimError, match="unknown schedule"):
@@ -63,6 +63,56 @@ def test_tile_table_rows_and_defaults():
         assert default.schedule == "pingpong" and default in rows
     assert hopper_tiles.default_tile("v3", 64, False).kernel == "v3_Bf16_d64_m192_n128_s2_c0_p1_o1"
     assert hopper_tiles.default_tile("v3", 128, True).entry_line == "V3_ENTRY(Bf16, 128, 128, 128, 2, 1, 1, 1)"
+    # every head dim FA3 takes, for both algorithms, both masks and every dtype
+    for algo, dtypes in (("v3", ("bf16", "fp16")), ("v3-fp8", ("e4m3",))):
+        for d in (64, 96, 128, 192, 256):
+            for causal in (False, True):
+                assert {hopper_tiles.default_tile(algo, d, causal, dt).tiling for dt in dtypes} == {
+                    hopper_tiles.default_tile(algo, d, causal).tiling
+                }, (algo, d, causal)
+
+
+# Tiles that differ from FA3's published defaults, and why (v3_tiles.tsv's header says the same).
+NEW_DIM_DEFAULTS = {
+    ("v3", 96): (192, 112),  # FA3's 192x144 keeps P in shared memory; with P in registers ptxas spills
+    ("v3", 192): (128, 112),  # FA3's 128x128 needs 240 KiB of shared memory with two stages
+    ("v3", 256): (128, 80),
+    ("v3-fp8", 96): (192, 128),
+    ("v3-fp8", 192): (128, 160),
+    ("v3-fp8", 256): (128, 128),
+}
+
+
+@pytest.mark.parametrize("algo, d", sorted(NEW_DIM_DEFAULTS))
+@pytest.mark.parametrize("causal", [False, True])
+def test_new_head_dims_simulate_the_kernels_tile(algo, d, causal):
+    """The simulator's default tiling on an H200 is the tile table's default, and the record's shared memory
+    is the kernel's less its barriers and alignment slack."""
+    from flashsim.algorithms.problem import Problem
+    from flashsim.algorithms.tiling import default_tiling, smem_bytes
+    from flashsim.hw_profiles import load_profile
+
+    dtype = "fp8" if algo == "v3-fp8" else "bf16"
+    row = hopper_tiles.default_tile(algo, d, causal)
+    assert (row.block_m, row.block_n) == NEW_DIM_DEFAULTS[algo, d]
+    problem = Problem(2, 8, 4096, d, dtype=dtype, causal=causal)
+    simulated = default_tiling(algo, problem, load_profile("h200"))
+    assert simulated == row.tiling
+    kernel = hopper_tiles.smem_bytes(row.dtype, d, row.block_m, row.block_n)
+    assert kernel - smem_bytes(algo, problem, simulated) == 8 * (2 + 4 * hopper_tiles.STAGES) + 1024
+    assert kernel <= 227 * 1024
+
+
+def test_fp8_hadamard_is_orthogonal_for_every_head_dim():
+    """Incoherent processing must leave Q K^T unchanged; d96 and d192 take a block-diagonal Hadamard."""
+    from flashsim.kernels.hopper_fp8 import hadamard
+
+    for d in (64, 96, 128, 192, 256):
+        h = hadamard(d)
+        assert torch.allclose(h @ h.T, torch.eye(d, dtype=h.dtype), atol=1e-12), d
+        block = d & -d  # entries +-1/sqrt(block) inside the diagonal blocks, 0 outside
+        assert torch.allclose(h.abs().max(), torch.tensor(block**-0.5, dtype=h.dtype))
+        assert int((h != 0).sum()) == d * block
 
 
 def test_tile_table_parser_refuses_bad_rows():
@@ -196,6 +246,19 @@ CASES = [
     (1, 3, 3, 333, 517, 64, True),
     (2, 4, 2, 517, 131, 64, True),
     (1, 2, 2, 1, 77, 128, True),
+    # head dims 96 (64-byte panels), 192, 256: odd lengths, GQA, Nq != Nk
+    (2, 4, 4, 1024, 1024, 96, False),
+    (1, 3, 3, 777, 777, 96, True),
+    (1, 8, 2, 1000, 1000, 96, False),  # GQA
+    (1, 2, 2, 333, 517, 96, True),
+    (1, 3, 3, 1000, 1000, 192, False),
+    (1, 8, 2, 777, 777, 192, True),  # GQA
+    (1, 2, 2, 701, 257, 192, True),
+    (1, 2, 2, 100, 300, 192, False),
+    (2, 4, 4, 1024, 1024, 256, False),
+    (1, 4, 2, 777, 777, 256, True),  # GQA
+    (1, 2, 2, 256, 700, 256, True),
+    (1, 3, 3, 1000, 1000, 256, False),
 ]
 
 
@@ -234,6 +297,8 @@ def test_v3_structured(kind, causal):
         (64, (192, 128), False, "serial"),
         (64, (128, 128), False, "pingpong"),
         (64, (128, 128), True, "pingpong"),
+        (96, (128, 144), False, "pingpong"),  # d96's two-consumer alternative with FA3's block_n
+        (96, (128, 144), True, "pingpong"),
     ],
 )
 def test_v3_schedules_and_tiles(d, tile, causal, schedule):
@@ -253,8 +318,11 @@ def test_v3_schedules_and_tiles(d, tile, causal, schedule):
 @gpu
 @pytest.mark.parametrize(
     "d, causal, persistent",
-    [(128, False, True), (128, True, True), (128, False, False), (64, False, True), (64, True, True)],
-)
+    [
+        (128, False, True), (128, True, True), (128, False, False), (64, False, True), (64, True, True),
+        (96, False, True), (192, True, True), (256, False, True),
+    ],
+)  # fmt: skip
 @pytest.mark.parametrize("nk", [1000, 421], ids=["square", "nk421"])
 def test_v3_persistent_grid(d, causal, persistent, nk):
     # 4 x 8 heads x 8 query blocks = 256 tiles: a persistent block (one per SM) takes two or more. With
@@ -268,10 +336,11 @@ def test_v3_persistent_grid(d, causal, persistent, nk):
 @pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("causal", [False, True])
-def test_fp8_accuracy_ordering(causal):
+@pytest.mark.parametrize("d", [96, 128, 192, 256])
+def test_fp8_accuracy_ordering(causal, d):
     from flashsim.experiments.bench_hopper import fp8_rmse_table
 
-    rows = fp8_rmse_table(1, 2, 1024, 128, causal)
+    rows = fp8_rmse_table(1, 2, 1024, d, causal)
     assert rows["fp8 block scale + incoherent"] < rows["fp8 tensor scale"]
     assert rows["fp8 block scale"] <= rows["fp8 tensor scale"] * 1.05
     assert rows["fp8 block scale + incoherent"] < 0.05
@@ -288,6 +357,12 @@ def test_fp8_accuracy_ordering(causal):
         (700, False, 128, (128, 192)),  # 64-key panels
         (1000, False, 64, None),  # 192 x 160, 64-byte Q/K rows
         (555, True, 64, None),
+        (1000, False, 96, None),  # 192 x 128, 32-byte Q/K rows
+        (555, True, 96, None),
+        (1000, False, 192, None),  # 128 x 160: 64-byte Q/K rows, V^T in 32-key panels
+        (555, True, 192, None),
+        (1000, False, 256, None),  # 128 x 128
+        (555, True, 256, None),
     ],
 )
 @pytest.mark.parametrize("nk_over_n", [1.0, 0.37, 1.9], ids=["square", "nk<nq", "nk>nq"])

@@ -61,7 +61,8 @@ import torch
 from flashsim.kernels import attention
 torch.manual_seed(0)
 for algo in ("v3", "v3-fp8"):
-    for nq, nk, d in [(130, 77, 64), (70, 200, 128), (333, 333, 128), (500, 129, 128)]:
+    for nq, nk, d in [(130, 77, 64), (70, 200, 128), (333, 333, 128), (500, 129, 128), (200, 131, 96),
+                      (150, 300, 192), (257, 100, 256)]:
         for causal in (False, True):
             q = torch.randn(1, 2, nq, d, device="cuda", dtype=torch.bfloat16)
             k = torch.randn(1, 1, nk, d, device="cuda", dtype=torch.bfloat16)
