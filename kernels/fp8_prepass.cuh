@@ -16,7 +16,7 @@
 // Arithmetic, in this order and in fp32, so the result equals kernels/hopper_fp8.py's torch reference bit
 // for bit: x * (+-1), butterflies (a + b, a - b) over column bits 0, 1, ..., log2(d) - 1, times
 // fp32(1 / sqrt(d)); amax / 448 (a division) and its IEEE reciprocal; x times that. Every step is one
-// correctly rounded operation (no FMA contraction).
+// correctly rounded operation (a butterfly's FMA multiplies by +-1, exactly).
 #pragma once
 #include <cstdint>
 
@@ -79,12 +79,11 @@ __device__ __forceinline__ uint32_t to_e4m3x2(float a, float b) {
   return out;
 }
 
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
+// Cluster barrier, relaxed: a thread that publishes data fences first (fence_cluster); wait acquires.
 __device__ __forceinline__ void cluster_arrive() {
-  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 }
+__device__ __forceinline__ void fence_cluster() { asm volatile("fence.acq_rel.cluster;" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 
 // A float in the shared memory of thread block `rank` of this cluster, at the address of `local`.
@@ -140,12 +139,13 @@ __device__ __forceinline__ void prepass(const Params& p) {
   if (p.hadamard && which < 2) {
     const int lane_col = threadIdx.x % cpr * 8;  // the same in every chunk: THREADS is a multiple of cpr
     const uint32_t negate = (p.signs[lane_col >> 6] >> (lane_col & 63)) & 0xff;
+    float sign[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) sign[e] = (negate >> e) & 1 ? -1.f : 1.f;
 #pragma unroll
     for (int c = 0; c < CPT; ++c) {
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        if ((negate >> e) & 1) x[c][e] = -x[c][e];
-      }
+      for (int e = 0; e < 8; ++e) x[c][e] = __fmul_rn(x[c][e], sign[e]);
 #pragma unroll
       for (int bit = 1; bit < 8; bit *= 2) {
 #pragma unroll
@@ -157,14 +157,16 @@ __device__ __forceinline__ void prepass(const Params& p) {
         }
       }
     }
-    for (int lanes = 1; lanes < cpr; lanes *= 2) {  // column bit 3 + log2(lanes): partner lane ^ lanes
-      const bool upper = threadIdx.x & lanes;
+    // Column bit 3 + log2(lanes), partner lane ^ lanes: the lower lane keeps x + other, the upper one
+    // other - x, both as one FMA with x times +-1 (exact, so the FMA rounds once, as the add would).
+    for (int lanes = 1; lanes < cpr; lanes *= 2) {
+      const float self = threadIdx.x & lanes ? -1.f : 1.f;
 #pragma unroll
       for (int c = 0; c < CPT; ++c) {
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
           const float other = __shfl_xor_sync(0xffffffffu, x[c][e], lanes);
-          x[c][e] = upper ? __fsub_rn(other, x[c][e]) : __fadd_rn(x[c][e], other);
+          x[c][e] = __fmaf_rn(x[c][e], self, other);
         }
       }
     }
@@ -191,9 +193,13 @@ __device__ __forceinline__ void prepass(const Params& p) {
     amax = threadIdx.x < THREADS / 32 ? warp_max[threadIdx.x] : 0.f;
 #pragma unroll
     for (int lanes = 16; lanes; lanes /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, lanes));
-    if (threadIdx.x == 0) local_max = amax;
+    if (threadIdx.x == 0) {
+      local_max = amax;
+      fence_cluster();  // release: peers read local_max after the barrier
+    }
   }
-  cluster_sync();  // every thread block's local_max is written
+  cluster_arrive();
+  cluster_wait();  // every thread block's local_max is written
   if (threadIdx.x < 32) {
     amax = threadIdx.x < CLUSTER ? load_peer(&local_max, threadIdx.x) : 0.f;  // rank of this cluster
 #pragma unroll
@@ -211,7 +217,7 @@ __device__ __forceinline__ void prepass(const Params& p) {
     const int idx = c * THREADS + threadIdx.x, r = idx / cpr, col = idx % cpr * 8;
     float y[8];
 #pragma unroll
-    for (int e = 0; e < 8; ++e) y[e] = fminf(fmaxf(__fmul_rn(x[c][e], inv), -E4M3_MAX), E4M3_MAX);
+    for (int e = 0; e < 8; ++e) y[e] = __fmul_rn(x[c][e], inv);  // |y| > 448 saturates in the conversion
     const uint2 packed = make_uint2(to_e4m3x2(y[0], y[1]) | to_e4m3x2(y[2], y[3]) << 16,
                                     to_e4m3x2(y[4], y[5]) | to_e4m3x2(y[6], y[7]) << 16);
     if (which < 2) {

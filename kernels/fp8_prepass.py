@@ -15,7 +15,7 @@ from flashsim.errors import FlashsimError
 
 THREADS = 256  # fp8_prepass::THREADS
 CLUSTERS = (2, 4, 8)  # the entry points' thread blocks per quantisation block
-CLUSTER = 4  # the default: measured fastest on the H200 (experiments/h200_fp8.sh, bench_hopper prepass)
+CLUSTER = 2  # the default: fastest on the H200 (kernel time, d64 and d128; bench_hopper prepass per size)
 CHUNKS = (1, 2, 4, 8)  # the entry points' chunks of 8 elements per thread
 HEADDIMS = range(64, 257, 8)  # d / 8 threads share a row; 16-byte loads
 MAX_BLOCK_ROWS = 256  # 16 groups of 16 rows: at most 2 per thread block of the cluster
