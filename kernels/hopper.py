@@ -47,7 +47,7 @@ class _Params(ctypes.Structure):
 _modules: dict[tuple[str, int, str], driver.Module] = {}
 
 
-def _module(algo: str, device: int) -> driver.Module:
+def module(algo: str, device: int) -> driver.Module:
     """The sm_90a cubin of `algo` on `device`, built first when the build directory has none current."""
     key = (algo, device, str(build.build_dir()))
     if key not in _modules:
@@ -196,7 +196,7 @@ def run(
         b,
     )
     dev = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    func = _module(algo, dev).function(launch.name)
+    func = module(algo, dev).function(launch.name)
     stream = torch.cuda.current_stream(q.device).cuda_stream
     func.launch(launch.grid, launch.threads, launch.smem, stream, tm_q.address, tm_k.address, tm_v.address, prm)
     return out

@@ -59,7 +59,7 @@ def _run(kernels, variant, call) -> None:
     raise FlashsimError("the Hopper kernels launch through kernels.hopper (kernels.attention routes them there)")
 
 
-def _family(algo: str, source: str, summary: str) -> KernelFamily:
+def _family(algo: str, source: str, summary: str, extra_headers: tuple[str, ...] = ()) -> KernelFamily:
     default = _default(algo)
     entries = tuple(dict.fromkeys(_entry(t) for t in hopper_tiles.tiles(algo)))
     return KernelFamily(
@@ -73,7 +73,7 @@ def _family(algo: str, source: str, summary: str) -> KernelFamily:
         run=_run,
         archs=("sm_90a",),
         summary=summary,
-        headers=HEADERS + (("v3.cu",) if source != "v3.cu" else ()),
+        headers=HEADERS + extra_headers,
         entry_lines=lambda: [t.entry_line for t in hopper_tiles.tiles(algo)],
         kernels_of=_kernels_of(algo),
         causal_tiling=default,
@@ -81,4 +81,11 @@ def _family(algo: str, source: str, summary: str) -> KernelFamily:
 
 
 V3 = register(_family("v3", "v3.cu", "FlashAttention-3: TMA producer, wgmma consumers, ping-pong + overlap"))
-V3_FP8 = register(_family("v3-fp8", "v3_fp8.cu", "FlashAttention-3 with e4m3 inputs, per-block scales"))
+V3_FP8 = register(
+    _family(
+        "v3-fp8",
+        "v3_fp8.cu",
+        "FlashAttention-3 with e4m3 inputs, per-block scales; the fused quantisation pre-pass",
+        ("v3.cu", "fp8_prepass.cuh"),
+    )
+)

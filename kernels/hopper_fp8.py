@@ -1,4 +1,4 @@
-"""FP8 (e4m3) FlashAttention-3 forward: the quantisation pre-pass in torch, then kernels/v3_fp8.cu.
+"""FP8 (e4m3) FlashAttention-3 forward: the quantisation pre-pass, then kernels/v3_fp8.cu.
 
 Pre-pass: optional incoherent processing of Q and K (x -> x diag(s) H / sqrt(n), s random +-1, H the
 Sylvester-Hadamard matrix of order n = d, or where d is not a power of two block-diagonal with blocks of
@@ -7,6 +7,11 @@ orthogonal), then one scale
 delta = max|x| / 448 per block_m x d block of Q and per block_n x d block of K and V ("block"), or one per
 tensor ("tensor", the baseline). V is transposed to (B, Hkv, d, N_pad) with keys permuted inside groups of 16
 (see the header of v3_fp8.cu) because the fp8 wgmma reads its B operand K-major only.
+
+Two implementations: the fused CUDA kernel (kernels/fp8_prepass.cuh through fp8_prepass.py, one launch,
+the default for block scales) and the torch functions below, its reference. Both compute the transform as
+butterflies in a fixed order and divide by the scale as a multiply by its fp32 reciprocal, so the kernel
+equals the reference bit for bit.
 """
 
 from __future__ import annotations
@@ -37,15 +42,36 @@ def hadamard(d: int, device=None):
     return torch.block_diag(*[h] * (d // n)) / math.sqrt(n)
 
 
-def incoherent(q, k, seed: int = 0):
-    """Q and K times diag(+-1) H along d: the product Q K^T is unchanged, outliers are spread over d."""
+def signs(d: int, seed: int = 0):
+    """The random +-1 diagonal of the incoherent processing, (d,) float64 on the CPU."""
     import torch
 
-    d = q.shape[-1]
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    signs = torch.randint(0, 2, (d,), generator=gen).to(torch.float64) * 2 - 1
-    m = (signs[:, None] * hadamard(d)).to(q.device, torch.float32)
-    return (q.float() @ m), (k.float() @ m)
+    return torch.randint(0, 2, (d,), generator=gen).to(torch.float64) * 2 - 1
+
+
+def rotate(x, diag):
+    """x diag(diag) H / sqrt(d) along the last dimension in fp32: butterflies (a + b, a - b) over column bits
+    0, 1, ..., log2(d) - 1, then one multiply by fp32(1 / sqrt(d)) (the order fp8_prepass.cuh follows)."""
+    import torch
+
+    d = x.shape[-1]
+    if d & (d - 1):
+        raise FlashsimError(f"Hadamard transform needs a power-of-two head dim, got {d}")
+    y = x.float() * diag.to(x.device, torch.float32)
+    h = 1
+    while h < d:
+        pairs = y.unflatten(-1, (d // (2 * h), 2, h))
+        a, b = pairs[..., 0, :], pairs[..., 1, :]
+        y = torch.stack((a + b, a - b), -2).flatten(-3)
+        h *= 2
+    return y * torch.tensor(1 / math.sqrt(d), dtype=torch.float32, device=x.device)
+
+
+def incoherent(q, k, seed: int = 0):
+    """Q and K times diag(+-1) H along d: the product Q K^T is unchanged, outliers are spread over d."""
+    diag = signs(q.shape[-1], seed)
+    return rotate(q, diag), rotate(k, diag)
 
 
 def quantize(x, block: int, scaling: str = "block"):
@@ -62,9 +88,10 @@ def quantize(x, block: int, scaling: str = "block"):
         amax = xf.abs().amax().expand(b, h, nb)
     else:
         raise FlashsimError(f"unknown fp8 scaling {scaling!r}; choose block or tensor")
-    scale = (amax / E4M3_MAX).clamp_min(1e-12).contiguous()
-    per_row = scale.repeat_interleave(block, dim=2)[:, :, :n, None]
-    xq = (xf / per_row).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    # a tensor divisor: torch divides by a Python number as a multiply by its reciprocal
+    scale = (amax / torch.full_like(amax, E4M3_MAX)).clamp_min(1e-12).contiguous()
+    per_row = scale.reciprocal().repeat_interleave(block, dim=2)[:, :, :n, None]
+    xq = (xf * per_row).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
     return xq.contiguous(), scale
 
 
@@ -82,9 +109,39 @@ def transpose_v(vq, block_n: int):
 
 
 def prepare(
+    q,
+    k,
+    v,
+    block_m: int,
+    block_n: int,
+    scaling: str = "block",
+    incoherent_processing: bool = True,
+    seed: int = 0,
+    fused: bool | None = None,
+    cluster: int | None = None,
+):
+    """The quantisation pass: returns (qq, kq, vt, q_scale, k_scale, v_scale). fused: the CUDA pre-pass
+    (None: whenever it serves the call, fp8_prepass.serves), else the torch reference below; cluster: the
+    CUDA pre-pass's thread blocks per block (None: its default, or the least that holds the block)."""
+    from . import fp8_prepass
+
+    if fused is None:
+        fused = scaling == "block" and fp8_prepass.serves(q, k, v, block_m, block_n)
+    if fused:
+        if scaling != "block":
+            raise FlashsimError("the fused fp8 pre-pass computes block scales; per-tensor scaling runs in torch")
+        if cluster is None:
+            d = q.shape[-1]
+            fits = [c for c in fp8_prepass.CLUSTERS if fp8_prepass.chunks_per_thread(block_m, block_n, d, c)]
+            cluster = fp8_prepass.CLUSTER if fp8_prepass.CLUSTER in fits else min(fits, default=fp8_prepass.CLUSTER)
+        return fp8_prepass.quantize(q, k, v, block_m, block_n, incoherent_processing, seed, cluster)
+    return prepare_reference(q, k, v, block_m, block_n, scaling, incoherent_processing, seed)
+
+
+def prepare_reference(
     q, k, v, block_m: int, block_n: int, scaling: str = "block", incoherent_processing: bool = True, seed: int = 0
 ):
-    """The quantisation pass: returns (qq, kq, vt, q_scale, k_scale, v_scale)."""
+    """The pre-pass as torch operations (the fused kernel's reference; per-tensor scaling runs only here)."""
     if incoherent_processing:
         q, k = incoherent(q, k, seed)
     qq, qs = quantize(q, block_m, scaling)
@@ -104,17 +161,23 @@ def attention(
     schedule: str = "pingpong",
     seed: int = 0,
     out=None,
+    fused: bool | None = None,
+    persistent: bool | None = None,
 ):
-    """FP8 forward from 16-bit (or fp32) q, k, v (B, H, N, d); returns bf16 (B, H, N, d)."""
+    """FP8 forward from 16-bit (or fp32) q, k, v (B, H, N, d); returns bf16 (B, H, N, d). fused: as in
+    prepare (None: the CUDA pre-pass wherever it serves the call); persistent: as in hopper.plan."""
     import torch
 
     hopper._check_inputs(q, k, v)
     d = q.shape[-1]
     bm, bn = hopper.choose_tile("v3-fp8", d, causal, tiling)
-    qq, kq, vt, qs, ks, vs = prepare(q, k, v, bm, bn, scaling, incoherent_processing, seed)
+    qq, kq, vt, qs, ks, vs = prepare(q, k, v, bm, bn, scaling, incoherent_processing, seed, fused)
     if out is None:
         out = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
-    return hopper.run("v3-fp8", qq, kq, vt, causal, _Tile(bm, bn), schedule, out, (qs, ks, vs), nk=k.shape[2])
+    tile = _Tile(bm, bn)
+    return hopper.run(
+        "v3-fp8", qq, kq, vt, causal, tile, schedule, out, (qs, ks, vs), nk=k.shape[2], persistent=persistent
+    )
 
 
 class _Tile:

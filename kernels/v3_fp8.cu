@@ -1,6 +1,6 @@
 // FlashAttention-3 forward with e4m3 inputs (sm_90a only): the v3.cu pipeline with T = E4m3.
 //
-// Inputs, prepared on the host (kernels/hopper_fp8.py):
+// Inputs, prepared by the pre-pass (fp8_prepass.cuh; kernels/hopper_fp8.py holds its torch reference):
 //   Q, K      (B, H, N, d) / (B, Hkv, N, d) e4m3, optionally after incoherent processing (x -> x diag(+-1) H
 //             / sqrt(d) along d for both, which leaves Q K^T unchanged), each block_m x d block of Q and
 //             block_n x d block of K divided by its scale delta = max|x| / 448.
@@ -22,4 +22,6 @@
 // so FA3's fp8 tiles (d128 128 x 224, d64 192 x 160) need no padding.
 
 // The entry points (V3_ENTRY lines, T = E4m3) are the v3-fp8 rows of v3_tiles.tsv, written by the build.
+// The same cubin holds the fused pre-pass that produces these inputs from 16-bit Q, K, V (fp8_prepass.cuh).
 #include "v3.cu"
+#include "fp8_prepass.cuh"

@@ -77,6 +77,21 @@ def test_v2_reads_q_once_and_kv_once_per_q_block():
     assert io.gmem_bytes == nd * 18 + 2 * 3 * 1000 * 4
 
 
+def test_fp8_prepass_is_its_own_memory_bound_kernel():
+    """v3-fp8's first launch reads Q, K, V once in bf16 and writes e4m3 Q, K, V^T padded to whole key
+    blocks and one fp32 scale per block; the attention kernel reads only the e4m3 copies and scales."""
+    p = Problem(2, 4, 1000, 128, kv_heads=2, dtype="fp8")
+    t = Tiling(128, 224, 12, 2)
+    prepass, attn = count_io(build_fp8(p, t)).kernels
+    assert prepass.name == "fp8_prepass"
+    q, kv = 2 * 4 * 1000 * 128, 2 * 2 * 1000 * 128
+    assert dict(prepass.gmem_read) == {"Q": 2 * q, "K": 2 * kv, "V": 2 * kv}
+    padded = 2 * 2 * 5 * 224 * 128  # ceil(1000 / 224) = 5 key blocks of 224
+    assert dict(prepass.gmem_write) == {"Qq": q, "Kq": kv, "Vq": padded, "Qscale": 2 * 4 * 8 * 4,
+                                        "Kscale": 2 * 2 * 5 * 4, "Vscale": 2 * 2 * 5 * 4}
+    assert not prepass.flops and {"Q", "K", "V"}.isdisjoint(attn.gmem_read)
+
+
 def test_standard_materialises_s_and_p():
     p = Problem(1, 2, 300, 64, dtype="bf16")
     io = count_io(build("standard", p, Tiling(128, 128, 4, 2)))

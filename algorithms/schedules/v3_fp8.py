@@ -1,10 +1,14 @@
-"""FlashAttention-3 in FP8 (e4m3): a quantisation pass, then the V3 schedule on fp8 operands.
+"""FlashAttention-3 in FP8 (e4m3): a quantisation pre-pass, then the V3 schedule on fp8 operands.
 
-Pass 1 (one thread block per Q, K or V block): optional incoherent processing of Q and K (random +-1
-diagonal times a Hadamard transform along d, the same for both, so Q K^T is unchanged), then one scale per
-block delta = max|x| / 448 and x / delta rounded to e4m3. Pass 2: V3 with the block scales applied to each
-GEMM's product (S scaled by delta_Q delta_K; P V by delta_V), P rounded to e4m3, fp32 accumulation,
-O written in bf16.
+Kernel 1, the pre-pass (kernels/fp8_prepass.cuh; one CTA here per Q block of block_m rows and K or V block
+of block_n rows): read the block once in bf16, optional incoherent processing of Q and K (random +-1
+diagonal times a Hadamard transform along d, the same for both, so Q K^T is unchanged), one scale per block
+delta = max|x| / 448, x / delta rounded to e4m3, written with the scale. V leaves transposed for the fp8
+wgmma, padded to whole key blocks (its last block writes block_n rows, zeros past N). The CUDA kernel
+spreads each block over a cluster of 8 thread blocks that reduce the block's max through distributed shared
+memory, and moves V through shared memory to transpose it; neither is modelled: memory-bound either way.
+Kernel 2: V3 with the block scales applied to each GEMM's product (S scaled by delta_Q delta_K; P V by
+delta_V), P rounded to e4m3, fp32 accumulation, O written in bf16.
 """
 
 from __future__ import annotations
@@ -36,21 +40,23 @@ def build(p: Problem, t: Tiling, hadamard: bool = True, **ablation) -> Schedule:
         yield Load(GTile(name, b, h, row0, rows, 0, d, IN_BYTES), "x", RMEM)
         seed = HADAMARD_SEED if hadamard and name in "QK" else None
         yield Quantize("x", "xq", "delta", rows, d, 4, seed)
-        yield Store("xq", GTile(name + "q", b, h, row0, rows, 0, d, 1), RMEM)
+        stored = block if name == "V" else rows  # V^T is padded to whole key blocks
+        yield Store("xq", GTile(name + "q", b, h, row0, stored, 0, d, 1), RMEM)
         yield Store("delta", GTile(name + "scale", b, h, blk, 1, 0, 1, 4), RMEM)
 
     ctas = [("Q", b, h, i, t.block_m) for b in range(p.batch) for h in range(p.heads)
             for i in range(cdiv(p.seqlen_q, t.block_m))]
     ctas += [(x, b, h, j, t.block_n) for x in "KV" for b in range(p.batch) for h in range(p.kv_heads)
              for j in range(cdiv(p.seqlen_k, t.block_n))]
-    quant = Kernel("quantize_fp8", ctas, (Role("warps", 4, quantize),), 0, 64, classes=lambda c: (c[0], c[3]),
+    quant = Kernel("fp8_prepass", ctas, (Role("warps", 4, quantize),), 0, 64, classes=lambda c: (c[0], c[3]),
                    kv_head_of=lambda c: (c[1], c[2] if c[0] in "KV" else c[2] // p.group))
     attn = build_v3(p, t, fp8=True, name="v3_fp8", **ablation)
     return Schedule("v3-fp8", p, t, (quant, *attn.kernels))
 
 
 def _quantize(x: cf.Dims, hadamard: bool) -> cf.KernelNest:
-    """v3-fp8's first pass: every Q block (block_m rows) and K/V block (block_n rows) to e4m3 and a scale."""
+    """v3-fp8's pre-pass: every Q block (block_m rows) and K/V block (block_n rows) to e4m3 and a scale;
+    V's blocks are written whole (V^T padded to whole key blocks)."""
     B, Nq, Nk, d = x.B, x.Nq, x.Nk, x.d
     had = x.d.bit_length() - 1 if hadamard else 0  # log2(d) butterfly stages
     parts, ctas = [], 0
@@ -61,14 +67,16 @@ def _quantize(x: cf.Dims, hadamard: bool) -> cf.KernelNest:
         r = min(block, n_rows)
         ctas += m
         text = f"quantise {name}" + (" diag(+-1) H / sqrt(d)" if h else "") + " to e4m3"
+        out_rows, out_total = (block, m * block) if name == "V" else (r, B * heads * n_rows)
         parts.append(cf.bh_loop(x, [cf.Loop(f"blk in 0..{blocks}  {name} block", blocks, m, [
             cf.load(f"load {name} (bf16)", name, r * d * IN_BYTES, B * heads * n_rows * d * IN_BYTES, m, smem=False),
             cf.Step(text, "rf", m, [cf.Effect("exps", "", 0, 0),
                                  cf.Effect("alu_flops", "", (3 + h) * r * d, (3 + h) * B * heads * n_rows * d)]),
-            cf.store(f"store {name}q (e4m3)", name + "q", r * d, B * heads * n_rows * d, m),
+            cf.store(f"store {name}q (e4m3)" if name != "V" else "store V^T (e4m3, padded)", name + "q",
+                     out_rows * d, out_total * d, m),
             cf.store(f"store {name}scale", name + "scale", F32, m * F32, m),
         ], grid=True)], heads))
-    return cf.KernelNest("quantize_fp8", ctas, 128, parts)
+    return cf.KernelNest("fp8_prepass", ctas, 128, parts)
 
 
 def loop_nest(x: cf.Dims, hadamard: bool = True) -> list[cf.KernelNest]:
@@ -76,11 +84,13 @@ def loop_nest(x: cf.Dims, hadamard: bool = True) -> list[cf.KernelNest]:
 
 
 def hbm_tensors(p: Problem, t: Tiling) -> dict[str, int]:
-    """The e4m3 copies of Q, K and V with one fp32 scale per block, and the LSE (the bf16 inputs are Q, K, V)."""
+    """The e4m3 copies of Q, K and V^T (padded to whole key blocks) with one fp32 scale per block, and the
+    LSE (the bf16 inputs are Q, K, V)."""
     q_blocks = p.batch * p.heads * cdiv(p.seqlen_q, t.block_m)
     kv_blocks = p.batch * p.kv_heads * cdiv(p.seqlen_k, t.block_n)
     kv = p.batch * p.kv_heads * p.seqlen_k * p.headdim
-    return {"Qq": q_rows(p) * p.headdim, "Kq": kv, "Vq": kv, "scales": (q_blocks + 2 * kv_blocks) * F32,
+    vt = kv_blocks * t.block_n * p.headdim
+    return {"Qq": q_rows(p) * p.headdim, "Kq": kv, "Vq": vt, "scales": (q_blocks + 2 * kv_blocks) * F32,
             **lse_tensor(p)}
 
 
@@ -92,8 +102,9 @@ ALGORITHM = replace(
     mapper=lambda p, profile: v3.mapper(p, profile, fp8=True),
     check_tiling=lambda p, t: v3.check_tiling(p, t, "v3-fp8"),
     loop_nest=loop_nest,
-    why="A quantisation pass reads Q, K, V in bf16 and writes e4m3 copies with one scale per block; then V3 "
-        "reads the 1-byte K and V once per q-block (Tr = {tr} passes).",
+    why="A fused pre-pass kernel reads Q, K, V once in bf16 and writes e4m3 Q, K and V^T with one scale per "
+        "block (memory-bound: it moves about 3 bytes per element); then V3 reads the 1-byte K and V once per "
+        "q-block (Tr = {tr} passes).",
     features=("tma", "wgmma", "fp8"),
     dtypes=("fp8",),
     options=("hadamard", *v3.ABLATION_SWITCHES),

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# v3-fp8 with its fused quantisation pre-pass on an H200 (bash experiments/h200_fp8.sh), in about 4 minutes:
+# the pre-pass against its torch reference bit for bit and v3-fp8 end to end against fp64
+# (tests/test_fp8_prepass.py), the v3-fp8 GPU tests of tests/test_hopper.py (the FP8 error-study ordering
+# among them), then the FP8 RMSE table and v3-fp8 end to end (pre-pass shown separately) vs v3 bf16 at d128
+# and d64, seqlen 1k..16k, causal off and on (bench_hopper fp8). Run from the repository root with simpy's
+# wheel in .whl/ and the cubins built where nvcc is:
+#   flashsim kernels build --out build/kernels --arch sm_90a
+# Writes under $OUT: gpu.txt, prepass.txt, hopper-fp8.txt, clusters.txt (the pre-pass alone per cluster
+# size), bench.txt, fp8-bench.json, fp8-bench.md and summary.txt (one line per step, then PASS or FAIL).
+set -uo pipefail
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+source experiments/device_env.sh
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$OUT/gpu.txt" 2>&1
+status=0
+step() {  # step NAME SECONDS COMMAND...: the command's output in $OUT/NAME.txt, its exit status in summary.txt
+  local name=$1 limit=$2
+  shift 2
+  timeout "$limit" "$@" > "$OUT/$name.txt" 2>&1
+  local rc=$?
+  echo "$name: exit $rc ($(tail -1 "$OUT/$name.txt"))" | tee -a "$OUT/summary.txt"
+  [ "$rc" -eq 0 ] || status=1
+}
+PYTEST=(python3 -m pytest -q -rfE -p no:cacheprovider)
+step prepass 150 "${PYTEST[@]}" -m gpu tests/test_fp8_prepass.py
+step hopper-fp8 150 "${PYTEST[@]}" -m gpu tests/test_hopper.py -k fp8
+step clusters 60 python3 -m flashsim.experiments.bench_hopper prepass
+step bench 240 python3 -m flashsim.experiments.bench_hopper fp8 --causal --out "$OUT"
+[ "$status" -eq 0 ] && echo PASS | tee -a "$OUT/summary.txt" || echo FAIL | tee -a "$OUT/summary.txt"
+exit "$status"
