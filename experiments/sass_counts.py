@@ -6,10 +6,10 @@ compiler emitted for each kernel, so the model's lowering can be checked against
 
 Whole-kernel counts mix the prologue, the epilogue and the loop. Each kernel's `loops` isolate the loop bodies:
 a conditional backward branch closes a loop (its target opens it; an unconditional one returns from
-out-of-line code, such as the retry of a failed barrier wait, into the middle of the function); the body's counts are those of one iteration, and each
-forward branch inside it that skips a region (a uniform `if`, such as the mask of blocks that cross the
-diagonal) is listed under `skips` with the counts of what it skips. One iteration without any skipped region
-is `classes` minus every skip's classes.
+out-of-line code, such as the retry of a failed barrier wait, into the middle of the function). A body's
+counts are those of one iteration, and each forward branch inside it that skips a region (a uniform `if`,
+such as the mask of blocks that cross the diagonal) is listed under `skips` with the counts of what it
+skips. One iteration without any skipped region is `classes` minus every outermost skip's classes.
 
     python3 -m flashsim.experiments.sass_counts build/kernels --out sass-counts.json   (where cuobjdump is)
 """

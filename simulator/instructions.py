@@ -165,7 +165,8 @@ def lower_gemm(op: Gemm) -> Counter:
         # every warp of the warpgroup issues each m64nNk instruction; a role of several warpgroups splits m
         groups = max(1, op.warps // 4)
         per_group_rows = op.m / groups
-        c["hgmma"] += math.ceil(per_group_rows / 64) * math.ceil(op.n / WGMMA_MAX_N) * math.ceil(op.k / WGMMA_K[op.dtype])
+        steps = math.ceil(op.k / WGMMA_K[op.dtype])
+        c["hgmma"] += math.ceil(per_group_rows / 64) * math.ceil(op.n / WGMMA_MAX_N) * steps
         return c
     c["hmma"] += op.flops / HMMA_FLOPS[op.dtype] / op.warps
     # ldmatrix .x4 moves 256 16-bit elements per warp: each warp loads the operand share it multiplies

@@ -15,7 +15,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from flashsim.algorithms.ir import Gemm, OnlineSoftmax, Rescale, SyncThreads, Wait
 from flashsim.algorithms.mapping import Tiling
 from flashsim.algorithms.problem import Problem
