@@ -135,6 +135,10 @@ def to_params(report: dict) -> dict[str, tuple[int | float, str]]:
         f = r["fp32_mufu"]
         p["fp32_flops_per_clk_per_sm"] = (f["fp32_flops_per_clk_per_sm"], src(f["how"]))
         p["mufu_ops_per_clk_per_sm"] = (f["mufu_ex2_per_clk_per_sm"], src(f"MUFU.EX2 (ex2.approx.ftz.f32), {f['how']}"))
+    if "dep_latency" in r:
+        f = r["dep_latency"]
+        p["mufu_latency_cycles"] = (round(f["mufu_latency_cycles"], 2), src(f["how"]))
+        p["shfl_latency_cycles"] = (round(f["shfl_latency_cycles"], 2), src(f["how"]))
     if "mma_sync" in r:
         m = r["mma_sync"]
         for dtype in ("fp16", "bf16", "tf32"):

@@ -342,6 +342,24 @@ def fp32_and_mufu(b: Bench) -> dict:
     }
 
 
+def dep_latency(b: Bench) -> dict:
+    """Dependent-instruction latencies of MUFU.EX2 and SHFL.BFLY: one chain per thread, one block of 4 warps
+    per SM (one warp per sub-partition), cycles per instruction by clock64 (median over blocks)."""
+    cp = b.cp
+    sink = cp.zeros(1, dtype=cp.float32)
+    iters = 4096 if b.quick else 16384
+    out = {}
+    for key, name in (("mufu_latency_cycles", "mufu_dep"), ("shfl_latency_cycles", "shfl_dep")):
+        fn = b.fn("compute", name)
+        tb = b.times(b.gpu.sm_count)
+        b.elapsed(lambda fn=fn, tb=tb: fn((b.gpu.sm_count,), (128,), (_i32(iters), sink, tb)), reps=3)
+        t = block_times(tb)
+        out[key] = float(np.median(t["clk1"] - t["clk0"])) / iters
+    out["how"] = (f"mufu_dep / shfl_dep: one dependent ex2.approx / shfl.sync.bfly chain of {iters} per thread, "
+                  "one block of 4 warps per SM, clock64 cycles per instruction (median over SMs)")
+    return out
+
+
 def _random_16bit(n: int, kind: str, rng: np.random.Generator) -> np.ndarray:
     """n random normal values as raw 16-bit words of bf16 or fp16 (never NaN or Inf)."""
     x = rng.standard_normal(n).astype(np.float32)
@@ -647,6 +665,7 @@ BENCHMARKS: dict[str, Callable[[Bench], dict]] = {
     "loaded_latency": loaded_latency,
     "smem": smem,
     "fp32_mufu": fp32_and_mufu,
+    "dep_latency": dep_latency,
     "mma_sync": mma_sync,
     "mma_warps": mma_warps,
     "wgmma": wgmma,

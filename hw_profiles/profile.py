@@ -34,7 +34,7 @@ PROVENANCES = {
 OVERRIDE_KIND = "override"
 WARP = 32
 # Keys for which zero is a meaningful value (a what-if without the per-block reservation).
-ZERO_ALLOWED = frozenset({"smem_reserved_per_block_bytes"})
+ZERO_ALLOWED = frozenset({"smem_reserved_per_block_bytes", "issue_model"})
 
 # Unit of a key, read from its name's suffix (longest suffixes first). No suffix: a plain count.
 _UNIT_SUFFIXES = (
@@ -111,6 +111,14 @@ class Profile:
     # cycles between a warp's dependent FP32 instructions: a warp's serial softmax arithmetic issues at this pace
     fp32_dependent_issue_cycles: float = _p(float)
     mufu_ops_per_clk_per_sm: float = _p(float)
+    # the instruction-issue model of elementwise ops (simulator/instructions.py): 1 uses it, 0 paces each op
+    # as one dependent stream at fp32_dependent_issue_cycles per instruction (the model before it)
+    issue_model: int = _p(int)
+    warp_issue_per_clk_per_sub_partition: float = _p(float)  # warp instructions one scheduler dispatches
+    alu_ops_per_clk_per_sm: float = _p(float)  # lanes of the ALU pipe: compare, min/max, select, 16-bit packing
+    shfl_ops_per_clk_per_sm: float = _p(float)  # lanes of warp shuffles
+    mufu_latency_cycles: float = _p(float)  # a dependent MUFU.EX2 chain's cycles per instruction
+    shfl_latency_cycles: float = _p(float)  # a dependent SHFL.BFLY chain's cycles per instruction
     mma_sync_fp16_flops_per_clk_per_sm: float = _p(float)
     mma_sync_bf16_flops_per_clk_per_sm: float = _p(float)
     mma_sync_tf32_flops_per_clk_per_sm: float = _p(float)
@@ -215,6 +223,9 @@ class Profile:
         object.__setattr__(self, spec.name, value)
 
     def _check_consistency(self) -> None:
+        if self.issue_model not in (0, 1):
+            raise self._fail("issue_model", f"must be 0 (dependent stream) or 1 (instruction issue), "
+                                            f"got {self.issue_model}")
         if self.max_warps_per_sm * WARP != self.max_threads_per_sm:
             raise self._fail(
                 "max_threads_per_sm",

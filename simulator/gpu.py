@@ -124,6 +124,12 @@ class Sm:
         self.sfu = SharedUnit(f"SM{index}.sfu", profile.mufu_ops_per_clk_per_sm)
         self.alu = SharedUnit(f"SM{index}.alu", profile.fp32_flops_per_clk_per_sm)
         self.smem = SharedUnit(f"SM{index}.smem", profile.smem_bandwidth_bytes_per_clk_per_sm)
+        # the instruction-issue model's units (profile.issue_model): warp schedulers (warp instructions), the
+        # ALU pipe (lanes of compares, min/max, selects, packing) and the shuffle path (lanes)
+        self.issue = SharedUnit(f"SM{index}.issue",
+                                profile.sub_partitions_per_sm * profile.warp_issue_per_clk_per_sub_partition)
+        self.int_alu = SharedUnit(f"SM{index}.int_alu", profile.alu_ops_per_clk_per_sm)
+        self.shfl = SharedUnit(f"SM{index}.shfl", profile.shfl_ops_per_clk_per_sm)
 
     def units(self) -> dict[str, SharedUnit]:
         return {"tensor": self.tensor, "wgmma": self.wgmma_queue, "sfu": self.sfu, "alu": self.alu, "smem": self.smem}

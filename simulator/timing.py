@@ -7,6 +7,7 @@ work / rate of the unit serving it; waiting, overlap and contention come out of 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 from flashsim.algorithms.ir import (
@@ -34,6 +35,7 @@ from flashsim.algorithms.ir import (
     Wait,
     WarpReduce,
 )
+from flashsim.simulator.instructions import WARP, chain_cycles, lower, lower_gemm, per_pipe, total
 
 OPERAND_BYTES = {"fp8": 1, "fp16": 2, "bf16": 2, "fp32": 4}
 _ELEMENTWISE = frozenset(
@@ -138,6 +140,8 @@ class RoleTimer:
                 reqs.append((sm.smem, sm.smem.submit(now, gemm_smem_bytes(op))))
                 if op.a_scale or op.b_scale:  # scaled products accumulate outside the tensor core
                     reqs.append((sm.alu, sm.alu.submit(now, 2 * op.m * op.n, share)))
+                if p.issue_model:  # the HMMA / HGMMA and ldmatrix instructions take issue slots too
+                    reqs.append((sm.issue, sm.issue.submit(now, _gemm_issue(op) * op.warps, share)))
                 latency = p.wgmma_latency_cycles if op.instr == "wgmma" else p.mma_sync_latency_cycles
                 if op.async_token:
                     self.tokens[op.async_token] = (reqs, latency, now)
@@ -172,15 +176,20 @@ class RoleTimer:
                     yield env.timeout(p.tma_issue_cycles if tma else p.cp_async_issue_cycles)
             elif kind in _ELEMENTWISE:
                 share = pipe_share(op.warps, p.sub_partitions_per_sm)
-                reqs = [(sm.sfu, sm.sfu.submit(now, op.exps, share)), (sm.alu, sm.alu.submit(now, op.alu_flops, share))]
+                if p.issue_model:
+                    reqs, floor = _issued(op, sm, now, share, p)
+                    floor += now
+                else:
+                    reqs = [(sm.sfu, sm.sfu.submit(now, op.exps, share)),
+                            (sm.alu, sm.alu.submit(now, op.alu_flops, share))]
+                    # each warp issues its share of the elementwise instructions as a dependent stream
+                    floor = now + math.ceil((op.alu_flops + op.exps) / (32 * op.warps) * p.fp32_dependent_issue_cycles)
                 extra = 1
                 if kind is OnlineSoftmax and op.cross_warp > 1:
                     # row max and sum exchanged through shared memory, with a barrier each
                     reqs.append((sm.smem, sm.smem.submit(now, 2 * op.rows * op.cross_warp * 4)))
                     extra = 2 * p.smem_latency_cycles
                 yield from self._until(reqs, extra)
-                # each warp issues its share of the elementwise instructions as a dependent stream
-                floor = now + math.ceil((op.alu_flops + op.exps) / (32 * op.warps) * p.fp32_dependent_issue_cycles)
                 if floor > env.now:
                     yield env.timeout(floor - env.now)
                 if tracing:
@@ -233,6 +242,34 @@ class RoleTimer:
             action()
 
         return landed
+
+
+@functools.lru_cache(maxsize=4096)
+def _lowered(op) -> tuple[float, dict[str, float]]:
+    counts = lower(op)
+    return total(counts), per_pipe(counts)
+
+
+@functools.lru_cache(maxsize=1024)
+def _gemm_issue(op: Gemm) -> float:
+    return total(lower_gemm(op))
+
+
+def _issued(op, sm, now: int, share: float, p) -> tuple[list, int]:
+    """The instruction-issue model of an elementwise op: its warps' instructions (simulator/instructions.py)
+    go to the SM's warp schedulers, and each class's lanes to its pipe (FP32 FMA, ALU, MUFU, shuffle), all
+    shared with whatever else the SM runs; the op also lasts at least one row's dependent chain (rows of a
+    thread, and threads, overlap). Returns the requests and that chain's cycles."""
+    instrs, pipes = _lowered(op)
+    lanes = WARP * op.warps
+    reqs = [(sm.issue, sm.issue.submit(now, instrs * op.warps, share))]
+    # an FP32 instruction's lane does one FFMA's work: two of the profile's FLOPs
+    for unit, work in ((sm.alu, 2 * pipes.get("fma", 0)), (sm.int_alu, pipes.get("alu", 0)),
+                       (sm.sfu, pipes.get("mufu", 0)), (sm.shfl, pipes.get("shfl", 0))):
+        if work:
+            reqs.append((unit, unit.submit(now, work * lanes, share)))
+    chain = chain_cycles(op, p.fp32_dependent_issue_cycles, p.mufu_latency_cycles, p.shfl_latency_cycles)
+    return reqs, math.ceil(chain)
 
 
 def _waits(op, kind, inflight: dict) -> list:

@@ -79,6 +79,7 @@ REPORT = {
         "latency": {"l2_hit_cycles": 262.4, "hbm_cycles": 610.2, "hbm_footprint_bytes": 1 << 30, "how": "chase"},
         "smem": {"bytes_per_clk_per_sm": 127.5, "latency_cycles": 30.2, "how": "smem_read"},
         "fp32_mufu": {"fp32_flops_per_clk_per_sm": 254.0, "mufu_ex2_per_clk_per_sm": 15.9, "how": "fma"},
+        "dep_latency": {"mufu_latency_cycles": 17.61, "shfl_latency_cycles": 23.04, "how": "mufu_dep / shfl_dep"},
         "mma_sync": {
             "bf16_flops_per_clk_per_sm": 2040.0,
             "fp16_flops_per_clk_per_sm": 2041.0,
@@ -120,6 +121,7 @@ def test_toml_is_a_loadable_profile_with_measured_sources(tmp_path: Path) -> Non
     assert profile.l2_bytes == 52_000_000
     assert profile.tma_latency_cycles == round(640.0 - 262.4)
     assert profile.wgmma_fp8_flops_per_clk_per_sm == pytest.approx(7990.0)
+    assert (profile.mufu_latency_cycles, profile.shfl_latency_cycles) == (17.61, 23.04)
     data = tomllib.loads(toml_path.read_text())
     for key, entry in data["params"].items():
         src = entry["source"]

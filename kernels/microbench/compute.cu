@@ -35,6 +35,31 @@ extern "C" __global__ void fp32_dep(float a, float b, int iters, float* sink, Bl
   timer.stop(times);
 }
 
+// One dependent MUFU.EX2 chain per thread (y = 2^-y): with one warp per sub-partition, the cycles per
+// instruction are the special-function unit's dependent latency, what a row's exponent waits on the chain
+// of an online softmax.
+extern "C" __global__ void mufu_dep(int iters, float* sink, BlockTime* times) {
+  float y = 0.5f + threadIdx.x * 1e-5f;
+  BlockTimer timer;
+  timer.start();
+#pragma unroll 16
+  for (int i = 0; i < iters; ++i) asm volatile("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(-y));
+  keep(y, -1.2345f, sink);
+  timer.stop(times);
+}
+
+// One dependent butterfly-shuffle chain per thread (x = max(x, shfl_xor(x, 1)) would add an FMNMX; the bare
+// shuffle feeds its own source): cycles per SHFL.BFLY, the latency each quad step of a row reduction pays.
+extern "C" __global__ void shfl_dep(int iters, float* sink, BlockTime* times) {
+  float x = threadIdx.x * 1e-3f;
+  BlockTimer timer;
+  timer.start();
+#pragma unroll 16
+  for (int i = 0; i < iters; ++i) x = __shfl_xor_sync(0xffffffffu, x, 1 + (i & 1));
+  keep(x, -1.2345f, sink);
+  timer.stop(times);
+}
+
 // MUFU ex2 (what softmax's exp compiles to): 8 chains of y = 2^-y per thread. The negation folds into the
 // MUFU operand, and y stays in (0.5, 1), so every operation is one MUFU.EX2 on ordinary data.
 extern "C" __global__ void mufu_ex2(int iters, float* sink, BlockTime* times) {

@@ -1,0 +1,233 @@
+"""Lowering of tile ops to the SASS instructions a warp issues, by class, and the dependent chain of one row.
+
+Counts are per warp (every thread of a warp issues the same instruction stream), derived from what an op does
+per element of its tile in the register layout of the tensor-core accumulators: mma.sync m16n8 fragments
+and wgmma m64nN fragments alike give each warp 16-row slabs of the tile, and each thread rows g and g + 8 of
+a slab (g = lane / 4) and cols / 4 of the columns of those rows, so the four threads of a quad share a row.
+So with `warps` warps on a rows x cols tile a thread holds
+
+    e  = rows * cols / (32 * warps)  elements,
+    rt = rows / (8 * warps)          rows (at least one),
+    e / rt = cols / 4                elements of each of its rows,
+
+and a row reduction is a per-thread reduction over cols / 4 elements plus two butterfly shuffle steps
+across the quad (SHFL.BFLY 1 and 2, each followed by the combining instruction).
+
+Classes are named as `experiments/sass_counts.py` names them: fp32 (FFMA, FMUL, FADD), fmnmx, fp32_compare
+(FSETP), select (FSEL), int (ISETP and friends), mufu (MUFU.EX2, RCP, LG2), convert (F2FP packing two
+16-bit values), shuffle, lds, ldsm, sts, hmma, hgmma, barrier. `tests/test_instructions.py` checks the
+counts against the loop bodies of our kernels' SASS.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+from flashsim.algorithms.ir import (
+    SMEM,
+    Gemm,
+    LseExp,
+    MergeSplits,
+    Normalize,
+    OnlineSoftmax,
+    Quantize,
+    Rescale,
+    RescaleMerge,
+    RowDot,
+    RowSoftmax,
+    SoftmaxGrad,
+    SyncThreads,
+)
+
+WARP = 32
+QUAD_STEPS = 2  # butterfly steps that combine the four threads of a quad (xor 1, xor 2)
+# mma.sync m16n8k16 (16-bit operands; tf32 and fp8 differ in k): FLOPs per HMMA instruction
+HMMA_FLOPS = {"fp16": 2 * 16 * 8 * 16, "bf16": 2 * 16 * 8 * 16, "tf32": 2 * 16 * 8 * 8, "fp8": 2 * 16 * 8 * 32}
+# wgmma m64nNk: k per instruction by operand type (one instruction covers up to N = 256 columns)
+WGMMA_K = {"fp16": 16, "bf16": 16, "tf32": 8, "fp8": 32}
+WGMMA_MAX_N = 256
+LDSM_X4_ELEMENTS = 4 * 8 * 8  # ldmatrix .x4: four 8x8 matrices of 16-bit elements per warp
+
+# The pipe each class runs on (CUDA C++ Programming Guide, arithmetic instruction throughput table):
+# FP32 add/multiply/FMA on the FMA pipe; compare, min/max, select and conversions to 16 bits on the ALU
+# (integer) pipe; MUFU on the special-function units; shuffles through the shared-memory crossbar.
+PIPES = {
+    "fp32": "fma", "fmnmx": "alu", "fp32_compare": "alu", "select": "alu", "int": "alu", "convert": "alu",
+    "mufu": "mufu", "shuffle": "shfl",
+}
+
+
+def _layout(rows: int, cols: int, warps: int) -> tuple[float, int, float]:
+    """(elements per thread, rows per thread, elements per thread-row) of a rows x cols register tile."""
+    e = rows * cols / (WARP * warps)
+    rt = max(1, math.ceil(rows / (8 * warps)))
+    return e, rt, e / rt
+
+
+def _mask(c: Counter, e: float) -> None:
+    """A masked tile: per element a bound compare and a causal compare (ISETP) and a select of -inf."""
+    c["int"] += 2 * e
+    c["select"] += e
+
+
+def lower(op) -> Counter:
+    """Instructions per warp by class for one tile op (an empty Counter for ops that issue no arithmetic)."""
+    c: Counter = Counter()
+    kind = type(op)
+    if kind is OnlineSoftmax:
+        e, rt, per_row = _layout(op.rows, op.cols, op.warps)
+        # row max: one FMNMX per element (the running max is the first operand), then the quad
+        c["fmnmx"] += e + QUAD_STEPS * rt
+        c["shuffle"] += QUAD_STEPS * rt
+        # a row that saw only masked keys keeps max -inf: FSETP + FSEL pick exponent offset 0 instead
+        c["fp32_compare"] += rt
+        c["select"] += rt
+        # exp2 with the softmax scale folded in: one FFMA (s * scale - m * scale) and one MUFU.EX2 per element;
+        # m * scale is one FMUL per row
+        c["fp32"] += e + rt
+        c["mufu"] += e
+        c["fp32"] += e  # row sum: one FADD per element
+        c["convert"] += e / 2  # P packed to 16 bits for the P V product, two elements per F2FP
+        if op.mode == "online":
+            c["fp32"] += rt  # correction exponent m_old * scale - m * scale: one FFMA per row
+            c["mufu"] += rt  # its exp2
+            c["fp32"] += rt  # l = l * corr + rowsum: one FFMA per row
+            if op.acc is not None and op.corr is None:
+                c["fp32"] += rt * op.acc_cols / 4  # acc *= corr: one FMUL per accumulator element
+        if op.mask is not None:
+            _mask(c, e)
+        if op.cross_warp > 1:  # split-K: max and sum through shared memory, each behind a barrier
+            c["sts"] += 2 * rt
+            c["lds"] += 2 * rt * op.cross_warp
+            c["barrier"] += 2
+    elif kind is Rescale:
+        e, _, _ = _layout(op.rows, op.cols, op.warps)
+        c["fp32"] += e  # one FMUL per accumulator element
+    elif kind is Normalize:
+        e, rt, _ = _layout(op.rows, op.cols, op.warps)
+        c["shuffle"] += QUAD_STEPS * rt  # the row sum, kept per thread in the loop, reduced across the quad
+        c["fp32"] += QUAD_STEPS * rt
+        c["mufu"] += 2 * rt  # reciprocal of l and log2(l) for the logsumexp
+        c["fp32"] += e + 2 * rt  # acc * (1 / l); lse = m * scale + log2(l), times ln 2
+        c["convert"] += e / 2  # O packed to 16 bits
+    elif kind is LseExp:
+        e, rt, _ = _layout(op.rows, op.cols, op.warps)
+        c["fp32"] += e  # s * scale - lse (FFMA)
+        c["mufu"] += e
+        c["convert"] += e / 2
+        if op.mask is not None:
+            _mask(c, e)
+    elif kind is SoftmaxGrad:
+        e, _, _ = _layout(op.rows, op.cols, op.warps)
+        c["fp32"] += 2 * e  # (dP - D) then * P * scale folded into one FFMA and one FMUL
+        c["convert"] += e / 2
+    elif kind is RowDot:
+        e, rt, _ = _layout(op.rows, op.cols, op.warps)
+        c["fp32"] += e + QUAD_STEPS * rt  # one FFMA per element, then the quad
+        c["shuffle"] += QUAD_STEPS * rt
+    elif kind is RowSoftmax:
+        e, rt, _ = _layout(op.rows, op.cols, op.warps)
+        c["fmnmx"] += op.passes * (e + QUAD_STEPS * rt)
+        c["shuffle"] += op.passes * 2 * QUAD_STEPS * rt
+        c["fp32"] += op.passes * 2 * e + 2 * QUAD_STEPS * rt + e  # FFMA + FADD per exp; normalise (FMUL)
+        c["mufu"] += op.passes * e + rt
+        c["convert"] += e / 2
+        if op.mask is not None:
+            _mask(c, e)
+    elif kind is RescaleMerge:
+        e, rt, _ = _layout(op.rows, op.cols, op.warps)
+        c["fp32"] += 3 * e + 6 * rt
+        c["mufu"] += 3 * rt  # two exponentials and a reciprocal per row
+    elif kind is MergeSplits:
+        e, rt, _ = _layout(op.rows, op.cols, op.warps)
+        c["fmnmx"] += op.splits * rt
+        c["fp32"] += 2 * op.splits * rt + 2 * op.splits * e
+        c["mufu"] += op.splits * rt + rt
+    elif kind is Quantize:
+        e, rt, _ = _layout(op.rows, op.cols, op.warps)
+        c["fmnmx"] += e + QUAD_STEPS * rt  # abs-max (|x| is an operand modifier)
+        c["shuffle"] += QUAD_STEPS * rt
+        had = op.cols.bit_length() - 1 if op.hadamard_seed is not None else 0
+        c["fp32"] += e * (1 + had)
+        c["convert"] += e / 2
+    elif kind is Gemm:
+        return lower_gemm(op)
+    elif kind is SyncThreads:
+        c["barrier"] += 1
+    return c
+
+
+def lower_gemm(op: Gemm) -> Counter:
+    """Tensor instructions per warp of a GEMM, and the ldmatrix loads of its shared-memory operands."""
+    c: Counter = Counter()
+    if op.instr == "wgmma":
+        # every warp of the warpgroup issues each m64nNk instruction; a role of several warpgroups splits m
+        groups = max(1, op.warps // 4)
+        per_group_rows = op.m / groups
+        steps = math.ceil(op.k / WGMMA_K[op.dtype])
+        c["hgmma"] += math.ceil(per_group_rows / 64) * math.ceil(op.n / WGMMA_MAX_N) * steps
+        return c
+    c["hmma"] += op.flops / HMMA_FLOPS[op.dtype] / op.warps
+    # ldmatrix .x4 moves 256 16-bit elements per warp: each warp loads the operand share it multiplies
+    rows, cols = _warp_grid(op)
+    elem = 2 if op.dtype in ("fp16", "bf16") else (4 if op.dtype == "tf32" else 1)
+    scale = elem / 2
+    if op.a_level == SMEM:
+        c["ldsm"] += op.m / rows * op.k * scale / LDSM_X4_ELEMENTS
+    if op.b_level == SMEM:
+        c["ldsm"] += op.n / cols * op.k * scale / LDSM_X4_ELEMENTS
+    return c
+
+
+def _warp_grid(op: Gemm) -> tuple[int, int]:
+    """(warps along m, warps along n) of a GEMM's split; split-K counts as all warps along neither."""
+    if "x" in op.split:
+        r, c = map(int, op.split.split("x"))
+        return r, c
+    if op.split == "m":
+        return op.warps, 1
+    if op.split == "n":
+        return 1, op.warps
+    return 1, 1
+
+
+def chain_cycles(op, fp32_latency: float, mufu_latency: float, shfl_latency: float) -> float:
+    """Cycles of the longest dependent chain one row of `op` walks through (rows of a thread, and threads,
+    are independent and overlap). A reduction over n elements per thread is a chain of n / 2 + 1
+    instructions (pairs combined, then folded into the running value, as our kernels write it)."""
+    kind = type(op)
+    if kind not in (OnlineSoftmax, Normalize, LseExp, SoftmaxGrad, RowDot, RowSoftmax, Rescale, RescaleMerge,
+                    MergeSplits, Quantize):
+        return 0.0
+    _, _, per_row = _layout(op.rows, op.cols, op.warps)
+    reduce = (per_row / 2 + 1) * fp32_latency
+    quad = QUAD_STEPS * (shfl_latency + fp32_latency)
+    if kind is OnlineSoftmax:
+        # max, quad max, scaled max (FMUL) and the -inf guard (FSEL), exponent (FFMA), exp2, row sum, l update
+        return reduce + quad + 3 * fp32_latency + mufu_latency + reduce + fp32_latency
+    if kind is RowSoftmax:
+        return op.passes * (reduce + quad + fp32_latency + mufu_latency + reduce + quad) + fp32_latency
+    if kind in (Normalize, MergeSplits):
+        return quad + mufu_latency + 2 * fp32_latency
+    if kind is RowDot or kind is Quantize:
+        return reduce + quad
+    if kind is LseExp:
+        return fp32_latency + mufu_latency + fp32_latency
+    if kind is RescaleMerge:
+        return 2 * fp32_latency + 2 * mufu_latency + 3 * fp32_latency
+    return 2 * fp32_latency  # Rescale, SoftmaxGrad: independent per element
+
+
+def total(counts: Counter) -> float:
+    return sum(counts.values())
+
+
+def per_pipe(counts: Counter) -> dict[str, float]:
+    """Instructions per warp on each execution pipe."""
+    out: dict[str, float] = {}
+    for cls, n in counts.items():
+        pipe = PIPES.get(cls)
+        if pipe:
+            out[pipe] = out.get(pipe, 0.0) + n
+    return out

@@ -1,0 +1,56 @@
+"""The instruction-issue model of elementwise ops (profile key issue_model = 1): what a warp issues goes to
+the SM's schedulers and pipes, and the dependent-FFMA pace no longer sets the softmax's time."""
+
+from __future__ import annotations
+
+import pytest
+from flashsim.algorithms.ir import OnlineSoftmax
+from flashsim.algorithms.problem import Problem
+from flashsim.errors import FlashsimError
+from flashsim.hw_profiles import load_profile
+from flashsim.simulator import simulate
+from flashsim.simulator.gpu import Sm
+from flashsim.simulator.instructions import chain_cycles, lower, per_pipe
+from flashsim.simulator.timing import _issued
+
+H200 = load_profile("h200")
+POINT = Problem(1, 16, 2048, 128)
+
+
+def _time(**overrides) -> float:
+    profile = H200.with_overrides([f"{k}={v}" for k, v in overrides.items()])
+    return simulate("v2", POINT, profile).time_s
+
+
+def test_requests_are_the_lowered_instructions():
+    op = OnlineSoftmax("S", "P", "m", "l", 128, 64, 0.1, None, "bf16", acc="acc", acc_cols=128, warps=4)
+    sm = Sm(0, H200)
+    reqs, floor = _issued(op, sm, 0, 1.0, H200)
+    counts = lower(op)
+    pipes = per_pipe(counts)
+    work = {unit.name.split(".")[1]: unit.active[rid] for unit, rid in reqs}
+    assert work["issue"] == pytest.approx(sum(counts.values()) * 4)
+    assert work["sfu"] == pytest.approx(pipes["mufu"] * 128)  # lanes: 4 warps of 32
+    assert work["alu"] == pytest.approx(2 * pipes["fma"] * 128)  # an FP32 lane's work is one FFMA, 2 FLOPs
+    assert work["int_alu"] == pytest.approx(pipes["alu"] * 128)
+    assert floor == pytest.approx(chain_cycles(op, H200.fp32_dependent_issue_cycles, H200.mufu_latency_cycles,
+                                               H200.shfl_latency_cycles), abs=1)
+
+
+def test_dependent_pace_sets_the_old_model_but_only_chains_in_the_new():
+    old = _time(issue_model=0), _time(issue_model=0, fp32_dependent_issue_cycles=2.0)
+    new = _time(issue_model=1), _time(issue_model=1, fp32_dependent_issue_cycles=2.0)
+    assert old[1] < 0.85 * old[0]  # every elementwise instruction paced at it
+    assert abs(new[1] / new[0] - 1) < 0.03  # only a row's chain waits on it, behind the issue and pipe limits
+
+
+def test_schedulers_and_special_function_units_bound_the_softmax():
+    base = _time(issue_model=1)
+    assert _time(issue_model=1, warp_issue_per_clk_per_sub_partition=0.25) > 1.1 * base
+    assert _time(issue_model=1, mufu_ops_per_clk_per_sm=4) > 1.1 * base
+    assert _time(issue_model=1, mufu_ops_per_clk_per_sm=64) <= base
+
+
+def test_issue_model_takes_zero_or_one():
+    with pytest.raises(FlashsimError, match="issue_model"):
+        H200.with_overrides(["issue_model=2"])
