@@ -9,6 +9,7 @@ O stays unnormalised in registers until the end and is written once, with the lo
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from .. import closed_form as cf
 from .. import splitkv
@@ -61,6 +62,8 @@ def registers(p: Problem, t: Tiling) -> int:
 def build(p: Problem, t: Tiling, instr: str = "mma_sync") -> Schedule:
     bm, bn, d, w, splits = t.block_m, t.block_n, p.headdim, t.warps, t.splits
     dt = gemm_dtype(p)
+    s_args = ("S", "sQ", "sK", bm, bn, d, SMEM, SMEM, instr, dt, w)
+    pv_args = ("acc", "P", "sV", bm, d, bn, RMEM, SMEM, instr, dt, w)
 
     def program(cta):
         b, h, i = cta[:3]
@@ -78,19 +81,22 @@ def build(p: Problem, t: Tiling, instr: str = "mma_sync") -> Schedule:
         yield Fill("l", bm, 1, 0.0)
         if n:
             yield Load(row_tile(ps, "K", b, h, first * bn, bn, kv=True), "sK", SMEM, "cp.async", "k")
+        # the ops every step issues alike are made once (ops are immutable values)
+        sync, qk, pv = SyncThreads(), Gemm(*s_args, trans_b=True), Gemm(*pv_args, accumulate=True)
+        unmasked = OnlineSoftmax("S", "P", "m", "l", bm, bn, p.scale, None, dt, acc="acc", acc_cols=d, warps=w)
         for jj in range(n):
             col0 = (first + jj) * bn
             yield Wait("k", jj + 1)
-            yield SyncThreads()
+            yield sync
             yield Load(row_tile(ps, "V", b, h, col0, bn, kv=True), "sV", SMEM, "cp.async", "v")
-            yield Gemm("S", "sQ", "sK", bm, bn, d, SMEM, SMEM, instr, dt, w, trans_b=True)
-            yield OnlineSoftmax("S", "P", "m", "l", bm, bn, p.scale, tile_mask(ps, row0, col0, bm, bn),
-                                dt, acc="acc", acc_cols=d, warps=w)
+            yield qk
+            mask = tile_mask(ps, row0, col0, bm, bn)
+            yield unmasked if mask is None else replace(unmasked, mask=mask)
             yield Wait("v", jj + 1)
-            yield SyncThreads()
+            yield sync
             if jj + 1 < n:
                 yield Load(row_tile(ps, "K", b, h, col0 + bn, bn, kv=True), "sK", SMEM, "cp.async", "k")
-            yield Gemm("acc", "P", "sV", bm, d, bn, RMEM, SMEM, instr, dt, w, accumulate=True)
+            yield pv
         if splits > 1:
             yield from partial_epilogue(p, b, h, row0, bm, cta[3], "acc", "m", "l", w)
         else:
