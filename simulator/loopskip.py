@@ -41,6 +41,10 @@ MIRRORED = 2
 LINE_BYTES = 2048  # a line's size at 16 bits, to express a line evicted by a replay in bytes
 
 
+# Op types whose signature is not the op itself.
+KEYED = frozenset((Load, Wait, Store, AtomicAdd))
+
+
 def signature(op):
     """What of an op decides its timing: all of it, except the coordinates of the tile it moves and a
     barrier wait's target."""
@@ -51,7 +55,7 @@ def signature(op):
     if kind is Wait:
         return kind, op.barrier
     if kind is Store or kind is AtomicAdd:
-        return kind, id(op)  # never repeats: loops that write global memory are not left out
+        return kind, object()  # never repeats: loops that write global memory are not left out
     return op
 
 
@@ -137,8 +141,9 @@ class LoopSkip:
     def _skip(self, cycles: int, ops: dict, delta: dict) -> bool:
         """Leave out as many whole stretches as every role's program repeats; False if none."""
         reps = None
+        memo: dict = {}
         for role, n in ops.items():
-            reps = role.repeats_ahead(n, reps)
+            reps = role.repeats_ahead(n, reps, memo)
             if not reps:
                 return False
         gpu = self.gpu

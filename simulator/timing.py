@@ -37,7 +37,7 @@ from flashsim.algorithms.ir import (
     WarpReduce,
 )
 
-from .loopskip import HISTORY, signature
+from .loopskip import HISTORY, KEYED, signature
 
 OPERAND_BYTES = {"fp8": 1, "fp16": 2, "bf16": 2, "fp32": 4}
 _ELEMENTWISE = frozenset(
@@ -259,8 +259,9 @@ class RoleTimer:
             skip.leave(self)
 
     # -- loop skip (simulator/loopskip.py) -----------------------------------------------------------
-    def repeats_ahead(self, n: int, most: int | None) -> int:
-        """How many times (up to `most`) the program's next ops repeat the last `n` issued, op for op."""
+    def repeats_ahead(self, n: int, most: int | None, memo: dict) -> int:
+        """How many times (up to `most`) the program's next ops repeat the last `n` issued, op for op.
+        memo: signatures by op id, for ops alive while it is used (blocks of a head share their K/V loads)."""
         history = self.history
         if n > len(history):
             return 0
@@ -272,7 +273,8 @@ class RoleTimer:
             if end > len(ahead):  # take the next periods' ops from the program, a few periods at a time
                 more = list(islice(self.source, end - len(ahead) + 15 * n))
                 ahead.extend(more)
-                sigs.extend(map(signature, more))
+                sigs.extend([op if type(op) not in KEYED else memo[id(op)] if id(op) in memo
+                             else memo.setdefault(id(op), signature(op)) for op in more])
                 if end > len(ahead):
                     break
             if sigs[end - n:end] != (last if reps == 0 else sigs[end - 2 * n:end - n]):
