@@ -241,6 +241,7 @@ def simulate(
             "ops": gpu.ops,
             "sms_simulated": gpu.n_sms,
             "blocks_extrapolated": gpu.extrapolated_blocks,
+            "periodic_skips": gpu.periodic_skips,
             "loop_skip": dict(gpu.loop_skips),
             "launch_overhead_s": launch_s,
         },
