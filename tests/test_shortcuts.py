@@ -108,7 +108,6 @@ def test_periodic_skip_is_exact(algo, problem, profile, sms):
     _same(fast, plain)
 
 
-@pytest.mark.parametrize("problem,profile", [(Problem(32, 16, 512, 128), H200), (Problem(16, 16, 1000, 128), H100)])
 def test_periodic_skip_leaves_out_a_stretch_of_each_head():
     """Watching starts again after each stretch left out: four sampled heads of eight waves each."""
     problem = Problem(4, 16, 16384, 128)
@@ -118,6 +117,7 @@ def test_periodic_skip_leaves_out_a_stretch_of_each_head():
     _same(fast, plain)
 
 
+@pytest.mark.parametrize("problem,profile", [(Problem(32, 16, 512, 128), H200), (Problem(16, 16, 1000, 128), H100)])
 def test_periodic_skip_waits_while_the_l2_fills(problem, profile):
     """A run whose L2 fills after the times have settled must not leave out the filling: leaving it out
     would keep the L2 emptier for every block after it. Nor may it skip on times from before its
