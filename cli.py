@@ -9,16 +9,19 @@ import argparse
 import importlib
 import sys
 
-# Modules that expose register(subparsers); each command sets `func(args) -> int`.
-COMMAND_MODULES = (
-    "flashsim.hw_profiles.commands",
-    "flashsim.algorithms.commands",
-    "flashsim.simulator.commands",
-    "flashsim.simulator.guide_commands",
-    "flashsim.kernels.commands",
-    "flashsim.experiments.commands",
-    "flashsim.experiments.lab.commands",
-)
+# Modules that expose register(subparsers), with the commands each registers; each command sets
+# `func(args) -> int`. A run imports only its command's module (importing them all costs more than a short
+# simulation); help imports them all.
+COMMANDS = {
+    "flashsim.hw_profiles.commands": ("profiles",),
+    "flashsim.algorithms.commands": ("io", "explain", "memory"),
+    "flashsim.simulator.commands": ("simulate", "compare", "sweep", "trace", "tour"),
+    "flashsim.simulator.guide_commands": ("animate", "advise"),
+    "flashsim.kernels.commands": ("kernels",),
+    "flashsim.experiments.commands": ("calibrate", "validate", "accuracy"),
+    "flashsim.experiments.lab.commands": ("lab", "numerics"),
+}
+COMMAND_MODULES = tuple(COMMANDS)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -29,13 +32,15 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or only of `command` when a module registers it."""
     parser = _Parser(
         prog="flashsim",
         description="Cycle-level GPU memory-hierarchy simulator for attention (standard, FlashAttention V1-V3).",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in COMMAND_MODULES:
+    modules = [m for m, names in COMMANDS.items() if command in names] or COMMAND_MODULES
+    for name in modules:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
@@ -49,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from flashsim.errors import FlashsimError
 
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv[0] if argv else None)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

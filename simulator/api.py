@@ -241,6 +241,8 @@ def simulate(
             "ops": gpu.ops,
             "sms_simulated": gpu.n_sms,
             "blocks_extrapolated": gpu.extrapolated_blocks,
+            "periodic_skips": gpu.periodic_skips,
+            "loop_skip": dict(gpu.loop_skips),
             "launch_overhead_s": launch_s,
         },
     )
@@ -377,7 +379,7 @@ def _counters(gpu: Gpu) -> dict:
     busy = {f"busy_{name}": sum(sm.units()[name].busy_cycles(now) for sm in gpu.sms)
             for name in ("tensor", "sfu", "alu", "smem")}
     busy["busy_tensor"] += sum(sm.wgmma_queue.busy_cycles(now) for sm in gpu.sms)
-    return {
+    out = {
         **busy,
         "busy_l2": gpu.l2_port.busy_cycles(now),
         "busy_l2_atomic": gpu.l2_atomic.busy_cycles(now),
@@ -390,6 +392,9 @@ def _counters(gpu: Gpu) -> dict:
         "smem": smem,
         "smem_write": gpu.smem_write_bytes,
     }
+    for key, value in gpu.skipped.items():  # what the loop periods left out would have added
+        out[key] += value
+    return out
 
 
 def _utilization(gpu: Gpu, cycles: int, totals: dict) -> dict:

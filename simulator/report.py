@@ -113,6 +113,11 @@ def detail_table(r):
     shortcuts = []
     if r.sim.get("blocks_extrapolated"):
         shortcuts.append(f"{r.sim['blocks_extrapolated']:,} blocks left out (periodic skip)")
+    skip = r.sim.get("loop_skip") or {}
+    if skip.get("skips"):
+        exact = "premise held" if not skip["mismatch_bytes"] else f"L2 off by {skip['mismatch_bytes']:,.0f} B"
+        shortcuts.append(f"{skip['ops_left_out']:,} tile ops in {skip['skips']} loop stretches left out "
+                         f"(loop skip, {exact})")
     if "outer_steps_simulated" in r.sim:
         shortcuts.append(f"{r.sim['outer_steps']} V1 steps from loops of 1-{len(r.sim['outer_steps_simulated'])}")
     if shortcuts:

@@ -340,11 +340,12 @@ class QueueUnit:
 class Barrier:
     """A counting barrier (mbarrier, named barrier): arrivals add, waiters wake at their target."""
 
-    __slots__ = ("env", "count", "waiters")
+    __slots__ = ("env", "count", "waiters", "skipped")
 
     def __init__(self, env: simpy.Environment):
         self.env = env
         self.count = 0
+        self.skipped = 0  # arrivals of ops a loop skip left out: waits issued after it count them as made
         self.waiters: list[tuple[int, simpy.Event]] = []
 
     def arrive(self, n: int = 1) -> None:
@@ -357,6 +358,7 @@ class Barrier:
 
     def wait(self, target: int) -> simpy.Event | None:
         """None when already reached; else an event that fires when it is."""
+        target -= self.skipped
         if self.count >= target:
             return None
         event = self.env.event()

@@ -106,6 +106,7 @@ def combine(fwd, bwd):
     sim = {key: fwd.sim.get(key, 0) + bwd.sim.get(key, 0)
            for key in ("wall_s", "events", "ops", "blocks_extrapolated", "launch_overhead_s")}
     sim["sms_simulated"] = max(fwd.sim["sms_simulated"], bwd.sim["sms_simulated"])
+    sim["loop_skip"] = added(fwd.sim.get("loop_skip", {}), bwd.sim.get("loop_skip", {}))
     sim["pass_time_s"] = {"fwd": fwd.time_s, "bwd": bwd.time_s}
     sim["pass_tflops"] = {"fwd": fwd.tflops, "bwd": bwd.tflops}
     sim["algos"] = {"fwd": fwd.algo, "bwd": bwd.algo}

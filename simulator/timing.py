@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections import deque
+from itertools import islice
 
 from flashsim.algorithms.ir import (
     RMEM,
@@ -36,6 +38,8 @@ from flashsim.algorithms.ir import (
     WarpReduce,
 )
 from flashsim.simulator.instructions import WARP, chain_cycles, lower, lower_gemm, per_pipe, total
+
+from .loopskip import HISTORY, KEYED, signature
 
 OPERAND_BYTES = {"fp8": 1, "fp16": 2, "bf16": 2, "fp32": 4}
 _ELEMENTWISE = frozenset(
@@ -80,6 +84,15 @@ class RoleTimer:
         self.tokens: dict[str, int] = {}
         self.trace = trace
         self.track = track
+        # the loop skip (simulator/loopskip.py) reads a role's last ops and the ops it will issue next
+        self.skip = gpu.loop_skip
+        self.pulled = 0  # ops taken from the program
+        self.pulled_at = 0  # the cycle the last of them was taken
+        self.history: deque = deque(maxlen=HISTORY)
+        self.ahead: list = []  # ops taken from the program early, not yet issued (from `at` on)
+        self.ahead_sigs: list = []
+        self.at = 0
+        self.source = None
 
     def _mark(self, name: str, start: int, end: int) -> None:
         if self.trace is not None and end > start:
@@ -110,8 +123,30 @@ class RoleTimer:
         inflight: dict[str, object] = {}  # register or SMEM buffer -> event: a plain load into it landed
         rates: dict[tuple, float] = {}  # (instr, dtype) -> tensor FLOP/clk, looked up once per role
         reductions = []  # events: an atomic add the L2 has performed (the block ends after the last)
+        skip = self.skip
+        if skip is not None:
+            skip.enter(self)
+        source = self.source = iter(program)
+        ahead, history = self.ahead, self.history
         # branches in order of how often schedules issue them (barrier waits and arrivals first)
-        for op in program:
+        while True:
+            if self.at < len(ahead):
+                op = ahead[self.at]
+                self.at += 1
+            else:
+                if ahead:
+                    ahead.clear()
+                    self.ahead_sigs.clear()
+                    self.at = 0
+                op = next(source, None)
+                if op is None:
+                    break
+            if skip is not None:
+                self.pulled += 1
+                self.pulled_at = env._now
+                history.append(op)
+                if skip.ref is self:
+                    skip.step(op)
             gpu.ops += 1
             kind = type(op)
             if inflight:
@@ -229,6 +264,63 @@ class RoleTimer:
         for event in [*inflight.values(), *reductions]:
             if not event.processed:
                 yield event
+        if skip is not None:
+            skip.leave(self)
+
+    # -- loop skip (simulator/loopskip.py) -----------------------------------------------------------
+    def repeats_ahead(self, n: int, most: int | None, memo: dict) -> int:
+        """How many times (up to `most`) the program's next ops repeat the last `n` issued, op for op.
+        memo: signatures by op id, for ops alive while it is used (blocks of a head share their K/V loads)."""
+        history = self.history
+        if n > len(history):
+            return 0
+        ahead, sigs, at = self.ahead, self.ahead_sigs, self.at
+        last = [signature(history[i]) for i in range(len(history) - n, len(history))]
+        reps = 0
+        while most is None or reps < most:
+            end = at + (reps + 1) * n
+            if end > len(ahead):  # take the next periods' ops from the program, a few periods at a time
+                more = list(islice(self.source, end - len(ahead) + 15 * n))
+                ahead.extend(more)
+                sigs.extend([op if type(op) not in KEYED else memo[id(op)] if id(op) in memo
+                             else memo.setdefault(id(op), signature(op)) for op in more])
+                if end > len(ahead):
+                    break
+            if sigs[end - n:end] != (last if reps == 0 else sigs[end - 2 * n:end - n]):
+                break
+            reps += 1
+        return reps
+
+    def loads(self, first: int, n: int) -> list:
+        """The loads among ops first..first+n of those ahead."""
+        return [op for op in self.ahead[self.at + first:self.at + first + n] if type(op) is Load]
+
+    def counterparts(self, reps: int, n: int, stretches: int) -> list:
+        """(left-out load, issued load) pairs: the last `stretches` of `reps` stretches of n ops ahead, each
+        with the load as many stretches back in the ops issued that it stands for after the skip."""
+        history, ahead, at = self.history, self.ahead, self.at
+        pairs = []
+        for q in range(min(reps, stretches, len(history) // n)):
+            left_out = ahead[at + (reps - 1 - q) * n:at + (reps - q) * n]
+            issued = [history[i] for i in range(len(history) - (q + 1) * n, len(history) - q * n)]
+            pairs += [(a, b) for a, b in zip(left_out, issued, strict=True) if type(a) is Load]
+        return pairs
+
+    def arrivals(self, n: int) -> None:
+        """Count the arrivals the next n ops ahead would have made on the block's barriers (their waits
+        after a skip count them as made)."""
+        barriers = self.barriers
+        for op in self.ahead[self.at:self.at + n]:
+            kind = type(op)
+            if kind is Load:
+                if op.via != "ld":
+                    barriers[op.barrier].skipped += 1
+            elif kind is Arrive:
+                barriers[op.barrier].skipped += op.count
+
+    def drop(self, n: int) -> None:
+        self.at += n
+        self.pulled += n
 
     def _landing(self, action, name: str, start: int, track: str | None = None):
         """Callback for a load or store's landing cycle: `action()` (succeed the event the warp waits on, or

@@ -304,3 +304,16 @@ def test_sweep_plot_starts_at_zero_and_shows_the_peak():
         levels = [line.get_ydata()[0] for line in ax.lines if line.get_linestyle() == "--"]
         assert levels == [pytest.approx(peak)]
     assert any("bf16 tensor-core peak" in t.get_text() for t in fig.legends[0].get_texts())
+
+
+def test_each_command_is_found_in_the_module_the_cli_imports_for_it():
+    """A run imports only its command's module: the table must name every command where it is registered."""
+    import importlib
+
+    for module, names in cli.COMMANDS.items():
+        parser = cli._Parser()
+        sub = parser.add_subparsers(dest="command")
+        importlib.import_module(module).register(sub)
+        assert tuple(sub.choices) == names, module
+    only = next(a for a in cli.build_parser("tour")._actions if a.dest == "command")
+    assert set(only.choices) == {"simulate", "compare", "sweep", "trace", "tour"}

@@ -6,6 +6,9 @@
 - Periodic skip: leaving out whole periods of a run whose wave times repeat is exact while the L2 stays
   in one regime (the skip waits until it does).
 - V1 outer steps: a line through loops of n-1 and n steps, once two step costs in a row are equal.
+- Loop skip: leaving out whole stretches of the inner loops every running block is in is exact once the
+  machine repeats them (times, each role's ops and phase, counters) and the L2 answers the left-out loads
+  as it answered the watched ones without evicting (the skip checks both first).
 
 Where the premise fails (causal grids whose blocks differ, sampled runs whose L2 evicts), the bounded
 tests in test_simulator.py apply.
@@ -18,7 +21,7 @@ import pytest
 from flashsim.algorithms.problem import Problem
 from flashsim.hw_profiles import load_profile
 from flashsim.simulator import simulate
-from flashsim.simulator.resources import Port
+from flashsim.simulator.resources import Barrier, Port
 
 H100 = load_profile("h100")
 H200 = load_profile("h200")
@@ -105,6 +108,15 @@ def test_periodic_skip_is_exact(algo, problem, profile, sms):
     _same(fast, plain)
 
 
+def test_periodic_skip_leaves_out_a_stretch_of_each_head():
+    """Watching starts again after each stretch left out: four sampled heads of eight waves each."""
+    problem = Problem(4, 16, 16384, 128)
+    fast = simulate("v2", problem, H100)
+    plain = simulate("v2", problem, H100, extrapolate=False)
+    assert fast.sim["periodic_skips"] >= 2 and plain.sim["periodic_skips"] == 0
+    _same(fast, plain)
+
+
 @pytest.mark.parametrize("problem,profile", [(Problem(32, 16, 512, 128), H200), (Problem(16, 16, 1000, 128), H100)])
 def test_periodic_skip_waits_while_the_l2_fills(problem, profile):
     """A run whose L2 fills after the times have settled must not leave out the filling: leaving it out
@@ -163,3 +175,59 @@ def test_v1_probes_run_on_the_machine_of_the_full_loop(monkeypatch):
     monkeypatch.setattr(api, "simulate", recording)
     result = api.simulate("v1", Problem(4, 16, 4096, 128), H100)
     assert len(machines) > 2 and len(set(machines)) == 1 and result.sim["sms_simulated"] < H100.sm_count
+
+
+# -- loop skip ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "problem,profile,sms",
+    [
+        (Problem(1, 16, 16384, 128), H100, 8),  # the FA2-grid point: eight waves of two blocks per SM
+        (Problem(2, 16, 8192, 64), H100, 8),
+        (Problem(4, 16, 4096, 128), load_profile("a100"), 8),
+        (Problem(2, 32, 8192, 128, kv_heads=8, causal=True), H200, 8),  # GQA, causal: blocks of many lengths
+        (Problem(1, 4, 8192, 64), H100, None),  # whole chip
+    ],
+)
+def test_loop_skip_is_exact(problem, profile, sms):
+    fast = simulate("v2", problem, profile, sms=sms)
+    plain = simulate("v2", problem, profile, sms=sms, extrapolate=False)
+    skip = fast.sim["loop_skip"]
+    assert skip["skips"] > 0 and skip["ops_left_out"] > 0 and skip["mismatch_bytes"] == 0
+    assert plain.sim["loop_skip"]["skips"] == 0 and fast.sim["ops"] < plain.sim["ops"]
+    _same(fast, plain)
+    assert fast.utilization == pytest.approx(plain.utilization, rel=1e-9)
+
+
+def test_loop_skip_waits_while_the_l2_evicts():
+    """K/V streaming through a small L2 evicts in every stretch: nothing is left out then, and the run is
+    the plain one."""
+    small = H100.with_overrides({"l2_bytes": 4 * 2**20, "l2_dirty_max_bytes": 2 * 2**20})
+    problem = Problem(1, 16, 16384, 128)
+    fast = simulate("v2", problem, small)
+    plain = simulate("v2", problem, small, extrapolate=False)
+    assert fast.sim["loop_skip"]["skips"] == 0
+    _same(fast, plain)
+
+
+def test_loop_skip_leaves_warp_specialized_kernels_alone():
+    r = simulate("v3", Problem(1, 16, 8192, 128), H100)
+    assert r.sim["loop_skip"]["skips"] == 0
+
+
+def test_a_barrier_counts_the_arrivals_of_left_out_ops():
+    """Ops left out after a wait was issued do not satisfy it; waits issued later count them as made."""
+    import simpy
+
+    env = simpy.Environment()
+    barrier = Barrier(env)
+    pending = barrier.wait(1)  # the load it waits for is still on its way
+    barrier.skipped += 3  # three loads into this barrier were left out
+    assert pending is not None and not pending.triggered
+    later = barrier.wait(5)  # the fifth load: the pending one and one more must still arrive
+    barrier.arrive()
+    assert pending.triggered and not later.triggered
+    barrier.arrive()
+    assert later.triggered
+    assert barrier.wait(4) is None

@@ -9,6 +9,7 @@ O stays unnormalised in registers until the end and is written once, with the lo
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from .. import closed_form as cf
 from .. import splitkv
@@ -61,6 +62,30 @@ def registers(p: Problem, t: Tiling) -> int:
 def build(p: Problem, t: Tiling, instr: str = "mma_sync") -> Schedule:
     bm, bn, d, w, splits = t.block_m, t.block_n, p.headdim, t.warps, t.splits
     dt = gemm_dtype(p)
+    s_args = ("S", "sQ", "sK", bm, bn, d, SMEM, SMEM, instr, dt, w)
+    pv_args = ("acc", "P", "sV", bm, d, bn, RMEM, SMEM, instr, dt, w)
+    # Every block of a (batch, K/V head) issues the same K/V loads and waits: made once (ops are immutable
+    # values), for the head the blocks last worked on.
+    kv_ops: dict = {"head": None}
+
+    def kv_load(ps, tensor: str, b: int, h: int, col0: int):
+        head = (b, h // p.group)
+        if kv_ops["head"] != head:
+            kv_ops.clear()
+            kv_ops["head"] = head
+        op = kv_ops.get((tensor, col0))
+        if op is None:
+            tile = row_tile(ps, tensor, b, h, col0, bn, kv=True)
+            op = kv_ops[tensor, col0] = Load(tile, f"s{tensor}", SMEM, "cp.async", tensor.lower())
+        return op
+
+    waits: dict = {}
+
+    def wait(barrier: str, target: int) -> Wait:
+        op = waits.get((barrier, target))
+        if op is None:
+            op = waits[barrier, target] = Wait(barrier, target)
+        return op
 
     def program(cta):
         b, h, i = cta[:3]
@@ -77,20 +102,23 @@ def build(p: Problem, t: Tiling, instr: str = "mma_sync") -> Schedule:
         yield Fill("m", bm, 1, -math.inf)
         yield Fill("l", bm, 1, 0.0)
         if n:
-            yield Load(row_tile(ps, "K", b, h, first * bn, bn, kv=True), "sK", SMEM, "cp.async", "k")
+            yield kv_load(ps, "K", b, h, first * bn)
+        # the ops every step issues alike are made once (ops are immutable values)
+        sync, qk, pv = SyncThreads(), Gemm(*s_args, trans_b=True), Gemm(*pv_args, accumulate=True)
+        unmasked = OnlineSoftmax("S", "P", "m", "l", bm, bn, p.scale, None, dt, acc="acc", acc_cols=d, warps=w)
         for jj in range(n):
             col0 = (first + jj) * bn
-            yield Wait("k", jj + 1)
-            yield SyncThreads()
-            yield Load(row_tile(ps, "V", b, h, col0, bn, kv=True), "sV", SMEM, "cp.async", "v")
-            yield Gemm("S", "sQ", "sK", bm, bn, d, SMEM, SMEM, instr, dt, w, trans_b=True)
-            yield OnlineSoftmax("S", "P", "m", "l", bm, bn, p.scale, tile_mask(ps, row0, col0, bm, bn),
-                                dt, acc="acc", acc_cols=d, warps=w)
-            yield Wait("v", jj + 1)
-            yield SyncThreads()
+            yield wait("k", jj + 1)
+            yield sync
+            yield kv_load(ps, "V", b, h, col0)
+            yield qk
+            mask = tile_mask(ps, row0, col0, bm, bn)
+            yield unmasked if mask is None else replace(unmasked, mask=mask)
+            yield wait("v", jj + 1)
+            yield sync
             if jj + 1 < n:
-                yield Load(row_tile(ps, "K", b, h, col0 + bn, bn, kv=True), "sK", SMEM, "cp.async", "k")
-            yield Gemm("acc", "P", "sV", bm, d, bn, RMEM, SMEM, instr, dt, w, accumulate=True)
+                yield kv_load(ps, "K", b, h, col0 + bn)
+            yield pv
         if splits > 1:
             yield from partial_epilogue(p, b, h, row0, bm, cta[3], "acc", "m", "l", w)
         else:

@@ -1,0 +1,229 @@
+"""Loop skip: leave out whole periods of the K/V loops that every running thread block is in.
+
+A long kernel spends almost all its time with every resident block deep in its inner loop, each iteration
+the same work on other tiles. Once the machine is periodic there, the rest of those loops is a time-shifted
+copy of the period just watched, so whole periods can be left out of every running role at once.
+
+Premise, checked before each skip: with a reference role's loop as the clock, the last two stretches of P
+reference iterations (P <= MAX_PERIOD) took the same number of cycles, every running role issued the same
+number of ops in each, and every counter (bytes, busy cycles) moved by the same amount; and every role's
+next k x (its ops per stretch) ops repeat its last stretch op for op (same types, shapes, buffers, masks,
+barriers; only tile coordinates and barrier targets differ). Then k stretches are left out: their cycles
+and counter increments are added k times, each role's program moves past its left-out ops, barrier waits
+count the arrivals those ops would have made, and the L2 sees their loads and stores in issue order (a
+later block that reads the same K/V must find it there), without time. Where the L2 answers those reads
+with other hits and misses than the watched stretch had, the bytes are the L2's and the time the
+watched stretch's: `mismatch_bytes` says by how much the premise failed (0: it held). The lines of the
+last stretches' tiles take the landing state of the tiles they stand for (a block a step behind another
+reads them next, and waits for the same fetch).
+
+Kernels of one warp role take it (simulator/gpu.py); causal grids gain little, since a block ending
+somewhere on the sampled SMs every few iterations leaves few whole stretches between block ends.
+"""
+
+from __future__ import annotations
+
+import math
+
+from flashsim.algorithms.ir import AtomicAdd, Load, Store, Wait
+
+from .l2 import L2Cache
+
+# Stretches of up to MAX_PERIOD reference iterations are recognised; loops of up to MAX_BODY ops.
+MAX_PERIOD = 4
+MAX_BODY = 64
+# Ops a role remembers (its last stretch must fit).
+HISTORY = 1024
+# Counters whose per-stretch increments must repeat to this relative precision.
+REL_TOL = 1e-9
+# Left-out stretches, from the last, whose lines take the state of the lines they stand for.
+MIRRORED = 2
+LINE_BYTES = 2048  # a line's size at 16 bits, to express a line evicted by a replay in bytes
+
+
+# Op types whose signature is not the op itself.
+KEYED = frozenset((Load, Wait, Store, AtomicAdd))
+
+
+def signature(op):
+    """What of an op decides its timing: all of it, except the coordinates of the tile it moves and a
+    barrier wait's target."""
+    kind = type(op)
+    if kind is Load:
+        s = op.src
+        return kind, s.tensor, s.rows, s.cols, s.elem_bytes, op.dst, op.level, op.via, op.barrier, op.dst_row
+    if kind is Wait:
+        return kind, op.barrier
+    if kind is Store or kind is AtomicAdd:
+        return kind, object()  # never repeats: loops that write global memory are not left out
+    return op
+
+
+class LoopSkip:
+    """One launch's loop skip; RoleTimers register with it and the reference role calls step()."""
+
+    def __init__(self, gpu, counters):
+        self.gpu, self.counters = gpu, counters
+        self.roles: dict = {}  # running RoleTimers, in start order
+        self.ref = None
+        self.sigs: list = []  # the reference role's op signatures until its loop body is found
+        self.body = 0  # ops in the reference role's loop body (0: not found yet)
+        self.phase = 0
+        self.marks: list = []  # (virtual cycle, {role: ops pulled}, counters) every `body` reference ops
+        self.stuck: frozenset | None = None  # running roles when a skip last found nothing to leave out
+        self.skips = 0
+        self.ops_left_out = 0
+        self.cycles_left_out = 0
+        self.mismatch_bytes = 0.0
+
+    # -- roles ---------------------------------------------------------------------------------------
+    def enter(self, role) -> None:
+        self.roles[role] = None
+        if self.ref is None:
+            self._reference(role)
+
+    def leave(self, role) -> None:
+        del self.roles[role]
+        if role is self.ref:
+            self._reference(next(iter(self.roles), None))
+        else:
+            self.marks.clear()
+
+    def _reference(self, role) -> None:
+        self.ref, self.sigs, self.body, self.marks, self.stuck = role, [], 0, [], None
+
+    # -- watching ------------------------------------------------------------------------------------
+    def step(self, op) -> None:
+        """The reference role has pulled `op`."""
+        if not self.body:
+            sigs = self.sigs
+            sigs.append(signature(op))
+            n = len(sigs)
+            for body in range(1, min(MAX_BODY, n // 3) + 1):
+                if sigs[-1] == sigs[-1 - body] and sigs[-body:] == sigs[-2 * body:-body] == sigs[-3 * body:-2 * body]:
+                    self.body, self.phase, self.sigs = body, self.ref.pulled % body, []
+                    break
+            else:
+                if n > 4 * MAX_BODY:
+                    del sigs[:MAX_BODY]
+            return
+        if self.ref.pulled % self.body != self.phase:
+            return
+        gpu = self.gpu
+        marks = self.marks
+        now = gpu.env._now
+        # each role's ops so far and how long ago it took its last one (its phase against the reference)
+        roles = {r: (r.pulled, now - r.pulled_at) for r in self.roles}
+        marks.append((now + gpu.skipped_cycles, roles, self.counters(), gpu.l2.evictions))
+        if len(marks) > 2 * MAX_PERIOD + 1:
+            del marks[0]
+        if self.stuck is not None and self.stuck == frozenset(self.roles):
+            return
+        for period in range(1, MAX_PERIOD + 1):
+            if len(marks) < 2 * period + 1:
+                break
+            a, b, c = marks[-1 - 2 * period], marks[-1 - period], marks[-1]
+            if b[0] - a[0] != c[0] - b[0] or not a[1].keys() == b[1].keys() == c[1].keys() or a[3] != c[3]:
+                continue  # another length, other roles, or lines evicted: the L2 is not in a steady state
+            ops = {r: c[1][r][0] - b[1][r][0] for r in c[1]}
+            if any(ops[r] != b[1][r][0] - a[1][r][0] or ops[r] <= 0 or not a[1][r][1] == b[1][r][1] == c[1][r][1]
+                   for r in ops):
+                continue
+            delta = {key: c[2][key] - b[2][key] for key in c[2]}
+            if all(math.isclose(delta[key], b[2][key] - a[2][key], rel_tol=REL_TOL, abs_tol=1e-6) for key in delta):
+                if self._skip(c[0] - b[0], ops, delta):
+                    marks.clear()
+                else:
+                    self.stuck = frozenset(self.roles)
+                return
+
+    # -- skipping ------------------------------------------------------------------------------------
+    def _skip(self, cycles: int, ops: dict, delta: dict) -> bool:
+        """Leave out as many whole stretches as every role's program repeats; False if none."""
+        reps = None
+        memo: dict = {}
+        for role, n in ops.items():
+            reps = role.repeats_ahead(n, reps, memo)
+            if not reps:
+                return False
+        gpu = self.gpu
+        l2 = gpu.l2
+        copies, default = gpu.copies, gpu.private_copies
+        stretches = []  # each left-out stretch's loads, in issue order, the last move of each tile only
+        for i in range(reps):
+            loads = [op for role, n in ops.items() for op in role.loads(i * n, n)]
+            last = {op.src: j for j, op in enumerate(loads)}
+            stretches.append(([op for j, op in enumerate(loads) if last[op.src] == j], len(loads)))
+        reps = _fits(l2, stretches, delta["hbm_read"], copies, default)
+        if not reps:
+            return False
+        now = gpu.env._now
+        before = (l2.read_bytes, l2.miss_bytes, l2.evictions)
+        for loads, _ in stretches[:reps]:
+            for op in loads:
+                _, _, _, missed = l2.read(op.src, now, copies.get(op.src.tensor, default))
+                for entry in missed:
+                    entry[2] = now
+        # after the skip, the lines of the last stretches' tiles are where those of the tiles they stand
+        # for are now: still on their way from HBM, or landing at a later cycle (a block one step behind
+        # another reads them next)
+        for role, n in ops.items():
+            for left_out, issued in role.counterparts(reps, n, MIRRORED):
+                _mirror(l2, left_out.src, issued.src)
+        for role, n in ops.items():
+            role.arrivals(reps * n)
+        # the L2's own count of the left-out bytes against the watched stretch's (0 while the premise holds)
+        self.mismatch_bytes += abs(l2.miss_bytes - before[1] - reps * delta["hbm_read"])
+        self.mismatch_bytes += (l2.evictions - before[2]) * LINE_BYTES
+        l2.read_bytes, l2.miss_bytes = before[0], before[1]
+        for role, n in ops.items():
+            role.drop(reps * n)
+        skipped = gpu.skipped
+        for key, value in delta.items():
+            skipped[key] = skipped.get(key, 0.0) + reps * value
+        gpu.skipped_cycles += reps * cycles
+        self.skips += 1
+        self.ops_left_out += reps * sum(ops.values())
+        self.cycles_left_out += reps * cycles
+        return True
+
+
+def _fits(l2: L2Cache, stretches: list, misses: float, copies: dict, default: float) -> int:
+    """How many of the stretches, from the first, the L2 answers as the watched one: the same bytes from
+    HBM, and room for the lines they bring without evicting any (the L2 is looked at, not changed)."""
+    lines, lines_of = l2.lines, l2._lines
+    added: dict = {}  # line -> presence bits the stretches so far brought
+    room = l2.capacity - l2.used
+    for n, (loads, _) in enumerate(stretches):
+        miss = 0.0
+        for op in loads:
+            tile = op.src
+            scale = copies.get(tile.tensor, default)
+            for key, mask, slice_bytes in lines_of(tile):
+                entry = lines.get(key)
+                present = (entry[3] if entry is not None else 0) | added.get(key, 0)
+                absent = mask & ~present
+                if absent:
+                    nbytes = absent.bit_count() * slice_bytes
+                    miss += nbytes
+                    room -= nbytes * scale
+                    added[key] = present | absent
+        if room < 0 or not math.isclose(miss, misses, rel_tol=REL_TOL, abs_tol=1e-6):
+            return n
+    return len(stretches)
+
+
+def _mirror(l2: L2Cache, tile, like) -> None:
+    """Give `tile`'s lines the landing state of `like`'s (the tile it stands for after a skip)."""
+    lines = l2.lines
+    mine, theirs = l2._lines(tile), l2._lines(like)
+    if len(mine) != len(theirs):
+        return
+    for (key, _, _), (other, _, _) in zip(mine, theirs, strict=True):
+        entry, model = lines.get(key), lines.get(other)
+        if entry is None or model is None:
+            continue
+        ready = model[2]
+        if ready is not None and type(ready) is not int:  # a fetch on its way: land with it
+            ready.entries.append(entry)
+        entry[2] = ready
