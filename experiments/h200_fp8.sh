@@ -12,20 +12,10 @@ set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 source experiments/device_env.sh
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$OUT/gpu.txt" 2>&1
-status=0
-step() {  # step NAME SECONDS COMMAND...: the command's output in $OUT/NAME.txt, its exit status in summary.txt
-  local name=$1 limit=$2
-  shift 2
-  timeout "$limit" "$@" > "$OUT/$name.txt" 2>&1
-  local rc=$?
-  echo "$name: exit $rc ($(tail -1 "$OUT/$name.txt"))" | tee -a "$OUT/summary.txt"
-  [ "$rc" -eq 0 ] || status=1
-}
+source experiments/device_steps.sh
 PYTEST=(python3 -m pytest -q -rfE -p no:cacheprovider)
 step prepass 150 "${PYTEST[@]}" -m gpu tests/test_fp8_prepass.py
 step hopper-fp8 150 "${PYTEST[@]}" -m gpu tests/test_hopper.py -k fp8
 step clusters 60 python3 -m flashsim.experiments.bench_hopper prepass
 step bench 240 python3 -m flashsim.experiments.bench_hopper fp8 --causal --out "$OUT"
-[ "$status" -eq 0 ] && echo PASS | tee -a "$OUT/summary.txt" || echo FAIL | tee -a "$OUT/summary.txt"
-exit "$status"
+finish

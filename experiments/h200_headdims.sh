@@ -13,19 +13,9 @@ set -uo pipefail
 OUT=${OUT:-out/headdims}
 mkdir -p "$OUT"
 source experiments/device_env.sh
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$OUT/gpu.txt" 2>&1
-status=0
-step() {  # step NAME SECONDS COMMAND...: the command's output in $OUT/NAME.txt, its exit status in summary.txt
-  local name=$1 limit=$2
-  shift 2
-  timeout "$limit" "$@" > "$OUT/$name.txt" 2>&1
-  local rc=$?
-  echo "$name: exit $rc ($(tail -1 "$OUT/$name.txt"))" | tee -a "$OUT/summary.txt"
-  [ "$rc" -eq 0 ] || status=1
-}
+source experiments/device_steps.sh
 step hopper 240 python3 -m pytest -q -rfE -p no:cacheprovider -m gpu tests/test_hopper.py
 step sanitizer 150 python3 -m pytest -q -rfE -p no:cacheprovider tests/test_kernels_sanitizer.py -k hopper
 step bench 200 python3 -m flashsim.experiments.bench_hopper bench --headdims 96 192 256 \
   --seqlens 1024 2048 4096 8192 16384 --alt-tile --name hopper-headdims --out "$OUT"
-[ "$status" -eq 0 ] && echo PASS | tee -a "$OUT/summary.txt" || echo FAIL | tee -a "$OUT/summary.txt"
-exit "$status"
+finish
