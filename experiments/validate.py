@@ -316,9 +316,9 @@ def _measure_one(impl: Impl, cfg: Config, q, k, v, ref, flush, opts: SweepOption
         rec["note"] = f"ran on a dense cache, standing in for pages of {cfg.page_size} (this backend has none)"
     try:
         # inside the try: a kernel that refuses the shape (a head dim it is not built for) is a skipped result
-        rec["tiling"] = our_tiling(impl, cfg, q, k, v)
         with impl_context(impl):
-            fn = make_call(impl, q, k, v, cfg)
+            fn = make_call(impl, q, k, v, cfg)  # first: a kernel this checkout lacks is a skip, not a failure
+            rec["tiling"] = our_tiling(impl, cfg, q, k, v)
             out = fn()
             torch.cuda.synchronize()
             err = rel_err(out, ref) if ref is not None else None
