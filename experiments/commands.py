@@ -7,6 +7,7 @@ imported by the commands when they run.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,12 @@ def register(subparsers: Any) -> None:
         "test set's to their own file); a rerun resumes. The comparison reports the development and test sets "
         "apart.",
     )
-    p.add_argument("--out-dir", default="experiments/results/h200", help="where the validation files go")
+    p.add_argument("--out-dir", default=None,
+                   help="where the validation files go (default experiments/results/h200; with --published "
+                   "experiments/results)")
+    p.add_argument("--published", action="store_true",
+                   help="no GPU: compare the h100 and a100 profiles with the FA2 and FA3 papers' published TFLOP/s "
+                   "(each point cited) and write published.json/.md/.png")
     p.add_argument("--grid", default="fa2",
                    help="configurations: fa2 (FA2 grid + ragged: the development set), test (the held-out test "
                    "set, timed only, into testset-measured.jsonl), test-decode (decoding steps against a dense or "
@@ -102,10 +108,18 @@ def _csv_ints(text: str | None, what: str) -> list[int] | None:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    if args.published:
+        from .published import main
+
+        if args.hw != "h200" or args.hw_set:
+            raise FlashsimError("--published compares the shipped h100 and a100 profiles: it takes no --hw or --set")
+        if args.jobs < 0:
+            raise FlashsimError(f"--jobs must be at least 1, got {args.jobs}")
+        return main(Path(args.out_dir or "experiments/results"), args.jobs or min(8, os.cpu_count() or 1))
     from . import validate as v
     from .calibrate_gpu import argv_tail, command_line
 
-    out_dir = Path(args.out_dir)
+    out_dir = Path(args.out_dir or "experiments/results/h200")
     if args.grid not in v.GRIDS:
         raise FlashsimError(f"unknown grid {args.grid!r}; choose one of {', '.join(v.GRIDS)}")
     measured = out_dir / v.measured_name(args.grid)
