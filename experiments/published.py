@@ -219,6 +219,9 @@ def markdown(result: dict) -> str:
         "|---|---|---|---|",
     ]
     lines += [f"| {k} | {v['points']} | {v['mape']:.1%} | {v['bias']:+.1%} |" for k, v in s["by_series"].items()]
+    if result.get("findings"):
+        lines += ["", "Where the errors come from (investigated, nothing tuned):", ""]
+        lines += [f"- {f}" for f in result["findings"]]
     lines += ["", "| profile (numbers) | implementation -> schedule | pass | d | causal | N | B x H | published | "
               "predicted | error | source |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
