@@ -236,23 +236,30 @@ def fp8_markdown(meta: dict, rows: list[dict]) -> str:
 
 
 def cmd_fp8(args) -> int:
-    """v3-fp8 end to end (pre-pass shown separately) against v3 bf16, seqlen 1k..16k, d128 and d64."""
+    """v3-fp8 end to end (pre-pass shown separately) against v3 bf16, seqlen 1k..16k, per head dim. The
+    files are rewritten after every row, so a run cut short keeps what it measured."""
     rows = []
-    for d in (128, 64):
-        for causal in (False, True) if args.causal else (False,):
-            for n in SEQLENS[1:]:
-                row = measure(d, n, causal, FP8_METHODS, back_to_back=True)
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-    rmse = {"non-causal": fp8_rmse_table(), "causal": fp8_rmse_table(causal=True)}
     meta = provenance(sys.argv[1:], "CUDA events, mean of 20 calls queued back to back after 3 warm-ups")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    data = {"provenance": meta, "rows": rows, "fp8_rmse": rmse}
-    (out / "fp8-bench.json").write_text(json.dumps(data, indent=1) + "\n")
-    md = fp8_markdown(meta, rows) + _rmse_markdown(rmse)
-    (out / "fp8-bench.md").write_text(md)
-    print(md)
+
+    def write(rmse: dict) -> str:
+        (out / "fp8-bench.json").write_text(
+            json.dumps({"provenance": meta, "rows": rows, "fp8_rmse": rmse}, indent=1) + "\n"
+        )
+        md = fp8_markdown(meta, rows) + (_rmse_markdown(rmse) if rmse else "")
+        (out / "fp8-bench.md").write_text(md)
+        return md
+
+    rmse = {"non-causal": fp8_rmse_table(), "causal": fp8_rmse_table(causal=True)}
+    for d in args.headdims:
+        for causal in (False, True) if args.causal else (False,):
+            for n in args.seqlens:
+                row = measure(d, n, causal, FP8_METHODS, back_to_back=True)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                write(rmse)
+    print(write(rmse))
     return 0
 
 
@@ -461,6 +468,8 @@ def main(argv=None) -> int:
     f = sub.add_parser("fp8", help="v3-fp8 end to end (pre-pass separately) vs v3 bf16, seqlen 1k..16k")
     f.add_argument("--out", default="experiments/results/h200")
     f.add_argument("--causal", action="store_true", help="causal rows too")
+    f.add_argument("--headdims", nargs="+", type=int, default=[128, 256, 64], metavar="D")
+    f.add_argument("--seqlens", nargs="+", type=int, default=list(SEQLENS[1:]), metavar="N")
     f.set_defaults(func=cmd_fp8)
     c = sub.add_parser("prepass", help="the fused pre-pass alone per cluster size")
     c.set_defaults(func=cmd_prepass)

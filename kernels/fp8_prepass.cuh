@@ -14,9 +14,9 @@
 // 16-key group each.
 //
 // Arithmetic, in this order and in fp32, so the result equals kernels/hopper_fp8.py's torch reference bit
-// for bit: x * (+-1), butterflies (a + b, a - b) over column bits 0, 1, ..., log2(d) - 1, times
-// fp32(1 / sqrt(d)); amax / 448 (a division) and its IEEE reciprocal; x times that. Every step is one
-// correctly rounded operation (a butterfly's FMA multiplies by +-1, exactly).
+// for bit: x * (+-1), butterflies (a + b, a - b) over column bits 0, 1, ..., log2(n) - 1, times
+// fp32(1 / sqrt(n)), n the largest power of two dividing d (a block-diagonal Hadamard at d 96 and 192);
+// amax / 448 (a division) and its IEEE reciprocal; x times that. Every step is one correctly rounded operation (a butterfly's FMA multiplies by +-1, exactly).
 #pragma once
 #include <cstdint>
 
@@ -36,13 +36,15 @@ struct Params {
   unsigned long long signs[4];   // bit c set: column c of the Hadamard's diagonal is -1
   int batch, heads, kv_heads, nq, nk, d;
   int block_m, block_n;
-  int hadamard;                  // 1: Q and K times diag(+-1) H / sqrt(d)
-  float hadamard_scale;          // fp32(1 / sqrt(d))
+  int hadamard;                  // 1: Q and K times diag(+-1) H / sqrt(n), H block-diagonal of order n
+  float hadamard_scale;          // fp32(1 / sqrt(n))
   int npad;                      // V^T's row length: ceil(Nk / block_n) * block_n
+  int hadamard_order;            // n: the largest power of two dividing d (d itself when d is one)
 };
 // The host mirrors this layout (kernels/fp8_prepass.py, _Params); a test compares the offsets.
 static_assert(sizeof(Params) == 224 && __builtin_offsetof(Params, signs) == 144 &&
-                  __builtin_offsetof(Params, hadamard_scale) == 212,
+                  __builtin_offsetof(Params, hadamard_scale) == 212 &&
+                  __builtin_offsetof(Params, hadamard_order) == 220,
               "fp8_prepass::Params layout changed: update kernels/fp8_prepass.py");
 
 template <class T>
@@ -137,15 +139,13 @@ __device__ __forceinline__ void prepass(const Params& p) {
   }
 
   if (p.hadamard && which < 2) {
-    const int lane_col = threadIdx.x % cpr * 8;  // the same in every chunk: THREADS is a multiple of cpr
-    const uint32_t negate = (p.signs[lane_col >> 6] >> (lane_col & 63)) & 0xff;
-    float sign[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) sign[e] = (negate >> e) & 1 ? -1.f : 1.f;
 #pragma unroll
     for (int c = 0; c < CPT; ++c) {
+      // A chunk's column: THREADS need not be a multiple of cpr (d 96, 192), so it can differ per chunk.
+      const int col = (c * THREADS + threadIdx.x) % cpr * 8;
+      const uint32_t negate = (p.signs[col >> 6] >> (col & 63)) & 0xff;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) x[c][e] = __fmul_rn(x[c][e], sign[e]);
+      for (int e = 0; e < 8; ++e) x[c][e] = __fmul_rn(x[c][e], (negate >> e) & 1 ? -1.f : 1.f);
 #pragma unroll
       for (int bit = 1; bit < 8; bit *= 2) {
 #pragma unroll
@@ -158,8 +158,10 @@ __device__ __forceinline__ void prepass(const Params& p) {
       }
     }
     // Column bit 3 + log2(lanes), partner lane ^ lanes: the lower lane keeps x + other, the upper one
-    // other - x, both as one FMA with x times +-1 (exact, so the FMA rounds once, as the add would).
-    for (int lanes = 1; lanes < cpr; lanes *= 2) {
+    // other - x, both as one FMA with x times +-1 (exact, so the FMA rounds once, as the add would). The
+    // transform is block-diagonal with blocks of p.hadamard_order columns (the largest power of two dividing
+    // d), so butterflies stop at that order; a block's lanes are aligned groups, whatever the chunk.
+    for (int lanes = 1; lanes < p.hadamard_order / 8; lanes *= 2) {
       const float self = threadIdx.x & lanes ? -1.f : 1.f;
 #pragma unroll
       for (int c = 0; c < CPT; ++c) {

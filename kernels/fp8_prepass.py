@@ -42,6 +42,7 @@ class _Params(ctypes.Structure):
         ("hadamard", ctypes.c_int),
         ("hadamard_scale", ctypes.c_float),
         ("npad", ctypes.c_int),
+        ("hadamard_order", ctypes.c_int),
     ]
 
 
@@ -95,8 +96,6 @@ def quantize(
         )
     b, h, nq, d = q.shape
     hkv, nk = k.shape[1], k.shape[2]
-    if incoherent_processing and d & (d - 1):
-        raise FlashsimError(f"Hadamard transform needs a power-of-two head dim, got {d}")
     q_blocks, kv_blocks = math.ceil(nq / block_m), math.ceil(nk / block_n)
     npad = kv_blocks * block_n
     dev = q.device
@@ -118,7 +117,8 @@ def quantize(
         prm.signs[:] = _sign_bits(d, seed)
     prm.batch, prm.heads, prm.kv_heads, prm.nq, prm.nk, prm.d = b, h, hkv, nq, nk, d
     prm.block_m, prm.block_n, prm.npad = block_m, block_n, npad
-    prm.hadamard, prm.hadamard_scale = int(incoherent_processing), 1 / math.sqrt(d)
+    order = d & -d  # the block-diagonal Hadamard's blocks (hopper_fp8.hadamard)
+    prm.hadamard, prm.hadamard_scale, prm.hadamard_order = int(incoherent_processing), 1 / math.sqrt(order), order
     grid = cluster * (b * h * q_blocks + 2 * b * hkv * kv_blocks)
     if grid == 0:
         return qq, kq, vt, qs, ks, vs

@@ -51,21 +51,23 @@ def signs(d: int, seed: int = 0):
 
 
 def rotate(x, diag):
-    """x diag(diag) H / sqrt(d) along the last dimension in fp32: butterflies (a + b, a - b) over column bits
-    0, 1, ..., log2(d) - 1, then one multiply by fp32(1 / sqrt(d)) (the order fp8_prepass.cuh follows)."""
+    """x diag(diag) H along the last dimension in fp32, H as hadamard(d): butterflies (a + b, a - b) over
+    column bits 0, 1, ..., log2(n) - 1 (n the order of H's blocks, d & -d), then one multiply by
+    fp32(1 / sqrt(n)) (the order fp8_prepass.cuh follows)."""
     import torch
 
     d = x.shape[-1]
-    if d & (d - 1):
-        raise FlashsimError(f"Hadamard transform needs a power-of-two head dim, got {d}")
+    if d < 1:
+        raise FlashsimError(f"Hadamard transform needs a positive head dim, got {d}")
+    n = d & -d
     y = x.float() * diag.to(x.device, torch.float32)
     h = 1
-    while h < d:
+    while h < n:
         pairs = y.unflatten(-1, (d // (2 * h), 2, h))
         a, b = pairs[..., 0, :], pairs[..., 1, :]
         y = torch.stack((a + b, a - b), -2).flatten(-3)
         h *= 2
-    return y * torch.tensor(1 / math.sqrt(d), dtype=torch.float32, device=x.device)
+    return y * torch.tensor(1 / math.sqrt(n), dtype=torch.float32, device=x.device)
 
 
 def incoherent(q, k, seed: int = 0):

@@ -29,6 +29,7 @@ def test_params_layout_matches_kernel():
     p = fp8_prepass._Params
     assert torch is not None and fp8_prepass.ctypes.sizeof(p) == 224
     assert p.signs.offset == 144 and p.hadamard_scale.offset == 212 and p.npad.offset == 216
+    assert p.hadamard_order.offset == 220
 
 
 def test_chunks_per_thread_covers_the_largest_block():
@@ -44,16 +45,17 @@ def test_chunks_per_thread_covers_the_largest_block():
 
 
 def test_rotation_is_the_hadamard_product():
-    """The butterfly reference equals x diag(s) H / sqrt(d) (fp64 matmul) to fp32 rounding, for each d."""
-    for d in (64, 128, 256):
+    """The butterfly reference equals x diag(s) H (fp64 matmul, H block-diagonal where d is not a power of
+    two) to fp32 rounding, for each head dim v3-fp8 runs."""
+    for d in (64, 96, 128, 192, 256):
         x = torch.randn(3, d, dtype=torch.float64)
         diag = hopper_fp8.signs(d, seed=5)
         exact = x @ (diag[:, None] * hopper_fp8.hadamard(d))
         y = hopper_fp8.rotate(x.float(), diag)
         assert y.dtype == torch.float32
         assert (y.double() - exact).abs().max().item() < 1e-5 * x.abs().max().item()
-    with pytest.raises(FlashsimError, match="power-of-two"):
-        hopper_fp8.rotate(torch.ones(2, 96), hopper_fp8.signs(96))
+    with pytest.raises(FlashsimError, match="positive head dim"):
+        hopper_fp8.rotate(torch.ones(2, 0), hopper_fp8.signs(1))
 
 
 def test_reference_quantises_within_half_an_e4m3_step():
@@ -125,7 +127,9 @@ PREPASS_CASES = [
     (1, 8, 2, 333, 517, 64, 192, 160, "bf16", True),  # d64 tile, GQA, Nq != Nk
     (1, 2, 2, 700, 300, 128, 128, 128, "fp16", True),
     (1, 2, 1, 257, 257, 256, 128, 128, "bf16", True),  # head dim 256 (no v3-fp8 tile yet)
-    (1, 2, 2, 200, 200, 96, 128, 128, "bf16", False),  # head dim 96: no Hadamard (not a power of two)
+    (1, 2, 2, 200, 200, 96, 128, 128, "bf16", False),  # head dim 96 without the transform
+    (1, 4, 2, 700, 555, 96, 192, 128, "bf16", True),  # v3-fp8's d96 tile: 12 lanes a row, blocks of 32 columns
+    (1, 2, 2, 333, 400, 192, 128, 160, "fp16", True),  # v3-fp8's d192 tile: 24 lanes a row, blocks of 64
     (1, 2, 2, 500, 500, 128, 128, 224, "bf16", False),
     (1, 1, 1, 5, 3, 64, 192, 160, "bf16", True),  # fewer rows than one block
 ]
@@ -158,7 +162,7 @@ def test_fused_prepass_takes_strided_inputs():
 
 @pytest.mark.gpu
 @gpu
-@pytest.mark.parametrize("d, causal", [(128, False), (128, True), (64, False), (64, True)])
+@pytest.mark.parametrize("d, causal", [(128, False), (128, True), (64, False), (64, True), (96, True), (192, False)])
 def test_v3_fp8_end_to_end_with_the_fused_prepass(d, causal):
     """The default call (fused pre-pass + v3_fp8.cu) against fp64 attention, and equal to the call whose
     pre-pass runs in torch (the inputs to the attention kernel are the same bits)."""
