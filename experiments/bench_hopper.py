@@ -263,6 +263,82 @@ def cmd_fp8(args) -> int:
     return 0
 
 
+ORDER_METHODS = {  # name: (persistent grid, section) of hopper.attention; None: the call's default
+    "per tile, head order": (False, 0),
+    "per tile, sections": (False, None),
+    "persistent, head order": (True, 0),
+    "persistent, sections": (True, None),
+}
+
+
+def _order_calls(q, k, v) -> dict:
+    """One no-argument call per ORDER_METHODS entry, causal, and cuDNN's."""
+    import torch
+    from flashsim.kernels import hopper
+
+    out = torch.empty_like(q)
+    calls = {
+        m: (lambda p=p, s=s: hopper.attention(q, k, v, causal=True, out=out, persistent=p, section=s))
+        for m, (p, s) in ORDER_METHODS.items()
+    }
+    cudnn = _sdpa("cudnn")
+    calls["sdpa-cudnn"] = lambda: cudnn(q, k, v, True)
+    return calls
+
+
+def cmd_order(args) -> int:
+    """v3's causal tile orders (v3_tile_scheduler.cuh) against cuDNN: GPU busy time from the profiler, L2
+    flushed before each call (validate.gpu_work), median of 3 calls, so host launch work is left out."""
+    import cupy as cp
+    import torch
+    from flashsim.algorithms import tile_order
+
+    from .bench_decode import busy_seconds
+    from .calibrate_gpu import read_gpu
+    from .validate import make_flush
+
+    flush = make_flush(cp, read_gpu(cp))
+    rows = []
+    for d in args.headdims:
+        for n in args.seqlens:
+            b, h = TOKENS // n, 2048 // d
+            q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+            flops = _flops(b, h, n, d, True)
+            row = {"d": d, "seqlen": n, "batch": b, "heads": h, "causal": True,
+                   "section": tile_order.section_pairs(True, n, d, 2, 1, b * h)}  # fmt: skip
+            for name, fn in _order_calls(q, k, v).items():
+                try:
+                    seconds, _ = busy_seconds(fn, flush)
+                    row[f"{name} us"] = round(seconds * 1e6, 1)
+                    row[f"{name} TFLOP/s"] = round(flops / seconds / 1e12, 1)
+                except Exception as exc:  # a backend refusing a shape is a result, not a crash
+                    row[f"{name} error"] = f"{type(exc).__name__}: {exc}"[:200]
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    meta = provenance(sys.argv[1:], "GPU busy time (CUPTI kernel durations), L2 flushed, median of 3 calls")
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "v3-causal-order.json").write_text(json.dumps({"provenance": meta, "rows": rows}, indent=1) + "\n")
+    names = [*ORDER_METHODS, "sdpa-cudnn"]
+    lines = ["# v3 causal tile orders vs cuDNN (H200, bf16, batch = 16384 / seqlen, 2048 / d heads)", "",
+             "Provenance: " + "; ".join(f"{k} {v}" for k, v in meta.items()), "",
+             "TFLOP/s (causal: 2 B H N^2 d). 'sections': the (batch, head) pairs per section of",
+             "algorithms.tile_order.section_pairs, each section's query blocks taken longest first across its",
+             "heads; 'head order': one head after another.",
+             "", "| d | seqlen | pairs/section | " + " | ".join(names) + " | best / cuDNN |",
+             "|---|---|---|" + "---|" * (len(names) + 1)]  # fmt: skip
+    for r in rows:
+        vals = [r.get(f"{m} TFLOP/s") for m in names]
+        best = max((x for x in vals[:-1] if x), default=None)
+        ratio = f"{best / vals[-1]:.2f}" if best and vals[-1] else "-"
+        cells = " | ".join(str(x if x is not None else "err") for x in vals)
+        lines.append(f"| {r['d']} | {r['seqlen']} | {r['section']} | {cells} | {ratio} |")
+    md = "\n".join(lines) + "\n"
+    (out_dir / "v3-causal-order.md").write_text(md)
+    print(md)
+    return 0
+
+
 def cmd_prepass(args) -> int:
     """The fused pre-pass alone per cluster size (thread blocks per quantisation block), bf16, 16k tokens."""
     import torch
@@ -471,6 +547,11 @@ def main(argv=None) -> int:
     f.add_argument("--headdims", nargs="+", type=int, default=[128, 256, 64], metavar="D")
     f.add_argument("--seqlens", nargs="+", type=int, default=list(SEQLENS[1:]), metavar="N")
     f.set_defaults(func=cmd_fp8)
+    o = sub.add_parser("order", help="v3's causal tile orders and grids vs cuDNN (GPU busy time)")
+    o.add_argument("--out", default="experiments/results/h200")
+    o.add_argument("--headdims", nargs="+", type=int, default=[64, 128], metavar="D")
+    o.add_argument("--seqlens", nargs="+", type=int, default=list(SEQLENS), metavar="N")
+    o.set_defaults(func=cmd_order)
     c = sub.add_parser("prepass", help="the fused pre-pass alone per cluster size")
     c.set_defaults(func=cmd_prepass)
     e = sub.add_parser("extras", help="schedule ablation, fp8 tiles and the fp8 RMSE table")

@@ -12,6 +12,7 @@ import ctypes
 import math
 from dataclasses import dataclass
 
+from flashsim.algorithms import tile_order
 from flashsim.errors import FlashsimError
 
 from . import build, driver, hopper_tiles, registry
@@ -41,6 +42,7 @@ class _Params(ctypes.Structure):
         ("group", ctypes.c_int),
         ("scale_log2", ctypes.c_float),
         ("batch", ctypes.c_int),
+        ("section", ctypes.c_int),
     ]
 
 
@@ -90,17 +92,17 @@ def plan(
     schedule="pingpong",
     persistent: bool | None = None,
     sm_count: int = 132,
+    nk: int | None = None,
 ):
-    """The entry point, tile and grid of one call. persistent=None: persistent (one thread block per SM,
-    tiles taken round-robin) unless causal, where tile costs differ and the hardware's block scheduler
-    balances them better than a static round-robin."""
+    """The entry point, tile and grid of one call. persistent=None: algorithms.tile_order.persistent (one
+    thread block per SM taking tiles in order, unless causal with long heads: one block per tile)."""
     if schedule not in hopper_tiles.SCHEDULES:
         raise FlashsimError(f"unknown schedule {schedule!r}; choose {', '.join(hopper_tiles.SCHEDULES)}")
     bm, bn = choose_tile(algo, d, causal, tiling)
     row = hopper_tiles.find(algo, _DTYPES[tag], d, bm, bn, causal, schedule)
     tiles = math.ceil(nq / bm) * h * b
     if persistent is None:
-        persistent = not causal
+        persistent = tile_order.persistent(causal, nq if nk is None else nk, d, 1 if tag == "E4m3" else 2, bm)
     grid = (min(tiles, sm_count) if persistent else tiles, 1, 1)
     return Launch(row.kernel, bm, bn, grid, 128 * (bm // 64 + 1), smem_bytes(tag, d, bm, bn))
 
@@ -163,15 +165,18 @@ def run(
     nk=None,
     scale=None,
     persistent=None,
+    section=None,
 ):
-    """Launch one v3 / v3-fp8 kernel. `vmap_tensor` is V (16-bit) or V^T (fp8, (B, Hkv, d, N_pad))."""
+    """Launch one v3 / v3-fp8 kernel. `vmap_tensor` is V (16-bit) or V^T (fp8, (B, Hkv, d, N_pad)).
+    section: the tile order's (batch, head) pairs per section (None: tile_order.section_pairs; 0: head by
+    head)."""
     import torch
 
     tag = _tag(q.dtype)
     b, h, nq, d = q.shape
     nk = k.shape[2] if nk is None else nk
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-    launch = plan(algo, tag, d, causal, b, h, nq, tiling, schedule, persistent, sms)
+    launch = plan(algo, tag, d, causal, b, h, nq, tiling, schedule, persistent, sms, nk)
     tm_q = _row_map(q, tag, launch.block_m)
     tm_k = _row_map(k, tag, launch.block_n)
     if tag == "E4m3":
@@ -194,6 +199,9 @@ def run(
         h // k.shape[1],
         sm_scale * math.log2(math.e),
         b,
+        tile_order.section_pairs(causal, nk, d, q.element_size(), h // k.shape[1], b * h)
+        if section is None
+        else section,
     )
     dev = q.device.index if q.device.index is not None else torch.cuda.current_device()
     func = module(algo, dev).function(launch.name)
@@ -203,15 +211,26 @@ def run(
 
 
 def attention(
-    q, k, v, causal: bool = False, tiling=None, schedule: str = "pingpong", out=None, scale=None, persistent=None
+    q,
+    k,
+    v,
+    causal: bool = False,
+    tiling=None,
+    schedule: str = "pingpong",
+    out=None,
+    scale=None,
+    persistent=None,
+    section=None,
 ):
     """FlashAttention-3 forward (bf16 / fp16). q: (B, H, Nq, d); k, v: (B, Hkv, Nk, d). Returns (B, H, Nq, d).
     causal: bottom-right aligned, query i sees keys j <= i + Nk - Nq; rows that see no key (Nq > Nk) are 0."""
     import torch
 
+    if section is not None and (not isinstance(section, int) or section < 0):
+        raise FlashsimError(f"section must be a non-negative int (pairs per section; 0 head by head), got {section!r}")
     _check_inputs(q, k, v)
     if q.dtype != k.dtype or q.dtype != v.dtype:
         raise FlashsimError("q, k, v must share one dtype")
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    return run("v3", q, k, v, causal, tiling, schedule, out, scale=scale, persistent=persistent)
+    return run("v3", q, k, v, causal, tiling, schedule, out, scale=scale, persistent=persistent, section=section)

@@ -52,7 +52,7 @@
 
 namespace v3 {
 
-// Persistent: thread block b takes tiles b, b + gridDim.x, ... (a grid of one block per tile is the plain
+// Persistent: thread block b takes tiles nth_tile(0), nth_tile(1), ... (a grid of one block per tile is the plain
 // launch). The K/V ring's stage and phase run on across tiles; Q is refilled once consumers release it.
 template <class C>
 __device__ __forceinline__ void attention_fwd(const CUtensorMap& tm_q, const CUtensorMap& tm_k,
@@ -89,7 +89,7 @@ __device__ __forceinline__ void attention_fwd(const CUtensorMap& tm_q, const CUt
     if (tid == 0) {
       constexpr int QK_COLS = C::QK_W / C::EB, QK_PANELS = C::D / QK_COLS;
       int it = 0;  // K/V blocks issued so far, over all tiles
-      for (int t = blockIdx.x, n = 0; t < n_tiles; t += gridDim.x, ++n) {
+      for (int n = 0, t = nth_tile(0, prm); t < n_tiles; t = nth_tile(++n, prm)) {
         const Tile x = tile_at<C>(t, n_mblocks, prm);
         mbar_wait(q_empty, (n & 1) ^ 1);
         mbar_expect_tx(q_full, C::Q_BYTES);
@@ -130,9 +130,9 @@ __device__ __forceinline__ void attention_fwd(const CUtensorMap& tm_q, const CUt
   if (C::PINGPONG && last_wg) bar_arrive(1, 256);  // warpgroup 0 takes the first turn
 
   int it = 0;  // K/V blocks consumed so far, over all tiles
-  for (int t = blockIdx.x, n = 0; t < n_tiles; t += gridDim.x, ++n) {
+  for (int n = 0, t = nth_tile(0, prm); t < n_tiles; t = nth_tile(++n, prm)) {
     const Tile x = tile_at<C>(t, n_mblocks, prm);
-    const bool last_tile = t + gridDim.x >= n_tiles;
+    const bool last_tile = nth_tile(n + 1, prm) >= n_tiles;
     const int row0 = x.m_block * C::BM + c * 64 + warp * 16 + lane / 4;  // this thread's rows: row0, row0 + 8
     // Blocks that need masking: the ragged last one, and (causal) those reaching past the first row.
     const int offset = prm.nk - prm.nq;  // causal: query i sees keys j <= i + offset

@@ -10,8 +10,10 @@ struct V3Params {
   int nq, nk, heads, group;      // group = H / Hkv
   float scale_log2;              // softmax scale * log2(e)
   int batch;
+  int section;                   // tile order: 0 head by head; S > 0 sections of S (batch, head) pairs,
+                                 // each taken query block by query block, heaviest first (tile_at)
 };
 // The host mirrors this layout (kernels/hopper.py, _Params); tests compare the offsets.
-static_assert(sizeof(V3Params) == 80 && __builtin_offsetof(V3Params, scale_log2) == 72 &&
-                  __builtin_offsetof(V3Params, batch) == 76,
+static_assert(sizeof(V3Params) == 88 && __builtin_offsetof(V3Params, scale_log2) == 72 &&
+                  __builtin_offsetof(V3Params, batch) == 76 && __builtin_offsetof(V3Params, section) == 80,
               "V3Params layout changed: update kernels/hopper.py");

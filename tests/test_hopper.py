@@ -38,7 +38,7 @@ def test_plan_and_refusals():
     launch = hopper.plan("v3", "Bf16", 128, False, 2, 16, 1000)
     assert (launch.block_m, launch.block_n) == (128, 176)  # FA3's d128 default
     assert launch.grid == (132, 1, 1) and launch.threads == 384  # persistent: one block per SM
-    assert hopper.plan("v3", "Bf16", 128, True, 2, 16, 1000).grid == (256, 1, 1)  # causal: one per tile
+    assert hopper.plan("v3", "Bf16", 128, True, 2, 16, 1000).grid == (256, 1, 1)  # causal, 128 rows: one per tile
     assert hopper.plan("v3", "Bf16", 128, True, 1, 1, 128).block_n == 128
     assert hopper.plan("v3", "Bf16", 64, False, 1, 1, 128).block_m == 192
     assert hopper.smem_bytes("Bf16", 128, 128, 176) <= 227 * 1024
@@ -125,10 +125,23 @@ def test_tile_table_parser_refuses_bad_rows():
         hopper_tiles.parse(f"{row}\n{row}")
 
 
+def test_section_argument_is_checked():
+    with pytest.raises(FlashsimError, match="section"):
+        hopper.attention(*(torch.zeros(1, 1, 8, 64) for _ in range(3)), section=-1)
+
+
+def test_plan_follows_the_shared_grid_rule():
+    # causal: persistent with the 192-row tile and at most 1 MiB of K/V per head, else one block per tile
+    assert hopper.plan("v3", "Bf16", 128, True, 16, 16, 1024, nk=1024).grid[0] == 16 * 16 * 8
+    assert hopper.plan("v3", "Bf16", 64, True, 4, 32, 4096, nk=4096).grid == (132, 1, 1)
+    assert hopper.plan("v3", "Bf16", 64, True, 2, 32, 8192, nk=8192).grid[0] == 2 * 32 * 43
+
+
 def test_params_layout_matches_kernel():
     # v3.cu static_asserts the same numbers for V3Params
     assert hopper._Params.scale_log2.offset == 72 and hopper._Params.batch.offset == 76
-    assert hopper.ctypes.sizeof(hopper._Params) == 80
+    assert hopper._Params.section.offset == 80
+    assert hopper.ctypes.sizeof(hopper._Params) == 88
 
 
 def test_fp8_key_permutation_is_a_permutation():
@@ -331,6 +344,25 @@ def test_v3_persistent_grid(d, causal, persistent, nk):
     out = torch.full_like(q, float("nan"))
     hopper.attention(q, k, v, causal=causal, out=out, persistent=persistent)
     _check(out, q, k, v, causal)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("persistent", [False, True])
+@pytest.mark.parametrize("nk", [1000, 421], ids=["square", "nk421"])
+def test_v3_section_order_changes_only_the_order(d, persistent, nk):
+    """Every tile order (head by head, sections of 1, 5 or 7 pairs with a partial last one, all 24 pairs in
+    one) computes each tile the same way: outputs equal bit for bit, and right against fp64."""
+    q, k, v = _inputs("random", 3, 8, 4, 1000, nk, d, torch.bfloat16, seed=4)
+    first = None
+    for section in (0, 1, 5, 7, 24, None):
+        out = torch.full_like(q, float("nan"))
+        hopper.attention(q, k, v, causal=True, out=out, persistent=persistent, section=section)
+        if first is None:
+            _check(out, q, k, v, True)
+            first = out
+        assert torch.equal(out, first), f"section {section}"
 
 
 @pytest.mark.gpu

@@ -9,7 +9,8 @@ Roles of one thread block (block_m / 64 consumer warpgroups + 1 producer warpgro
                  wait PV, release slot j-1, rescale O by the softmax correction.
                Ping-pong: consumers take turns to issue their GEMMs (named barriers), so one warpgroup's
                softmax runs under another's GEMMs.
-The grid is persistent: one CTA per SM slot takes work tiles in order (causal: longest tiles first).
+The grid is persistent: one CTA per SM slot takes work tiles in order (causal: longest tiles first across a
+section of heads; causal problems with long heads run one CTA per tile): algorithms/tile_order.py.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import replace
 from flashsim.errors import FlashsimError
 
 from .. import closed_form as cf
-from .. import splitkv
+from .. import splitkv, tile_order
 from ..footprint import REG_OVERHEAD
 from ..ir import FP32_BYTES as F32
 from ..ir import (
@@ -275,15 +276,18 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
 
     roles = ((Role("producer", 4, producer),) if warp_specialization else ()) + tuple(
         Role(f"consumer{c}", 4, consumer_program(c)) for c in range(consumers))
-    q_blocks = range(cdiv(p.seqlen_q, bm))
-    order = list(reversed(q_blocks)) if p.causal else q_blocks  # causal: longest tiles first
-    # Q blocks of one head are consecutive work tiles, so the CTAs running side by side share its K/V in L2.
+    # The kernels' tile order and grid (algorithms/tile_order.py): head by head without a mask, so the CTAs
+    # running side by side share one head's K/V in L2; causal, longest tiles first across a section of heads.
     # Split-KV: a Q block's splits are consecutive work tiles.
-    ctas = [(b, h, i, *s) for b in range(p.batch) for h in range(p.heads) for i in order
+    elem = 1 if fp8 else p.elem_bytes
+    section = tile_order.section_pairs(p.causal, p.seqlen_k, p.headdim, elem, p.group, p.batch * p.heads)
+    ctas = [(pair // p.heads, pair % p.heads, i, *s)
+            for pair, i in tile_order.tiles(p.batch * p.heads, cdiv(p.seqlen_q, bm), section)
             for s in ([(x,) for x in range(splits)] if splits > 1 else [()])]
     algo = "v3-fp8" if fp8 else "v3"
     kernel = Kernel(f"flash_fwd_{name}" + ("_splitkv" if splits > 1 else ""), ctas, roles, smem_bytes(p, t),
-                    v3_launch_registers(consumers), persistent=True, classes=lambda c: c[2:],
+                    v3_launch_registers(consumers), classes=lambda c: c[2:],
+                    persistent=tile_order.persistent(p.causal, p.seqlen_k, p.headdim, elem, bm),
                     uniform=not p.causal and not fp8 and splits == 1)
     if splits == 1:
         return Schedule(algo, p, t, (kernel,))

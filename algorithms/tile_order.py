@@ -1,0 +1,55 @@
+"""FlashAttention-3's work-tile order and grid, shared by the v3 schedule and the v3 kernels' launcher.
+
+A work tile is (batch, head, query block). Without a causal mask every tile costs the same, so tiles run
+head by head (the blocks side by side share one head's K/V in L2) on a persistent grid, one thread block per
+SM. With one, a tile's cost grows with its query block; the (batch, head) pairs are cut into sections whose
+K/V fit in a quarter of the L2, and a section lists every pair's last query block, then every pair's
+second-to-last, and so on: longest first across heads, not only within one. Causal problems run one
+thread block per tile, except short heads with 192-row tiles (persistent). kernels/v3_tile_scheduler.cuh
+decodes a tile index the same way (tile_at). A persistent kernel's block takes one tile per round of
+grid-many tiles, odd rounds backwards with sections (nth_tile); the simulator hands the next tile in this
+order to whichever block finishes first, which that static deal approximates.
+"""
+
+from __future__ import annotations
+
+# K/V bytes of one section: a quarter of the H200's 60 MiB L2, so a section's K/V stay resident.
+SECTION_KV_BYTES = 16 << 20
+# Causal problems run on the persistent grid only with the 192-row tile (three consumer warpgroups) and
+# heads of at most 1 MiB of K/V: measured on the H200 against one block per tile, where the 128-row tiles
+# ran faster one block per tile at every length (experiments/results/h200/order/).
+PERSISTENT_CAUSAL_KV_BYTES = 1 << 20
+PERSISTENT_CAUSAL_BLOCK_M = 192
+
+
+def head_kv_bytes(seqlen_k: int, headdim: int, elem_bytes: int) -> int:
+    """K and V of one K/V head."""
+    return 2 * seqlen_k * headdim * elem_bytes
+
+
+def section_pairs(causal: bool, seqlen_k: int, headdim: int, elem_bytes: int, group: int, pairs: int) -> int:
+    """(batch, head) pairs per section: 0 (head by head) without a causal mask; with one, as many pairs as
+    share SECTION_KV_BYTES of K/V (the query heads of one GQA group share theirs)."""
+    if not causal:
+        return 0
+    per_pair = max(1, head_kv_bytes(seqlen_k, headdim, elem_bytes) // max(1, group))
+    return max(1, min(pairs, SECTION_KV_BYTES // per_pair))
+
+
+def persistent(causal: bool, seqlen_k: int, headdim: int, elem_bytes: int, block_m: int) -> bool:
+    """Whether the grid is one thread block per SM taking tiles in order (else one block per tile)."""
+    if not causal:
+        return True
+    short = head_kv_bytes(seqlen_k, headdim, elem_bytes) <= PERSISTENT_CAUSAL_KV_BYTES
+    return short and block_m >= PERSISTENT_CAUSAL_BLOCK_M
+
+
+def tiles(pairs: int, q_blocks: int, section: int) -> list[tuple[int, int]]:
+    """(pair, query block) of every tile index in launch order; pair = batch * heads + head."""
+    if section <= 0:
+        return [(pair, q_blocks - 1 - i) for pair in range(pairs) for i in range(q_blocks)]
+    order = []
+    for first in range(0, pairs, section):
+        width = min(section, pairs - first)
+        order += [(first + i % width, q_blocks - 1 - i // width) for i in range(width * q_blocks)]
+    return order
