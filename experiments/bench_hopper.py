@@ -15,6 +15,7 @@ pre-pass alone, the attention kernel alone and the torch reference pre-pass are 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import statistics
@@ -339,6 +340,52 @@ def cmd_order(args) -> int:
     return 0
 
 
+def cmd_versus(args) -> int:
+    """v3 as a user calls it (its default grid, tile and order) against cuDNN, causal and not: GPU busy time,
+    L2 flushed, median of 3 calls (the comparison issue targets are stated in)."""
+    import cupy as cp
+    import torch
+    from flashsim.kernels import hopper
+
+    from .bench_decode import busy_seconds
+    from .calibrate_gpu import read_gpu
+    from .validate import make_flush
+
+    flush = make_flush(cp, read_gpu(cp))
+    cudnn = _sdpa("cudnn")
+    rows = []
+    for d in args.headdims:
+        for causal in (False, True):
+            for n in args.seqlens:
+                b, h = TOKENS // n, 2048 // d
+                q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+                out = torch.empty_like(q)
+                row: dict = {"d": d, "seqlen": n, "batch": b, "heads": h, "causal": causal}
+                calls = {"v3": functools.partial(hopper.attention, q, k, v, causal=causal, out=out),
+                         "sdpa-cudnn": functools.partial(cudnn, q, k, v, causal)}  # fmt: skip
+                for name, fn in calls.items():
+                    seconds, _ = busy_seconds(fn, flush)
+                    row[f"{name} TFLOP/s"] = round(_flops(b, h, n, d, causal) / seconds / 1e12, 1)
+                row["v3 / cuDNN"] = round(row["v3 TFLOP/s"] / row["sdpa-cudnn TFLOP/s"], 3)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    meta = provenance(sys.argv[1:], "GPU busy time (CUPTI kernel durations), L2 flushed, median of 3 calls")
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "v3-vs-cudnn.json").write_text(json.dumps({"provenance": meta, "rows": rows}, indent=1) + "\n")
+    lines = ["# v3 (default grid, tile and order) vs cuDNN on the H200, bf16, batch = 16384 / seqlen, 2048 / d heads",
+             "", "Provenance: " + "; ".join(f"{k} {v}" for k, v in meta.items()), "",
+             "| d | causal | seqlen | v3 TFLOP/s | cuDNN TFLOP/s | v3 / cuDNN |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        lines.append(f"| {r['d']} | {'yes' if r['causal'] else 'no'} | {r['seqlen']} | {r['v3 TFLOP/s']} | "
+                     f"{r['sdpa-cudnn TFLOP/s']} | {r['v3 / cuDNN']:.2f} |")  # fmt: skip
+    md = "\n".join(lines) + "\n"
+    (out_dir / "v3-vs-cudnn.md").write_text(md)
+    print(md)
+    return 0
+
+
 def cmd_prepass(args) -> int:
     """The fused pre-pass alone per cluster size (thread blocks per quantisation block), bf16, 16k tokens."""
     import torch
@@ -552,6 +599,11 @@ def main(argv=None) -> int:
     o.add_argument("--headdims", nargs="+", type=int, default=[64, 128], metavar="D")
     o.add_argument("--seqlens", nargs="+", type=int, default=list(SEQLENS), metavar="N")
     o.set_defaults(func=cmd_order)
+    vs = sub.add_parser("versus", help="v3 as called by default vs cuDNN, causal and not (GPU busy time)")
+    vs.add_argument("--out", default="experiments/results/h200")
+    vs.add_argument("--headdims", nargs="+", type=int, default=[64, 128], metavar="D")
+    vs.add_argument("--seqlens", nargs="+", type=int, default=list(SEQLENS), metavar="N")
+    vs.set_defaults(func=cmd_versus)
     c = sub.add_parser("prepass", help="the fused pre-pass alone per cluster size")
     c.set_defaults(func=cmd_prepass)
     e = sub.add_parser("extras", help="schedule ablation, fp8 tiles and the fp8 RMSE table")
