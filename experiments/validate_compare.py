@@ -180,18 +180,29 @@ def predict(rows: list[dict], hw: str, overrides: list[str], jobs: int, cached: 
         todo.append(row)
     if not todo:
         return
-    log(f"validate: simulating {len(todo)} configurations ({jobs} processes)")
     job_args = [
         (r["algo"], _problem_args(r["config"]), r.get("tiling"), hw, overrides, SIM_SWAPS.get(r["impl"], {}))
         for r in todo
     ]
+    # Implementations that the model runs as the same schedule on the same tiles share one simulation; the
+    # largest problems start first, so the last process to finish is not the one that drew the longest run.
+    unique = sorted({json.dumps(a, sort_keys=True): a for a in job_args}.values(), key=_work, reverse=True)
+    log(f"validate: simulating {len(unique)} configurations for {len(todo)} measurements ({jobs} processes)")
     if jobs > 1:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            results = list(pool.map(_simulate, job_args))
+            results = list(pool.map(_simulate, unique))
     else:
-        results = [_simulate(j) for j in job_args]
-    for row, res in zip(todo, results, strict=True):
-        row.update(res)
+        results = [_simulate(j) for j in unique]
+    by_args = {json.dumps(a, sort_keys=True): res for a, res in zip(unique, results, strict=True)}
+    for row, args in zip(todo, job_args, strict=True):
+        row.update(by_args[json.dumps(args, sort_keys=True)])
+
+
+def _work(job_args: tuple) -> float:
+    """A simulation's rough size: the score tiles a run visits (causal about half)."""
+    cfg = job_args[1]
+    nq, nk = cfg["seqlen_q"], cfg.get("seqlen_k") or cfg["seqlen_q"]
+    return cfg["batch"] * cfg["heads"] * nq * nk * cfg["headdim"] / (2 if cfg.get("causal") else 1)
 
 
 def _problem_args(config: dict) -> dict:
