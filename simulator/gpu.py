@@ -356,9 +356,7 @@ class Gpu:
         env, p = self.env, self.profile
         self.set_clock(p.clock_hz(self.tensor_instr(kernel)))
         start = env.now + self.skipped_cycles  # cycles on the virtual clock (with the loop periods left out)
-        if extrapolate and self.trace is None and len(kernel.roles) == 1:
-            # warp-specialized kernels (a producer feeding consumers through a ring) came out 0.1-0.3% off
-            # the plain run when left out like this, for a reason not yet found: they run every op
+        if extrapolate and self.trace is None:
             self.loop_skip = LoopSkip(self, counters)
         slots = blocks_per_sm(kernel, p)
         self.copies = self.sharing(kernel, slots)
@@ -416,7 +414,8 @@ class Gpu:
                 first = run["from"]
                 plan = _skip_plan(heads, self.n_sms, slots, [m[0] for m in marks], run["next"],
                                   lambda n: block_of(first + n))
-                regime = plan and self._l2_regime(l2_marks, plan, run["done"] + run["left_out"], total)
+                regime = (plan and _counters_repeat(marks, plan["period"])
+                          and self._l2_regime(l2_marks, plan, run["done"] + run["left_out"], total))
                 if regime:
                     plan["mark"], plan["regime"] = len(marks) - 1, regime
                     run["skip"] = plan
@@ -491,6 +490,15 @@ def _skip_plan(heads: list, step: int, slots: int, times: list[int], queued: int
     if reps > 0 and heads[queued - 1] == heads[first]:
         return {"at": queued, "blocks": reps * period * step, "period": period, "reps": reps}
     return None
+
+
+def _counters_repeat(marks: list, period: int) -> bool:
+    """Whether every byte count moved alike in the last two periods (a loop skip adds its stretches' bytes
+    at once, which may put them in another period than the plain run's ops: a period that is not a copy of
+    the next). Busy cycles are left out: work in service at a period's end splits them unevenly."""
+    (_, a), (_, b), (_, c) = marks[-1 - 2 * period], marks[-1 - period], marks[-1]
+    return all(math.isclose(c[k] - b[k], b[k] - a[k], rel_tol=1e-9, abs_tol=1e-6) for k in c
+               if not k.startswith("busy_"))
 
 
 def _repeats(gaps: list[int], period: int) -> bool:

@@ -17,14 +17,19 @@ watched stretch's: `mismatch_bytes` says by how much the premise failed (0: it h
 last stretches' tiles take the landing state of the tiles they stand for (a block a step behind another
 reads them next, and waits for the same fetch).
 
-Kernels of one warp role take it (simulator/gpu.py); causal grids gain little, since a block ending
-somewhere on the sampled SMs every few iterations leaves few whole stretches between block ends.
+The skip happens at the end of the cycle in which the premise was found to hold, not at once: SMs doing the
+same work take the same op in the same cycle, one after another, and an op the reference role had taken
+would otherwise run against the L2 state of the stretches its twins left out (lines their left-out loads
+brought in at once), putting its SM ahead of theirs. Warp-specialized kernels (V3's producer feeding
+consumer warpgroups through a ring) take it like one-role kernels. Causal grids gain little, since a block
+ending somewhere on the sampled SMs every few iterations leaves few whole stretches between block ends.
 """
 
 from __future__ import annotations
 
 import math
 
+import simpy
 from flashsim.algorithms.ir import AtomicAdd, Load, Store, Wait
 
 from .l2 import L2Cache
@@ -71,6 +76,7 @@ class LoopSkip:
         self.phase = 0
         self.marks: list = []  # (virtual cycle, {role: ops pulled}, counters) every `body` reference ops
         self.stuck: frozenset | None = None  # running roles when a skip last found nothing to leave out
+        self.pending = False  # a skip waits for the end of the cycle (_defer)
         self.skips = 0
         self.ops_left_out = 0
         self.cycles_left_out = 0
@@ -91,23 +97,30 @@ class LoopSkip:
 
     def _reference(self, role) -> None:
         self.ref, self.sigs, self.body, self.marks, self.stuck = role, [], 0, [], None
+        if role is not None and role.history:
+            # a role that is already deep in its loop (the reference's block ended) shows its body at once
+            self.sigs = [signature(op) for op in list(role.history)[-3 * MAX_BODY:]]
+            self._find_body()
+
+    def _find_body(self) -> None:
+        """The reference's loop body: the shortest run of ops its last ops repeat three times over."""
+        sigs = self.sigs
+        n = len(sigs)
+        for body in range(1, min(MAX_BODY, n // 3) + 1):
+            if sigs[-1] == sigs[-1 - body] and sigs[-body:] == sigs[-2 * body:-body] == sigs[-3 * body:-2 * body]:
+                self.body, self.phase, self.sigs = body, self.ref.pulled % body, []
+                return
+        if n > 4 * MAX_BODY:
+            del sigs[:MAX_BODY]
 
     # -- watching ------------------------------------------------------------------------------------
     def step(self, op) -> None:
         """The reference role has pulled `op`."""
         if not self.body:
-            sigs = self.sigs
-            sigs.append(signature(op))
-            n = len(sigs)
-            for body in range(1, min(MAX_BODY, n // 3) + 1):
-                if sigs[-1] == sigs[-1 - body] and sigs[-body:] == sigs[-2 * body:-body] == sigs[-3 * body:-2 * body]:
-                    self.body, self.phase, self.sigs = body, self.ref.pulled % body, []
-                    break
-            else:
-                if n > 4 * MAX_BODY:
-                    del sigs[:MAX_BODY]
+            self.sigs.append(signature(op))
+            self._find_body()
             return
-        if self.ref.pulled % self.body != self.phase:
+        if self.ref.pulled % self.body != self.phase or self.pending:
             return
         gpu = self.gpu
         marks = self.marks
@@ -131,11 +144,32 @@ class LoopSkip:
                 continue
             delta = {key: c[2][key] - b[2][key] for key in c[2]}
             if all(math.isclose(delta[key], b[2][key] - a[2][key], rel_tol=REL_TOL, abs_tol=1e-6) for key in delta):
-                if self._skip(c[0] - b[0], ops, delta):
-                    marks.clear()
-                else:
-                    self.stuck = frozenset(self.roles)
+                self._defer(c[0] - b[0], ops, delta)
                 return
+
+    def _settle(self, cycles: int, ops: dict, delta: dict) -> None:
+        if self._skip(cycles, ops, delta):
+            self.marks.clear()
+        else:
+            self.stuck = frozenset(self.roles)
+
+    def _defer(self, cycles: int, ops: dict, delta: dict) -> None:
+        """Skip once the cycle is over. The reference role has just taken its op; other SMs' roles doing the
+        same work take theirs later in the same cycle. Left out now, the reference's op would run against the
+        L2 state of the stretch left out (a line its twins' left-out loads brought in at once), putting its
+        SM ahead of theirs; at the next cycle's start every role has taken this cycle's ops."""
+        env = self.gpu.env
+        self.pending = True
+
+        def skip(_event) -> None:
+            self.pending = False
+            if set(ops) == set(self.roles):  # no block began or ended meanwhile
+                self._settle(cycles, ops, delta)
+
+        event = simpy.Event(env)
+        event._ok, event._value = True, None
+        event.callbacks.append(skip)
+        env.schedule(event, simpy.core.URGENT, 1)
 
     # -- skipping ------------------------------------------------------------------------------------
     def _skip(self, cycles: int, ops: dict, delta: dict) -> bool:

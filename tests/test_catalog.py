@@ -250,3 +250,15 @@ def test_untileable_tiles_one_line_exit_2(capsys):
     assert cli.main(["simulate", "--algo", "v2", "--block-m", "100", "--block-n", "37"]) == 2
     err = capsys.readouterr().err.strip()
     assert "cannot be tiled by mma.sync" in err and len(err.splitlines()) == 1
+
+
+def test_a_record_is_imported_when_first_asked_for():
+    """A run of one algorithm does not import every schedule module (process start-up time)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from flashsim.algorithms import catalog; catalog.get('v2'); "
+            "print(sorted(m.rsplit('.', 1)[1] for m in sys.modules if m.startswith('flashsim.algorithms.schedules.')))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "'v2'" in loaded and "'decode'" not in loaded and "'v3_bwd'" not in loaded
+    assert [r.name for r in catalog.records()] == list(catalog.names())
