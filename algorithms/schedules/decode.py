@@ -8,9 +8,13 @@ of them. The K/V range is split as in Flash-Decoding (algorithms/splitkv.py; FA2
 so that batch x kv_heads tiles still fill the GPU. The cache may be paged (algorithms/paged.py) and the
 batch of variable length (one grid of real tiles per sequence, no padding).
 
-Per thread block (batch b, K/V head hk, row block i, split s), as FA2's split-KV kernel with cp.async:
-    load the tile's Q rows (one copy per head) | for each K/V block j of the split's range: K_j, V_j
-    (a page-table read first, when paged), S = Q K_j^T, online softmax, O += P V_j | O_s, LSE_s
+Per thread block (batch b, K/V head hk, row block i, split s), as our kernel (kernels/decode.cu) runs it:
+    (a page-table read, when paged) | Q rows (one copy per head) and the first stages - 1 K/V blocks, each
+    block's K and V one cp.async group in its ring stage | for each K/V block j of the split's range: wait
+    for block j, barrier, refill the freed stage with block j + stages - 1, S = Q K_j^T, online softmax,
+    O += P V_j | O_s, LSE_s
+So up to stages - 1 blocks per thread block are in flight while one is multiplied: how many bytes an SM
+keeps in flight against the HBM latency follows from the ring, not from a formula.
 """
 
 from __future__ import annotations
@@ -51,7 +55,6 @@ from ..splitkv import (
     combine_kernel,
     combine_nest,
     partial_stores,
-    split_block_n,
     split_range,
     workspace_bytes,
     workspace_shapes,
@@ -59,6 +62,11 @@ from ..splitkv import (
 
 MAX_QUERIES = 16
 BLOCK_M = 64  # FA2's split-KV kernels: kBlockM = 64, 4 warps
+WARPS = 4
+# Our kernel's cp.async ring (kernels/decode.cu): STAGES (K, V) tile pairs, filled STAGES - 1 blocks ahead of
+# the math. One pair is 32 KiB (64 keys at d128, 128 at d64), so three and the Q tile (112 / 104 KiB) let two
+# thread blocks share an H100/H200 SM, as FA2's split heuristic assumes.
+STAGES = 3
 
 
 def check_problem(p: Problem) -> None:
@@ -67,12 +75,28 @@ def check_problem(p: Problem) -> None:
                             f"(prefill with v2 or v3)")
 
 
+def check_tiling(p: Problem, t: Tiling) -> None:
+    if t.stages < 2:
+        raise FlashsimError(f"decode's K/V ring needs at least 2 stages (one landing while one is multiplied), "
+                            f"got {t.stages}")
+
+
 def packed_rows(p: Problem, b: int = 0) -> int:
     return p.q_len(b) * p.group
 
 
+def kernel_block_n(d: int) -> int:
+    """Keys per K/V block of our kernel: a (K, V) pair of 32 KiB at d64 and d128."""
+    return 128 if d <= 64 else 64
+
+
+def kernel_tiling(d: int) -> Tiling:
+    """The tiles our decode kernel is built with for head dim d (kernels/decode.py takes them from here)."""
+    return Tiling(BLOCK_M, kernel_block_n(d), WARPS, STAGES)
+
+
 def mapper(p: Problem, profile) -> Tiling:
-    t = Tiling(BLOCK_M, split_block_n(p.headdim), 4, 2)
+    t = kernel_tiling(p.headdim)
     return Tiling(t.block_m, t.block_n, t.warps, t.stages, splits=auto(p, t, profile)) if profile else t
 
 
@@ -82,7 +106,8 @@ def auto(p: Problem, t: Tiling, profile) -> int:
 
 
 def smem_bytes(p: Problem, t: Tiling) -> int:
-    return (t.block_m + 2 * t.block_n) * p.headdim * p.elem_bytes
+    """The Q tile and the ring's `stages` (K, V) pairs (decode.cu, Config::kSmemBytes)."""
+    return (t.block_m + 2 * t.stages * t.block_n) * p.headdim * p.elem_bytes
 
 
 def registers(p: Problem, t: Tiling) -> int:
@@ -116,7 +141,8 @@ def visible_blocks(ps: Problem, q_last: int, bn: int) -> int:
 
 def build(p: Problem, t: Tiling) -> Schedule:
     check_problem(p)
-    bm, bn, d, w, splits, g = t.block_m, t.block_n, p.headdim, t.warps, t.splits, p.group
+    bm, bn, d, w, splits, g, stages = (t.block_m, t.block_n, p.headdim, t.warps, t.splits, p.group,
+                                       t.stages)
     dt = gemm_dtype(p)
     table = paged.page_table(p) if p.page_size else None
 
@@ -135,12 +161,15 @@ def build(p: Problem, t: Tiling) -> Schedule:
         rows = min(bm, nq * g - row0)
         q_first, q_last = query_range(nq, row0, rows)
         first, n = split_range(cdiv(nk, bn), visible_blocks(ps, q_last, bn), splits, s)
-        arrivals = {"k": 0, "v": 0}
+        through = []  # K/V copies issued up to and including block j: block j has landed at that count
 
-        def count(loads):
-            for op in loads:
-                arrivals[op.barrier] += 1
-                yield op
+        def copy_block(jj):
+            """Block jj's K and V into ring stage jj % stages: one cp.async group, as the kernel commits it."""
+            col0, stage = (first + jj) * bn, jj % stages
+            loads = [*kv_loads(ps, "K", f"sK{stage}", b, hk, col0, "kv"),
+                     *kv_loads(ps, "V", f"sV{stage}", b, hk, col0, "kv")]
+            through.append((through[-1] if through else 0) + len(loads))
+            return loads
 
         if n or splits == 1:
             if table is not None and n:
@@ -150,26 +179,24 @@ def build(p: Problem, t: Tiling) -> Schedule:
                 yield Load(row_tile(ps, "Q", b, hk * g + hh, q0, cnt), "sQ", SMEM, "cp.async", "q",
                            dst_row=at or None)
                 loads += 1
+            for jj in range(min(stages - 1, n)):  # the prologue: the ring's first stages - 1 blocks
+                yield from copy_block(jj)
             yield Wait("q", loads)
+            yield SyncThreads()
         yield Fill("acc", bm, d, 0.0)
         yield Fill("m", bm, 1, -math.inf)
         yield Fill("l", bm, 1, 0.0)
-        if n:
-            yield from count(kv_loads(ps, "K", "sK", b, hk, first * bn, "k"))
         for jj in range(n):
-            col0 = (first + jj) * bn
-            yield Wait("k", arrivals["k"])
-            yield SyncThreads()
-            yield from count(kv_loads(ps, "V", "sV", b, hk, col0, "v"))
-            yield Gemm("S", "sQ", "sK", bm, bn, d, SMEM, SMEM, "mma_sync", dt, w, trans_b=True)
+            col0, stage = (first + jj) * bn, jj % stages
+            yield Wait("kv", through[jj])
+            yield SyncThreads()  # block jj landed for every warp; all are done with block jj - 1's stage
+            if jj + stages - 1 < n:  # refill that stage, stages - 1 blocks ahead of the math
+                yield from copy_block(jj + stages - 1)
+            yield Gemm("S", "sQ", f"sK{stage}", bm, bn, d, SMEM, SMEM, "mma_sync", dt, w, trans_b=True)
             mask = Mask(row0, col0, nq, nk, ps.causal, ps.causal_align, packed=nq)
             yield OnlineSoftmax("S", "P", "m", "l", bm, bn, p.scale, mask if mask.needed(rows, bn) else None,
                                 dt, acc="acc", acc_cols=d, warps=w)
-            yield Wait("v", arrivals["v"])
-            yield SyncThreads()
-            if jj + 1 < n:
-                yield from count(kv_loads(ps, "K", "sK", b, hk, col0 + bn, "k"))
-            yield Gemm("acc", "P", "sV", bm, d, bn, RMEM, SMEM, "mma_sync", dt, w, accumulate=True)
+            yield Gemm("acc", "P", f"sV{stage}", bm, d, bn, RMEM, SMEM, "mma_sync", dt, w, accumulate=True)
         yield Normalize("acc", "m", "l", "lse", bm, d, w)
         for hh, q0, cnt, at in segments(nq, row0, rows):
             h = hk * g + hh
@@ -273,6 +300,7 @@ ALGORITHM = Algorithm(
     layouts=("varlen", "paged"),
     max_seqlen_q=MAX_QUERIES,
     auto_splits=auto,
+    check_tiling=check_tiling,
     why="The K/V cache is read once per K/V head: the query heads that share it are rows of one tile, and "
         "its blocks are split over thread blocks so that batch x kv_heads tiles fill the GPU.",
     dtypes=("bf16", "fp16"),
