@@ -74,8 +74,9 @@ def markdown(report: dict) -> str:
     for r in report["rows"]:
         pred = f"{r['predicted_us']:.1f}" if "predicted_us" in r else r.get("predict_error", "-")
         err = f"{100 * r['err']:+.1f}" if "err" in r else "-"
-        lines.append(f"| {r['case']} | {r['impl']} | {r['page_size'] or '-'} | {r['tiling']['splits'] if 'tiling' in r else '-'} "
-                     f"| {r['gpu_us']:.1f} | {pred} | {err} | {r.get('bound_by', '-')} |")
+        splits = r["tiling"]["splits"] if "tiling" in r else "-"
+        lines.append(f"| {r['case']} | {r['impl']} | {r['page_size'] or '-'} | {splits} | {r['gpu_us']:.1f} | {pred} "
+                     f"| {err} | {r.get('bound_by', '-')} |")
     return "\n".join(lines) + "\n"
 
 
