@@ -39,7 +39,7 @@ def problem_args(row: dict) -> dict:
 
 
 def predict(job: tuple) -> dict:
-    problem, tiling, hw = job
+    problem, tiling, hw, flushed = job
     from flashsim.algorithms.problem import Problem
     from flashsim.algorithms.tiling import Tiling
     from flashsim.hw_profiles import load_profile
@@ -47,7 +47,8 @@ def predict(job: tuple) -> dict:
 
     t0 = time.perf_counter()
     try:
-        res = simulate("decode", Problem(**problem), load_profile(hw, []), Tiling(**tiling) if tiling else None)
+        res = simulate("decode", Problem(**problem), load_profile(hw, []), Tiling(**tiling) if tiling else None,
+                       flushed_l2=flushed)
     except FlashsimError as exc:
         return {"predict_error": str(exc)}
     return {"predicted_us": res.kernel_time_s * 1e6, "bound_by": res.bound_by, "tiling": res.tiling.as_dict(),
@@ -87,11 +88,14 @@ def main(argv=None) -> None:
     ap.add_argument("--hw", default="h200")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--impls", default=",".join(IMPLS))
+    ap.add_argument("--flushed-l2", action="store_true",
+                    help="start each run from the full, partly dirty L2 the benchmark's flush leaves")
+    ap.add_argument("--stem", default="decode-dev-compare")
     args = ap.parse_args(argv)
     impls = args.impls.split(",")
     bench = json.loads(args.bench.read_text())
     rows = [dict(r) for r in bench["rows"] if r["impl"] in impls and r.get("gpu_us")]
-    jobs = [(problem_args(r), our_tiling(r) if r["impl"] == "ours" else None, args.hw) for r in rows]
+    jobs = [(problem_args(r), our_tiling(r) if r["impl"] == "ours" else None, args.hw, args.flushed_l2) for r in rows]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         for row, res in zip(rows, pool.map(predict, jobs), strict=True):
             row.pop("kernels", None)
@@ -101,13 +105,15 @@ def main(argv=None) -> None:
             print(f"{row['case']:28s} {row['impl']:10s} p{row['page_size']:<3d} meas {row['gpu_us']:8.1f} "
                   f"pred {row.get('predicted_us', float('nan')):8.1f} err {100 * row.get('err', float('nan')):+6.1f}% "
                   f"{res.get('wall_s', '')}s", flush=True)
-    command = "python3 -m flashsim.experiments.decode_dev_compare" + (f" --impls {args.impls}"
-                                                                     if args.impls != ",".join(IMPLS) else "")
+    command = ("python3 -m flashsim.experiments.decode_dev_compare"
+               + (f" --impls {args.impls}" if args.impls != ",".join(IMPLS) else "")
+               + (" --flushed-l2" if args.flushed_l2 else "")
+               + (f" --stem {args.stem}" if args.stem != ap.get_default("stem") else ""))
     report = {"command": command, "hw": args.hw, "bench": args.bench.name,
               "summary": {i: summary([r for r in rows if r["impl"] == i]) for i in impls}, "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "decode-dev-compare.json").write_text(json.dumps(report, indent=1) + "\n")
-    (args.out / "decode-dev-compare.md").write_text(markdown(report))
+    (args.out / f"{args.stem}.json").write_text(json.dumps(report, indent=1) + "\n")
+    (args.out / f"{args.stem}.md").write_text(markdown(report))
     for impl, s in report["summary"].items():
         if s["n"]:
             print(f"{impl}: n {s['n']} MAPE {s['mape']:.1f}% bias {s['bias']:+.1f}% worst {s['max']:+.1f}%")
