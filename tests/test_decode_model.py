@@ -146,3 +146,16 @@ def test_ring_and_math_shapes_equal_reference(nq, group, stages):
     out, ref = run("decode", p, Tiling(64, 32, 4, stages, splits=2))
     err = max((out["O"][b, :, :nq].double() - ref[b]).abs().max().item() for b in range(p.batch))
     assert err < 2e-3
+
+
+def test_a_flushed_l2_makes_long_reads_pay_the_flushs_write_backs():
+    """simulate(flushed_l2=True) starts from the L2 a flush leaves: a decode reading more than the L2 evicts
+    its dirty lines (their write-backs share HBM with the reads); one reading little evicts only the older,
+    clean lines."""
+    t = Tiling(64, 64, 4, 3, splits=1)
+    long = Problem(64, 32, 1, 128, seqlen_k=1024, kv_heads=4)
+    empty, flushed = (simulate("decode", long, H200, t, flushed_l2=f) for f in (False, True))
+    assert flushed.bytes["hbm_write"] - empty.bytes["hbm_write"] == pytest.approx(H200.l2_dirty_max_bytes, rel=0.02)
+    assert flushed.kernel_time_s > empty.kernel_time_s
+    short = Problem(1, 32, 1, 128, seqlen_k=1024, kv_heads=4)
+    assert simulate("decode", short, H200, t, flushed_l2=True).bytes["hbm_write"] < 1e6
