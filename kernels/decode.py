@@ -11,7 +11,7 @@ import ctypes
 import math
 from dataclasses import dataclass
 
-from flashsim.algorithms.schedules.decode import BLOCK_M
+from flashsim.algorithms.schedules.decode import kernel_tiling
 from flashsim.algorithms.splitkv import combine_rows
 from flashsim.algorithms.tiling import Tiling
 
@@ -20,12 +20,10 @@ from .registry import DTYPES, KernelFamily, Variant, register
 
 _P, _I64, _I32, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_float
 PARAMS_BYTES = 224  # static_assert in decode.cu
-WARPS = 4
-# K/V keys per block and ring depth per head dim: one stage (a K and a V tile) is 32 KiB, three stages plus the
-# Q tile (112 KiB at d128, 104 KiB at d64) let two thread blocks share an H100/H200 SM, as FA2's split
-# heuristic assumes (two blocks per SM), with two blocks of each in flight while a third is multiplied.
-TILES = {64: Tiling(BLOCK_M, 128, WARPS, 3), 128: Tiling(BLOCK_M, 64, WARPS, 3)}
-
+# K/V keys per block and ring depth per head dim: the decode record's kernel_tiling, so the simulator and the
+# kernel name one tiling (one stage, a K and a V tile, is 32 KiB; three stages plus the Q tile let two thread
+# blocks share an H100/H200 SM, with two blocks in flight while a third is multiplied).
+TILES = {d: kernel_tiling(d) for d in (64, 128)}
 
 class DecodeParams(ctypes.Structure):
     _fields_ = [

@@ -135,6 +135,7 @@ def simulate(
     max_steps: int | None = MAX_SIMULATED_STEPS,
     max_events: int | None = None,
     progress=None,
+    flushed_l2: bool = False,
 ) -> SimResult:
     """Replay `algo`'s schedule for `problem` on `profile`.
 
@@ -145,7 +146,8 @@ def simulate(
     max_steps: refuse runs that would interpret more tile steps (simulator/limits.py; None: no limit).
     max_events: stop with EventLimitReached (a FlashsimError) after scheduling that many events (each V1 probe
     has the limit of its own). progress: called with the fraction of the run's blocks done, as they finish.
-    options: the record's build options (V3's ablation switches, v2-bwd's dq); one it does not take is refused."""
+    options: the record's build options (V3's ablation switches, v2-bwd's dq); one it does not take is refused.
+    flushed_l2: start from the full, partly dirty L2 a flush leaves (Gpu.flushed_l2), not an empty one."""
     rec = catalog.get(algo)
     options = dict(options or {})
     unknown = sorted(set(options) - set(rec.options))
@@ -169,6 +171,8 @@ def simulate(
     schedule = build(algo, problem, t, **options)
     wall = time.perf_counter()
     gpu = _machine(profile, problem, schedule, sms, trace, small_whole_chip)
+    if flushed_l2:
+        gpu.flushed_l2()
     if max_events is not None:
         gpu.env.max_events = max_events
     cycles = 0

@@ -12,6 +12,7 @@ from collections import defaultdict, deque
 from heapq import heappop, heappush
 
 import simpy
+from flashsim.algorithms.ir import GTile
 from flashsim.errors import FlashsimError
 
 from .l2 import L2Cache
@@ -258,6 +259,15 @@ class Gpu:
         self.l2_atomic.submit(now, tile.nbytes, then, flow)
         if from_smem:
             sm.smem.release(sm.smem.submit(now, tile.nbytes))
+
+    def flushed_l2(self) -> None:
+        """Start from the L2 a large write leaves (validate's L2 flush before each timed call): every line
+        taken, the newest l2_dirty_max_bytes of them dirty, so the launch's reads evict them and pay their
+        write-backs. The flush's own counts are not the launch's."""
+        row_bytes = 1024
+        rows = math.ceil(self.l2.capacity / self.private_copies / row_bytes)
+        self.l2.write(GTile("L2_FLUSH", 0, 0, 0, rows, 0, row_bytes, 1), self.private_copies)
+        self.l2.write_bytes, self.l2.evicted_dirty_bytes, self.l2._charged, self.l2.evictions = 0, 0.0, 0.0, 0
 
     def _charge_evictions(self, now: int, flow: int) -> None:
         evicted = self.l2.take_evicted()

@@ -8,9 +8,13 @@ of them. The K/V range is split as in Flash-Decoding (algorithms/splitkv.py; FA2
 so that batch x kv_heads tiles still fill the GPU. The cache may be paged (algorithms/paged.py) and the
 batch of variable length (one grid of real tiles per sequence, no padding).
 
-Per thread block (batch b, K/V head hk, row block i, split s), as FA2's split-KV kernel with cp.async:
-    load the tile's Q rows (one copy per head) | for each K/V block j of the split's range: K_j, V_j
-    (a page-table read first, when paged), S = Q K_j^T, online softmax, O += P V_j | O_s, LSE_s
+Per thread block (batch b, K/V head hk, row block i, split s), as our kernel (kernels/decode.cu) runs it:
+    (a page-table read, when paged) | Q rows (one copy per head) and the first stages - 1 K/V blocks, each
+    block's K and V one cp.async group in its ring stage | for each K/V block j of the split's range: wait
+    for block j, barrier, refill the freed stage with block j + stages - 1, S = Q K_j^T, online softmax,
+    O += P V_j | O_s, LSE_s
+So up to stages - 1 blocks per thread block are in flight while one is multiplied: how many bytes an SM
+keeps in flight against the HBM latency follows from the ring, not from a formula.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from ..ir import (
     Role,
     Schedule,
     Store,
+    StoreShared,
     SyncThreads,
     Wait,
 )
@@ -51,7 +56,6 @@ from ..splitkv import (
     combine_kernel,
     combine_nest,
     partial_stores,
-    split_block_n,
     split_range,
     workspace_bytes,
     workspace_shapes,
@@ -59,6 +63,12 @@ from ..splitkv import (
 
 MAX_QUERIES = 16
 BLOCK_M = 64  # FA2's split-KV kernels: kBlockM = 64, 4 warps
+WARPS = 4
+# Our kernel's cp.async ring (kernels/decode.cu): STAGES (K, V) tile pairs, filled STAGES - 1 blocks ahead of
+# the math. One pair is 32 KiB (64 keys at d128, 128 at d64), so three and the Q tile (112 / 104 KiB) let two
+# thread blocks share an H100/H200 SM, as FA2's split heuristic assumes.
+STAGES = 3
+MERGE = "warp merge"  # the key-split warps' partial O, max and sum (shared memory)
 
 
 def check_problem(p: Problem) -> None:
@@ -67,12 +77,40 @@ def check_problem(p: Problem) -> None:
                             f"(prefill with v2 or v3)")
 
 
+def check_tiling(p: Problem, t: Tiling) -> None:
+    if t.stages < 2:
+        raise FlashsimError(f"decode's K/V ring needs at least 2 stages (one landing while one is multiplied), "
+                            f"got {t.stages}")
+
+
 def packed_rows(p: Problem, b: int = 0) -> int:
     return p.q_len(b) * p.group
 
 
+def kernel_block_n(d: int) -> int:
+    """Keys per K/V block of our kernel: a (K, V) pair of 32 KiB at d64 and d128."""
+    return 128 if d <= 64 else 64
+
+
+def kernel_tiling(d: int) -> Tiling:
+    """The tiles our decode kernel is built with for head dim d (kernels/decode.py takes them from here)."""
+    return Tiling(BLOCK_M, kernel_block_n(d), WARPS, STAGES)
+
+
+def math_shape(rows_left: int, t: Tiling) -> tuple[int, int, str]:
+    """(rows multiplied, warps doing the math, how they divide it) of a tile with rows_left packed rows from
+    its first on, as the kernel runs it: each warp owns block_m / warps rows and a warp whose rows are all
+    padding skips the math; a tile whose rows fit one warp's (a one-query GQA group of up to 16) instead gives
+    every warp those rows and its own share of each block's keys ('n'), merging the warps at the end."""
+    per_warp = t.block_m // t.warps
+    if t.warps > 1 and rows_left <= per_warp:
+        return per_warp, t.warps, "n"
+    active = cdiv(min(t.block_m, rows_left), per_warp)
+    return per_warp * active, active, "m"
+
+
 def mapper(p: Problem, profile) -> Tiling:
-    t = Tiling(BLOCK_M, split_block_n(p.headdim), 4, 2)
+    t = kernel_tiling(p.headdim)
     return Tiling(t.block_m, t.block_n, t.warps, t.stages, splits=auto(p, t, profile)) if profile else t
 
 
@@ -82,7 +120,8 @@ def auto(p: Problem, t: Tiling, profile) -> int:
 
 
 def smem_bytes(p: Problem, t: Tiling) -> int:
-    return (t.block_m + 2 * t.block_n) * p.headdim * p.elem_bytes
+    """The Q tile and the ring's `stages` (K, V) pairs (decode.cu, Config::kSmemBytes)."""
+    return (t.block_m + 2 * t.stages * t.block_n) * p.headdim * p.elem_bytes
 
 
 def registers(p: Problem, t: Tiling) -> int:
@@ -116,7 +155,8 @@ def visible_blocks(ps: Problem, q_last: int, bn: int) -> int:
 
 def build(p: Problem, t: Tiling) -> Schedule:
     check_problem(p)
-    bm, bn, d, w, splits, g = t.block_m, t.block_n, p.headdim, t.warps, t.splits, p.group
+    bm, bn, d, w, splits, g, stages = (t.block_m, t.block_n, p.headdim, t.warps, t.splits, p.group,
+                                       t.stages)
     dt = gemm_dtype(p)
     table = paged.page_table(p) if p.page_size else None
 
@@ -135,12 +175,16 @@ def build(p: Problem, t: Tiling) -> Schedule:
         rows = min(bm, nq * g - row0)
         q_first, q_last = query_range(nq, row0, rows)
         first, n = split_range(cdiv(nk, bn), visible_blocks(ps, q_last, bn), splits, s)
-        arrivals = {"k": 0, "v": 0}
+        mr, mw, split = math_shape(nq * g - row0, t)
+        through = []  # K/V copies issued up to and including block j: block j has landed at that count
 
-        def count(loads):
-            for op in loads:
-                arrivals[op.barrier] += 1
-                yield op
+        def copy_block(jj):
+            """Block jj's K and V into ring stage jj % stages: one cp.async group, as the kernel commits it."""
+            col0, stage = (first + jj) * bn, jj % stages
+            loads = [*kv_loads(ps, "K", f"sK{stage}", b, hk, col0, "kv"),
+                     *kv_loads(ps, "V", f"sV{stage}", b, hk, col0, "kv")]
+            through.append((through[-1] if through else 0) + len(loads))
+            return loads
 
         if n or splits == 1:
             if table is not None and n:
@@ -150,27 +194,30 @@ def build(p: Problem, t: Tiling) -> Schedule:
                 yield Load(row_tile(ps, "Q", b, hk * g + hh, q0, cnt), "sQ", SMEM, "cp.async", "q",
                            dst_row=at or None)
                 loads += 1
+            for jj in range(min(stages - 1, n)):  # the prologue: the ring's first stages - 1 blocks
+                yield from copy_block(jj)
             yield Wait("q", loads)
+            yield SyncThreads()
         yield Fill("acc", bm, d, 0.0)
         yield Fill("m", bm, 1, -math.inf)
         yield Fill("l", bm, 1, 0.0)
-        if n:
-            yield from count(kv_loads(ps, "K", "sK", b, hk, first * bn, "k"))
         for jj in range(n):
-            col0 = (first + jj) * bn
-            yield Wait("k", arrivals["k"])
-            yield SyncThreads()
-            yield from count(kv_loads(ps, "V", "sV", b, hk, col0, "v"))
-            yield Gemm("S", "sQ", "sK", bm, bn, d, SMEM, SMEM, "mma_sync", dt, w, trans_b=True)
+            col0, stage = (first + jj) * bn, jj % stages
+            yield Wait("kv", through[jj])
+            yield SyncThreads()  # block jj landed for every warp; all are done with block jj - 1's stage
+            if jj + stages - 1 < n:  # refill that stage, stages - 1 blocks ahead of the math
+                yield from copy_block(jj + stages - 1)
+            yield Gemm("S", "sQ", f"sK{stage}", mr, bn, d, SMEM, SMEM, "mma_sync", dt, mw, trans_b=True, split=split)
             mask = Mask(row0, col0, nq, nk, ps.causal, ps.causal_align, packed=nq)
-            yield OnlineSoftmax("S", "P", "m", "l", bm, bn, p.scale, mask if mask.needed(rows, bn) else None,
-                                dt, acc="acc", acc_cols=d, warps=w)
-            yield Wait("v", arrivals["v"])
+            yield OnlineSoftmax("S", "P", "m", "l", mr, bn, p.scale, mask if mask.needed(rows, bn) else None,
+                                dt, acc="acc", acc_cols=d, warps=mw)
+            yield Gemm("acc", "P", f"sV{stage}", mr, d, bn, RMEM, SMEM, "mma_sync", dt, mw, accumulate=True,
+                       split=split)
+        if split == "n":  # each warp's running max, sum and O through shared memory to warp 0
             yield SyncThreads()
-            if jj + 1 < n:
-                yield from count(kv_loads(ps, "K", "sK", b, hk, col0 + bn, "k"))
-            yield Gemm("acc", "P", "sV", bm, d, bn, RMEM, SMEM, "mma_sync", dt, w, accumulate=True)
-        yield Normalize("acc", "m", "l", "lse", bm, d, w)
+            yield StoreShared("acc", "merge", bm, d + 2, F32, MERGE)
+            yield SyncThreads()
+        yield Normalize("acc", "m", "l", "lse", mr, d, mw)
         for hh, q0, cnt, at in segments(nq, row0, rows):
             h = hk * g + hh
             if splits > 1:
@@ -206,16 +253,30 @@ def sequence_nest(x: cf.Dims) -> cf.KernelNest:
         for s in range(S):
             first, n = split_range(x.Tc, vis, S, s)
             blocks.append((rows, q_first, first, n))
+    shapes = [math_shape(R - i * bm, x.t) for i in range(tr) for _ in range(S)]  # per entry of blocks
     n_all = [n for *_, n in blocks]
     P = G * sum(n_all)
     kv = G * sum(x.kv_rows_from(f, n) for _, _, f, n in blocks) * d * e
-    masked = G * sum(x.masked_from(qf, f, n) for _, qf, f, n in blocks)
     loaded = [(r, f, n) for r, _, f, n in blocks if n or S == 1]
     q_bytes = G * sum(r for r, _, _ in loaded) * d * e
     q_loads = G * sum(len(list(segments(Nq, i * bm, min(bm, R - i * bm)))) for i in range(tr)
                       for s in range(S) if blocks[i * S + s][3] or S == 1)
     rk = min(bn, x.Nk)
-    soft = 4 * bm * bn + bm * (2 + d)
+
+    def per_step(f) -> int:
+        """Sum of f(math rows, warps, split) x K/V blocks over the tiles."""
+        return G * sum(f(*shape) * n for shape, (*_, n) in zip(shapes, blocks, strict=True))
+
+    def reads(split: str, warps: int, first: bool) -> int:  # operand_reads: 'm' reads B per warp, 'n' A
+        return warps if (split == "n") == first else 1
+
+    mr0, mw0, split0 = shapes[0]
+    soft = 4 * mr0 * bn + mr0 * (2 + d)
+    masked_alu = G * sum(x.masked_from(qf, f, n) * mr * bn
+                         for (mr, _, _), (_, qf, f, n) in zip(shapes, blocks, strict=True))
+    merging = G * sum(1 for _, _, split in shapes if split == "n")
+    merge = [cf.Step("key-split warps: O, max and sum to shared memory for warp 0", "rf->smem", merging,
+                     [cf.Effect("smem_write", MERGE, bm * (d + 2) * F32, merging * bm * (d + 2) * F32)])]
     table = []
     if p.page_size:
         entries = G * sum(paged.table_entries(p, f * bn, n * bn, x.Nk) for _, _, f, n in blocks if n)
@@ -236,13 +297,27 @@ def sequence_nest(x: cf.Dims) -> cf.KernelNest:
         cf.Loop(f"j in 0..{max(n_all)}  kv-block of the split", max(n_all), P, [
             cf.load(f"load K_j{how}", "K", rk * d * e, kv, P),
             cf.load(f"load V_j{how}", "V", rk * d * e, kv, P),
-            cf.gemm("S = Q K_j^T  mma_sync (all heads of the group)", "mma_sync", x.dt, bm, bn, d, P,
-                    ("Q", bm * d * eg), ("K", w * bn * d * eg)),
-            cf.work("online softmax, O *= e^(m_old - m)", P, bm * bn + bm, soft,
-                    soft * P + cf.MASK_OPS_PER_ELEMENT * masked * bm * bn),
-            cf.gemm("O += P V_j", "mma_sync", x.dt, bm, d, bn, P, None, ("V", w * bn * d * eg)),
+            cf.Step(f"S = Q K_j^T  mma_sync on the group's rows ({mr0} rows, {mw0} warps split {split0})",
+                    "smem->rf", P, [
+                        cf.Effect("flops", f"mma_sync/{x.dt}", 2 * mr0 * bn * d,
+                                  per_step(lambda m, w_, s_: 2 * m * bn * d)),
+                        cf.Effect("smem_read", "Q", mr0 * d * eg * reads(split0, mw0, True),
+                                  per_step(lambda m, w_, s_: m * d * eg * reads(s_, w_, True))),
+                        cf.Effect("smem_read", "K", bn * d * eg * reads(split0, mw0, False),
+                                  per_step(lambda m, w_, s_: bn * d * eg * reads(s_, w_, False)))]),
+            cf.Step("online softmax, O *= e^(m_old - m)", "rf", P, [
+                cf.Effect("exps", "", mr0 * bn + mr0, per_step(lambda m, w_, s_: m * bn + m)),
+                cf.Effect("alu_flops", "", soft, per_step(lambda m, w_, s_: 4 * m * bn + m * (2 + d))
+                          + cf.MASK_OPS_PER_ELEMENT * masked_alu)]),
+            cf.Step("O += P V_j", "smem->rf", P, [
+                cf.Effect("flops", f"mma_sync/{x.dt}", 2 * mr0 * d * bn, per_step(lambda m, w_, s_: 2 * m * d * bn)),
+                cf.Effect("smem_read", "V", bn * d * eg * reads(split0, mw0, False),
+                          per_step(lambda m, w_, s_: bn * d * eg * reads(s_, w_, False)))]),
         ], note="causal: to the last query's diagonal" if p.causal else ""),
-        cf.work("O /= l, LSE = m + log l", G * tr * S, 2 * bm, bm * d + bm),
+        *(merge if merging else []),
+        cf.Step("O /= l, LSE = m + log l", "rf", G * tr * S, [
+            cf.Effect("exps", "", 2 * mr0, G * S * sum(2 * shapes[i * S][0] for i in range(tr))),
+            cf.Effect("alu_flops", "", mr0 * d + mr0, G * S * sum(shapes[i * S][0] * (d + 1) for i in range(tr)))]),
         *out,
     ]
     grid = [cf.Loop(f"i in 0..{tr}  packed row block", tr, G * tr, [
@@ -273,6 +348,7 @@ ALGORITHM = Algorithm(
     layouts=("varlen", "paged"),
     max_seqlen_q=MAX_QUERIES,
     auto_splits=auto,
+    check_tiling=check_tiling,
     why="The K/V cache is read once per K/V head: the query heads that share it are rows of one tile, and "
         "its blocks are split over thread blocks so that batch x kv_heads tiles fill the GPU.",
     dtypes=("bf16", "fp16"),
