@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Where FA2-class backward kernels spend a step (bash experiments/h200_bwd_model.sh, about 4 minutes): Nsight
+# Compute on one launch of our v2 backward's main kernel and of SDPA flash's (bf16, FA2 grid, N 4096, d 64 and
+# 128, non-causal): warp states, scheduler, pipe utilisation, shared-memory wavefronts and bank conflicts
+# (ldmatrix, P / dS stores), L2 reductions (dQ's red.global.add), HBM bytes. What the v2-bwd schedule is
+# checked against (experiments/backward_dev_compare.py predicts it ~25% too fast). Run from the repository
+# root with simpy's wheel in .whl/ and the cubins built (flashsim kernels build --out build/kernels --arch
+# sm_90a). Writes $OUT/ncu-bwd-*.txt, gpu.txt and summary.txt.
+set -uo pipefail
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+source experiments/device_env.sh
+source experiments/device_steps.sh
+SECTIONS=(--section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis --section LaunchStats
+          --section Occupancy --section SpeedOfLight --section MemoryWorkloadAnalysis_Tables
+          --metrics smsp__inst_executed_op_ldsm.sum,smsp__inst_executed_pipe_lsu.sum,smsp__inst_executed_op_shared_st.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_tensor_op_hmma.sum,smsp__inst_executed_op_global_red.sum,lts__t_requests_op_red.sum,lts__t_sectors_op_red.sum,lts__t_sectors_op_red.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,dram__bytes_write.sum,sm__cycles_elapsed.avg.per_second,sm__cycles_elapsed.max,smsp__warp_issue_stalled_barrier_per_warp_active.pct,smsp__warp_issue_stalled_mio_throttle_per_warp_active.pct,smsp__warp_issue_stalled_short_scoreboard_per_warp_active.pct,smsp__warp_issue_stalled_math_pipe_throttle_per_warp_active.pct,smsp__warp_issue_stalled_lg_throttle_per_warp_active.pct)
+for d in 128 64; do
+  step "ncu-bwd-ours-d$d" 120 ncu --clock-control none --kernel-name "regex:flashsim_v2_bwd.*_bwd$" --launch-skip 1 \
+    --launch-count 1 "${SECTIONS[@]}" python3 -m flashsim.experiments.bwd_profile_target ours "$d" 4096
+  step "ncu-bwd-sdpa-flash-d$d" 120 ncu --clock-control none --kernel-name "regex:flash_bwd_dq_dk_dv" \
+    --launch-skip 1 --launch-count 1 "${SECTIONS[@]}" python3 -m flashsim.experiments.bwd_profile_target sdpa-flash "$d" 4096
+done
+grep -hE "Profiling|Stall|Warp Cycles|Issued Ipc|No Eligible|Eligible Warps|SM Frequency|Duration|ldsm|wavefronts|bank_conflicts|hmma|red|dram__bytes|stalled" \
+  "$OUT"/ncu-bwd-*.txt | head -200
+finish
