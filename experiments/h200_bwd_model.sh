@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Where FA2-class backward kernels spend a step (bash experiments/h200_bwd_model.sh, about 4 minutes): Nsight
+# Where FA2-class backward kernels spend a step (bash experiments/h200_bwd_model.sh, about 4 minutes). First the
+# ldsm_mma microbenchmark (flashsim calibrate --only ldsm_mma: ldmatrix-fed mma.sync at the backward's 8 warps
+# per SM, with its products alone and its loads alone; $OUT/ldsm-mma.json), then Nsight
 # Compute on one launch of our v2 backward's main kernel and of SDPA flash's (bf16, FA2 grid, N 4096, d 64 and
 # 128, non-causal): warp states, scheduler, pipe utilisation, shared-memory wavefronts and bank conflicts
 # (ldmatrix, P / dS stores), L2 reductions (dQ's red.global.add), HBM bytes. What the v2-bwd schedule is
@@ -11,6 +13,8 @@ OUT=${OUT:-out}
 mkdir -p "$OUT"
 source experiments/device_env.sh
 source experiments/device_steps.sh
+step ldsm-mma-log 120 python3 -m flashsim.cli calibrate --only ldsm_mma,smem,mma_warps --out-dir "$OUT/cal" --json
+cp "$OUT/cal/calibration.json" "$OUT/ldsm-mma.json" 2>/dev/null
 SECTIONS=(--section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis --section LaunchStats
           --section Occupancy --section SpeedOfLight --section MemoryWorkloadAnalysis_Tables
           --metrics smsp__inst_executed_op_ldsm.sum,smsp__inst_executed_pipe_lsu.sum,smsp__inst_executed_op_shared_st.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_tensor_op_hmma.sum,smsp__inst_executed_op_global_red.sum,lts__t_requests_op_red.sum,lts__t_sectors_op_red.sum,lts__t_sectors_op_red.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,dram__bytes_write.sum,sm__cycles_elapsed.avg.per_second,sm__cycles_elapsed.max,smsp__warp_issue_stalled_barrier_per_warp_active.pct,smsp__warp_issue_stalled_mio_throttle_per_warp_active.pct,smsp__warp_issue_stalled_short_scoreboard_per_warp_active.pct,smsp__warp_issue_stalled_math_pipe_throttle_per_warp_active.pct,smsp__warp_issue_stalled_lg_throttle_per_warp_active.pct)
