@@ -466,6 +466,31 @@ def ldsm_mma(b: Bench) -> dict:
     return out
 
 
+def red_dq(b: Bench) -> dict:
+    """fp32 reductions into global memory in FA2's backward's dQ pattern (red.global.add.v2.f32 over 8 rows x
+    32 bytes per warp instruction, 8 warps, one block per SM): every block into the same 32 KiB tile (the key
+    blocks of a head add into one Q block's rows at once) or each into its own. The L2's reduction rate (bytes
+    added per second, over CUDA events, so the reductions have been performed) and how many SM cycles a
+    warp's instruction takes to issue (block clocks)."""
+    cp = b.cp
+    blocks, warps = b.gpu.sm_count, 8
+    iters = 128 if b.quick else 1024
+    accum = cp.zeros(blocks * 64 * 128, dtype=cp.float32)
+    fn = b.fn("membw", "red_dq")
+    tb = b.times(blocks)
+    payload = blocks * warps * iters * 16 * 32 * 8  # bytes added
+    out: dict = {}
+    for key, tiles in (("same_tile", 1), ("own_tile", blocks)):
+        seconds = b.elapsed(lambda t=tiles: fn((blocks,), (32 * warps,), (accum, _i32(t), _i32(iters), tb)), reps=5)
+        t = block_times(tb)
+        out[f"{key}_bytes_per_s"] = payload / seconds
+        out[f"{key}_issue_cycles_per_warp_instruction"] = float(np.median(t["clk1"] - t["clk0"])) / (iters * 16)
+    out["how"] = (f"red_dq: {blocks} blocks x {warps} warps, {iters} x 16 float2 reductions per thread into a 64 x 128 "
+                  "fp32 tile (the same for all blocks, or one each); bytes added over CUDA-event time; block clocks "
+                  "per warp instruction")
+    return out
+
+
 def wgmma(b: Bench) -> dict:
     """wgmma m64n256 throughput with both operands in shared memory (1 and 2 warpgroups per SM; the better is
     the rate) and its issue-to-completion latency (one warpgroup, wait after each)."""
@@ -700,6 +725,7 @@ BENCHMARKS: dict[str, Callable[[Bench], dict]] = {
     "mma_sync": mma_sync,
     "mma_warps": mma_warps,
     "ldsm_mma": ldsm_mma,
+    "red_dq": red_dq,
     "wgmma": wgmma,
     "clock": clock_under_load,
     "cp_async": cp_async,

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Where FA2-class backward kernels spend a step (bash experiments/h200_bwd_model.sh, about 4 minutes). First the
 # ldsm_mma microbenchmark (flashsim calibrate --only ldsm_mma: ldmatrix-fed mma.sync at the backward's 8 warps
-# per SM, with its products alone and its loads alone; $OUT/ldsm-mma.json), then Nsight
+# per SM, with its products alone and its loads alone) and red_dq (the dQ reductions' L2 rate and issue cost;
+# both in $OUT/ldsm-mma.json), then Nsight
 # Compute on one launch of our v2 backward's main kernel and of SDPA flash's (bf16, FA2 grid, N 4096, d 64 and
 # 128, non-causal): warp states, scheduler, pipe utilisation, shared-memory wavefronts and bank conflicts
 # (ldmatrix, P / dS stores), L2 reductions (dQ's red.global.add), HBM bytes. What the v2-bwd schedule is
@@ -13,7 +14,7 @@ OUT=${OUT:-out}
 mkdir -p "$OUT"
 source experiments/device_env.sh
 source experiments/device_steps.sh
-step ldsm-mma-log 120 python3 -m flashsim.cli calibrate --only ldsm_mma,smem,mma_warps --out-dir "$OUT/cal" --json
+step ldsm-mma-log 120 python3 -m flashsim.cli calibrate --only ldsm_mma,red_dq,smem,mma_warps --out-dir "$OUT/cal" --json
 cp "$OUT/cal/calibration.json" "$OUT/ldsm-mma.json" 2>/dev/null
 SECTIONS=(--section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis --section LaunchStats
           --section Occupancy --section SpeedOfLight --section MemoryWorkloadAnalysis_Tables
