@@ -438,7 +438,8 @@ def mma_warps(b: Bench) -> dict:
 def ldsm_mma(b: Bench) -> dict:
     """ldmatrix-fed mma.sync, as FA2-class kernels' warp-tiled GEMMs run it: 8 warps, one block per SM (the
     backward kernels' occupancy), each warp loading its A and B fragments with ldmatrix.x4 (2 KiB per 16-wide
-    k step) and issuing 8 bf16 m16n8k16 on them; and the same loop with only the products or only the loads.
+    k step) and issuing 8 bf16 m16n8k16 on them (also with ldmatrix.trans); and the same loop with only the
+    products or only the loads.
     Whether the tensor cores and the shared-memory reads overlap (time = the larger of the two alone) or
     queue behind each other (their sum) is what a GEMM whose operands come from shared memory costs."""
     cp = b.cp
@@ -448,7 +449,8 @@ def ldsm_mma(b: Bench) -> dict:
     iters = 256 if b.quick else 2048
     steps = warps * iters * 8  # warp k-steps per block
     out: dict = {}
-    for name, key in (("ldsm_mma", "both"), ("ldsm_mma_mma_only", "mma_only"), ("ldsm_mma_loads_only", "loads_only")):
+    for name, key in (("ldsm_mma", "both"), ("ldsm_mma_trans", "both_trans"), ("ldsm_mma_mma_only", "mma_only"),
+                      ("ldsm_mma_loads_only", "loads_only")):
         fn = b.fn("compute", name)
         b.elapsed(lambda fn=fn: fn((blocks,), (32 * warps,), (_i32(iters), sink, tb)), reps=3)
         t = block_times(tb)

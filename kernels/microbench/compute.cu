@@ -154,9 +154,10 @@ extern "C" __global__ void smem_read(int iters, float* sink, BlockTime* times) {
 // m16n8k16 (bf16) into a 32 x 32 fp32 accumulator: 2 KiB of shared memory per 32 KiFLOP, more than the SM's
 // shared memory can feed the tensor cores (~16 FLOP per byte against ~22). mode 0: loads and products, as
 // the kernels do (ldsm_mma); 1: products only, the fragments loaded once (ldsm_mma_mma_only); 2: loads only,
-// the fragments folded into a register so that they stay live (ldsm_mma_loads_only). Conflict-free: a warp's
+// the fragments folded into a register so that they stay live (ldsm_mma_loads_only); 0 with ldmatrix.trans
+// (ldsm_mma_trans). Conflict-free: a warp's
 // 32 row addresses are 512 contiguous bytes.
-template <int mode>
+template <int mode, bool trans = false>
 __device__ __forceinline__ void ldsm_mma_loop(int iters, float* sink, BlockTime* times) {
   __shared__ __align__(128) uint16_t buf[16384];  // 32 KiB
   for (int i = threadIdx.x; i < 16384; i += blockDim.x) buf[i] = (uint16_t)(0x3c00 + (i * 7 & 255));
@@ -182,8 +183,12 @@ __device__ __forceinline__ void ldsm_mma_loop(int iters, float* sink, BlockTime*
         for (int f = 0; f < 4; ++f) {
           const unsigned addr = base + ((((warp * 8 + kk) * 4 + f + i * 3) * 512 + lane * 16) & 32767);
           unsigned* dst = f < 2 ? a[f] : b[f - 2];
-          asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                       : "=r"(dst[0]), "=r"(dst[1]), "=r"(dst[2]), "=r"(dst[3]) : "r"(addr));
+          if constexpr (trans)
+            asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                         : "=r"(dst[0]), "=r"(dst[1]), "=r"(dst[2]), "=r"(dst[3]) : "r"(addr));
+          else
+            asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                         : "=r"(dst[0]), "=r"(dst[1]), "=r"(dst[2]), "=r"(dst[3]) : "r"(addr));
         }
       }
       if constexpr (mode == 2) {
@@ -215,6 +220,10 @@ extern "C" __global__ void ldsm_mma_mma_only(int iters, float* sink, BlockTime* 
 }
 extern "C" __global__ void ldsm_mma_loads_only(int iters, float* sink, BlockTime* times) {
   ldsm_mma_loop<2>(iters, sink, times);
+}
+// The same with ldmatrix.trans (the backward's P^T, dS^T and K operands).
+extern "C" __global__ void ldsm_mma_trans(int iters, float* sink, BlockTime* times) {
+  ldsm_mma_loop<0, true>(iters, sink, times);
 }
 
 // Shared-memory load-to-use latency: one thread follows a cycle of indices stored in shared memory.
