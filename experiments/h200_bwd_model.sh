@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Where FA2-class backward kernels spend a step (bash experiments/h200_bwd_model.sh, about 4 minutes, at most 8). First the
-# ldsm_mma microbenchmark (flashsim calibrate --only ldsm_mma: ldmatrix-fed mma.sync at the backward's 8 warps
-# per SM, with its products alone and its loads alone) and red_dq (the dQ reductions' L2 rate and issue cost;
-# both in $OUT/ldsm-mma.json), then Nsight
-# Compute on one launch of our v2 backward's main kernel and of SDPA flash's (bf16, FA2 grid, N 4096, d 64 and
-# 128, non-causal): warp states, scheduler, pipe utilisation, shared-memory wavefronts and bank conflicts
-# (ldmatrix, P / dS stores), L2 reductions (dQ's red.global.add), HBM bytes. What the v2-bwd schedule is
-# checked against (experiments/backward_dev_compare.py predicts it ~25% too fast). Run from the repository
-# root with simpy's wheel in .whl/ and the cubins built (flashsim kernels build --out build/kernels --arch
-# sm_90a). Writes $OUT/ncu-bwd-*.txt, gpu.txt and summary.txt.
+# Where FA2-class backward kernels spend a step (bash experiments/h200_bwd_model.sh; about 4 minutes, at most 8).
+# First two microbenchmarks (flashsim calibrate --only ldsm_mma,red_dq; raw numbers in $OUT/ldsm-mma.json):
+# ldmatrix-fed mma.sync at the backward's 8 warps per SM, against its products alone and its loads alone (do
+# they overlap, as the model assumes?), and the dQ reductions' L2 rate and issue cost. Then Nsight Compute on
+# one launch of our v2 backward's main kernel and of SDPA flash's (bf16, FA2 grid, N 4096, d 64 and 128,
+# non-causal): warp states, scheduler, pipe utilisation; for d128 also shared-memory wavefronts and bank
+# conflicts (ldmatrix, P / dS stores), L2 reductions and HBM bytes. experiments/backward_dev_compare.py predicts
+# these kernels ~25% too fast. Run from the repository root with simpy's wheel in .whl/ and the cubins built
+# (flashsim kernels build --out build/kernels --arch sm_90a). Writes $OUT/ncu-bwd-*.txt, ldsm-mma.json,
+# gpu.txt and summary.txt.
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
