@@ -76,9 +76,12 @@ def compare(records: list[dict], jobs: int = 2) -> dict:
             "summary": summary, "rows": rows}
 
 
+COMMAND = "python3 -m flashsim.experiments.backward_dev_compare"
+
+
 def markdown(result: dict, source: str) -> str:
     lines = [f"v2-bwd predictions ({result['hw']} profile) against the backward kernels' GPU busy time "
-             f"({source}); error = predicted / measured - 1.", "",
+             f"({source}); error = predicted / measured - 1. Made by `{result['command']}`.", "",
              "| impl | n | MAPE | bias | max abs |", "| --- | --- | --- | --- | --- |"]
     for impl, s in result["summary"].items():
         lines.append(f"| {impl} | {s['n']} | {100 * s['mape']:.1f}% | {100 * s['bias']:+.1f}% "
@@ -100,6 +103,7 @@ def main(argv: list[str]) -> int:
     source, stem = Path(argv[0]), Path(argv[1])
     result = compare(json.loads(source.read_text())["records"])
     result["source"] = str(source)
+    result["command"] = f"{COMMAND} {source} {stem}"
     stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
     stem.with_suffix(".md").write_text(markdown(result, source.name))
     for impl, s in result["summary"].items():
