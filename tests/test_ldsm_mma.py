@@ -48,3 +48,18 @@ def test_share_is_a_fraction():
 
     with pytest.raises(FlashsimError):
         dataclasses.replace(load_profile("h200"), mma_sync_smem_port_share=1.5)
+
+
+def test_calibrate_turns_the_measurement_into_the_profiles_share():
+    import json
+    from pathlib import Path
+
+    from flashsim.experiments.calibrate import to_params
+
+    path = Path(__file__).resolve().parents[1] / "experiments/results/h200/backward/profile/ldsm-mma.json"
+    report = json.loads(path.read_text())
+    share, source = to_params(report)["mma_sync_smem_port_share"]
+    assert share == pytest.approx(load_profile("h200").mma_sync_smem_port_share, abs=0.001)
+    assert source.startswith("measured:")
+    both = MEASURED["loads"] + share * MEASURED["products"]
+    assert both == pytest.approx(MEASURED["both"], rel=0.01)
