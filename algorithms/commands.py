@@ -28,13 +28,16 @@ PLOT_DIR = "flashsim-out"
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "io",
-        help="IO complexity: global-memory bytes of standard, v1, v2 as N, d and SRAM size M vary",
+        help="IO complexity: global-memory bytes of standard, v1, v2 (--pass bwd: standard-bwd, v2-bwd, v3-bwd) "
+             "as N, d and SRAM size M vary",
         description="FlashAttention's Theorem 2 measured on the schedules: standard attention moves "
         "Theta(N d + N^2) bytes, FlashAttention Theta(N^2 d^2 / M) for d <= M <= N d. M is varied through "
         "the profile's smem_per_block_max_bytes; V1's tiles follow from it (Algorithm 1) and, in this "
-        "experiment, V2 runs square tiles of V1's Bc so that its tiles scale with M too.",
+        "experiment, V2 runs square tiles of V1's Bc so that its tiles scale with M too. --pass bwd fits the "
+        "backward schedules' exponents (their key blocks take V1's Bc), --pass fwd+bwd both passes summed.",
     )
     add_profile_args(p)
+    add_pass_arg(p)
     p.add_argument("--dtype", default="fp16", help="input dtype: fp16 (default), bf16 or fp32")
     p.add_argument("--plot-dir", default=PLOT_DIR, help=f"where the PNG and SVG plots go (default ./{PLOT_DIR})")
     p.add_argument("--no-plot", action="store_true", help="skip the plots")

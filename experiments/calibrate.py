@@ -144,6 +144,17 @@ def to_params(report: dict) -> dict[str, tuple[int | float, str]]:
         for dtype in ("fp16", "bf16", "tf32"):
             p[f"mma_sync_{dtype}_flops_per_clk_per_sm"] = (m[f"{dtype}_flops_per_clk_per_sm"], src(m["how"]))
         p["mma_sync_latency_cycles"] = (round(m["bf16_latency_cycles"]), src(f"bf16 m16n8k16, {m['how']}"))
+    if "ldsm_mma" in r:
+        lm = r["ldsm_mma"]
+        # the share of the products' cycles the loads could not hide: (both - loads alone) / products alone
+        share = min(1.0, max(0.0, lm["overlap_shortfall"]))
+        p["mma_sync_smem_port_share"] = (round(share, 3), src(f"ldmatrix-fed mma.sync overlap, {lm['how']}"))
+    if "red_dq" in r and "clock" in r:
+        rd = r["red_dq"]  # each block into a tile of its own: the slices' rate without same-address contention
+        p["l2_atomic_bytes_per_clk"] = (
+            round(rd["own_tile_bytes_per_s"] / r["clock"]["clock_hz"]),
+            src(f"fp32 reductions, one tile per block, at the SM clock above, {rd['how']}"),
+        )
     if "wgmma" in r:
         w = r["wgmma"]
         for dtype in ("fp16", "bf16", "fp8", "tf32"):

@@ -435,6 +435,64 @@ def mma_warps(b: Bench) -> dict:
     return out
 
 
+def ldsm_mma(b: Bench) -> dict:
+    """ldmatrix-fed mma.sync, as FA2-class kernels' warp-tiled GEMMs run it: 8 warps, one block per SM (the
+    backward kernels' occupancy), each warp loading its A and B fragments with ldmatrix.x4 (2 KiB per 16-wide
+    k step) and issuing 8 bf16 m16n8k16 on them (also with ldmatrix.trans); and the same loop with only the
+    products or only the loads.
+    Whether the tensor cores and the shared-memory reads overlap (time = the larger of the two alone) or
+    queue behind each other (their sum) is what a GEMM whose operands come from shared memory costs."""
+    cp = b.cp
+    blocks, warps = b.gpu.sm_count, 8
+    tb = b.times(blocks)
+    sink = cp.zeros(1, dtype=cp.float32)
+    iters = 256 if b.quick else 2048
+    steps = warps * iters * 8  # warp k-steps per block
+    out: dict = {}
+    for name, key in (("ldsm_mma", "both"), ("ldsm_mma_trans", "both_trans"), ("ldsm_mma_mma_only", "mma_only"),
+                      ("ldsm_mma_loads_only", "loads_only")):
+        fn = b.fn("compute", name)
+        b.elapsed(lambda fn=fn: fn((blocks,), (32 * warps,), (_i32(iters), sink, tb)), reps=3)
+        t = block_times(tb)
+        cycles = float(np.median(t["clk1"] - t["clk0"]))
+        out[f"{key}_cycles_per_warp_kstep"] = cycles / (steps / warps)
+        out[f"{key}_flops_per_clk_per_sm"] = 0.0 if key == "loads_only" else steps * 8 * 4096 / cycles
+        out[f"{key}_smem_bytes_per_clk_per_sm"] = 0.0 if key == "mma_only" else steps * 4 * 512 / cycles
+    alone = (out["mma_only_cycles_per_warp_kstep"], out["loads_only_cycles_per_warp_kstep"])
+    both = out["both_cycles_per_warp_kstep"]
+    # 0: both at once take as long as the slower alone (perfect overlap); 1: as long as the two in turn
+    out["overlap_shortfall"] = (both - max(alone)) / min(alone) if min(alone) > 0 else None
+    out["how"] = (f"ldsm_mma*: {blocks} blocks x {warps} warps (one per SM), {iters} x 8 k-steps per warp of 4 "
+                  "ldmatrix.x4 (conflict-free, 32 KiB buffer) and 8 mma.sync m16n8k16 bf16 into 32 x 32 fp32; "
+                  "median block cycles (clock64)")
+    return out
+
+
+def red_dq(b: Bench) -> dict:
+    """fp32 reductions into global memory in FA2's backward's dQ pattern (red.global.add.v2.f32 over 8 rows x
+    32 bytes per warp instruction, 8 warps, one block per SM): every block into the same 32 KiB tile (the key
+    blocks of a head add into one Q block's rows at once) or each into its own. The L2's reduction rate (bytes
+    added per second, over CUDA events, so the reductions have been performed) and how many SM cycles a
+    warp's instruction takes to issue (block clocks)."""
+    cp = b.cp
+    blocks, warps = b.gpu.sm_count, 8
+    iters = 128 if b.quick else 1024
+    accum = cp.zeros(blocks * 64 * 128, dtype=cp.float32)
+    fn = b.fn("membw", "red_dq")
+    tb = b.times(blocks)
+    payload = blocks * warps * iters * 16 * 32 * 8  # bytes added
+    out: dict = {}
+    for key, tiles in (("same_tile", 1), ("own_tile", blocks)):
+        seconds = b.elapsed(lambda t=tiles: fn((blocks,), (32 * warps,), (accum, _i32(t), _i32(iters), tb)), reps=5)
+        t = block_times(tb)
+        out[f"{key}_bytes_per_s"] = payload / seconds
+        out[f"{key}_issue_cycles_per_warp_instruction"] = float(np.median(t["clk1"] - t["clk0"])) / (iters * 16)
+    out["how"] = (f"red_dq: {blocks} blocks x {warps} warps, {iters} x 16 float2 reductions per thread into a 64 x 128 "
+                  "fp32 tile (the same for all blocks, or one each); bytes added over CUDA-event time; block clocks "
+                  "per warp instruction")
+    return out
+
+
 def wgmma(b: Bench) -> dict:
     """wgmma m64n256 throughput with both operands in shared memory (1 and 2 warpgroups per SM; the better is
     the rate) and its issue-to-completion latency (one warpgroup, wait after each)."""
@@ -668,6 +726,8 @@ BENCHMARKS: dict[str, Callable[[Bench], dict]] = {
     "dep_latency": dep_latency,
     "mma_sync": mma_sync,
     "mma_warps": mma_warps,
+    "ldsm_mma": ldsm_mma,
+    "red_dq": red_dq,
     "wgmma": wgmma,
     "clock": clock_under_load,
     "cp_async": cp_async,

@@ -15,6 +15,13 @@ Each exponent is fitted in its regime: N with d and M fixed, d with N and M fixe
 always with d <= M <= N d / 4 and N a multiple of every Bc (no ragged blocks), and N / Bc >= 16 so the
 N^2 d^2 / M term dominates the Theta(N d) reads of K and V. A last sweep pushes M past N d, where the flash
 algorithms' traffic stops falling as 1 / M and settles at Theta(N d) (one pass over Q, K, V and O).
+
+`--pass bwd` measures the backward schedules the same way (standard-bwd, v2-bwd, v3-bwd) and `--pass fwd+bwd`
+a training step's two passes summed (standard, v2, v3). FlashAttention's backward (its Algorithm 4) takes the
+forward's Bc = M / 4d: each K/V block of Bc keys streams Q, dO, LSE and D past it and adds into dQ, so the
+traffic is Theta(N^2 d^2 / M) again; standard attention's backward reads and writes P, dP and dS, Theta(N d + N^2).
+v2-bwd runs square Bc x Bc tiles, v3-bwd 64-row Q blocks against Bc keys (its Q block does not change the bytes
+beyond ragged edges), and v3's forward, in fwd+bwd, square tiles like v2's.
 """
 
 from __future__ import annotations
@@ -32,12 +39,21 @@ from flashsim.console import make_console
 from flashsim.errors import FlashsimError
 from flashsim.units import format_bytes
 
-ALGOS = ("standard", "v1", "v2")
+ALGOS = ("standard", "v1", "v2")  # the forward's series
+FLASH_THEORY = "Theta(N^2 d^2 / M): N^2 d^2 M^-1"
+STANDARD_THEORY = "Theta(N d + N^2): N^2, d^0..1 (d enters through the GEMMs' re-reads), M^0"
 THEORY = {
-    "standard": "Theta(N d + N^2): N^2, d^0..1 (d enters through the GEMMs' re-reads), M^0",
-    "v1": "Theta(N^2 d^2 / M): N^2 d^2 M^-1",
-    "v2": "Theta(N^2 d^2 / M): N^2 d^2 M^-1",
+    "standard": STANDARD_THEORY, "v1": FLASH_THEORY, "v2": FLASH_THEORY,
+    "standard-bwd": STANDARD_THEORY, "v2-bwd": FLASH_THEORY, "v3-bwd": FLASH_THEORY,
+    "standard fwd+bwd": STANDARD_THEORY, "v2 fwd+bwd": FLASH_THEORY, "v3 fwd+bwd": FLASH_THEORY,
 }
+# The series of each pass, by label; the first flash series is the one the table's tile and ratio columns show.
+PASS_SERIES = {
+    "fwd": ALGOS,
+    "bwd": ("standard-bwd", "v2-bwd", "v3-bwd"),
+    "fwd+bwd": ("standard fwd+bwd", "v2 fwd+bwd", "v3 fwd+bwd"),
+}
+REFERENCE = {"fwd": "v1", "bwd": "v2-bwd", "fwd+bwd": "v2 fwd+bwd"}
 # Kv-block counts Tc = N / Bc of each fit's points: >= 16 keeps the leading term dominant, <= 48 keeps the
 # whole experiment to about a second of counting.
 PASSES = (16, 24, 32, 48)
@@ -80,15 +96,31 @@ def _algorithm1_tiles(problem: Problem, profile, warps: int, stages: int, square
 
 
 # The tiles of this experiment: Algorithm 1's for V1 (as the theorem assumes; the default tiling also shrinks
-# them to fit registers, which is beside the point of counting bytes), V1's Bc squared for V2, and standard
-# attention's GEMM tiles (its bytes do not depend on M; not shrunk to the swept M, as they do not live in it).
+# them to fit registers, which is beside the point of counting bytes), V1's Bc squared for V2 and both
+# backward schedules' key blocks, and standard attention's GEMM tiles (its bytes do not depend on M; not shrunk
+# to the swept M, as they do not live in it).
+def _bc(problem: Problem, profile) -> int:
+    return v1_blocks(sram_elements(profile, problem), problem.headdim)[1]
+
+
 TILINGS = {
     "standard": lambda problem, profile: default_tiling("standard", problem, None),
     "v1": lambda problem, profile: _algorithm1_tiles(problem, profile, 4, 1, square=False),
     "v2": lambda problem, profile: _algorithm1_tiles(problem, profile, 4, 2, square=True),
+    "v3": lambda problem, profile: Tiling(_bc(problem, profile), _bc(problem, profile), 12, 2),
+    "standard-bwd": lambda problem, profile: default_tiling("standard-bwd", problem, None),
+    "v2-bwd": lambda problem, profile: _algorithm1_tiles(problem, profile, 8, 2, square=True),
+    "v3-bwd": lambda problem, profile: Tiling(64, _bc(problem, profile), 12, 2),
 }
-# The flash schedules, whose traffic settles at one pass over Q, K, V and O past M = N d.
-SATURATING = ("v1", "v2")
+# label -> the schedules whose bytes add up to its point
+SERIES = {
+    **{name: (name,) for name in TILINGS},
+    "standard fwd+bwd": ("standard", "standard-bwd"),
+    "v2 fwd+bwd": ("v2", "v2-bwd"),
+    "v3 fwd+bwd": ("v3", "v3-bwd"),
+}
+# The flash series, whose traffic settles at one pass over their tensors past M = N d.
+SATURATING = ("v1", "v2", "v2-bwd", "v3-bwd", "v2 fwd+bwd", "v3 fwd+bwd")
 
 
 def tiling_for(algo: str, problem: Problem, profile) -> Tiling:
@@ -96,9 +128,12 @@ def tiling_for(algo: str, problem: Problem, profile) -> Tiling:
 
 
 def measure(sweep: str, algo: str, n: int, d: int, m_bytes: int, profile, dtype: str) -> Point:
+    """One point of series `algo` (a schedule, or a forward and its backward summed)."""
     problem = Problem(1, 1, n, d, dtype=dtype)
-    t = tiling_for(algo, problem, with_sram(profile, m_bytes))
-    hbm = count_io(build(algo, problem, t)).gmem_bytes
+    sized = with_sram(profile, m_bytes)
+    tilings = [tiling_for(name, problem, sized) for name in SERIES[algo]]
+    hbm = sum(count_io(build(name, problem, t)).gmem_bytes for name, t in zip(SERIES[algo], tilings, strict=True))
+    t = tilings[-1]
     return Point(sweep, algo, n, d, m_bytes, m_bytes // problem.elem_bytes, t.block_m, t.block_n, hbm)
 
 
@@ -127,9 +162,9 @@ def fit_exponent(xs, ys) -> float:
     return float(np.polyfit(np.log(np.asarray(xs, float)), np.log(np.asarray(ys, float)), 1)[0])
 
 
-def fits(points: list[Point]) -> dict[str, dict[str, float]]:
+def fits(points: list[Point], series: tuple[str, ...] = ALGOS) -> dict[str, dict[str, float]]:
     out = {}
-    for algo in ALGOS:
+    for algo in series:
         out[algo] = {}
         for var, attr in (("N", "N"), ("d", "d"), ("M", "M_elements")):
             sel = [p for p in points if p.algo == algo and p.sweep == var]
@@ -141,7 +176,7 @@ def fits(points: list[Point]) -> dict[str, dict[str, float]]:
 def saturation(points: list[Point]) -> dict:
     """Past M = N d: bytes in units of N d (elements) and the exponent of M fitted where Tc = 1."""
     out = {}
-    for algo in SATURATING:
+    for algo in dict.fromkeys(p.algo for p in points if p.algo in SATURATING):
         sel = [p for p in points if p.algo == algo and p.sweep == "saturation"]
         nd = SAT_N * SAT_D
         above = [p for p in sel if p.M_elements >= 4 * nd]  # Bc >= N: a single kv pass
@@ -156,10 +191,14 @@ def saturation(points: list[Point]) -> dict:
     return out
 
 
-def run(profile, dtype: str = "fp16", progress: bool = True) -> dict:
+def run(profile, dtype: str = "fp16", progress: bool = True, pass_: str = "fwd") -> dict:
     if dtype not in DTYPE_BYTES or dtype == "fp8":
         raise FlashsimError(f"dtype {dtype!r} is not one of fp32, fp16, bf16 (fp8 is v3-fp8's alone)")
-    todo = [(s, a, n, d, m) for s, n, d, m in plan(profile, dtype) for a in ALGOS]
+    if pass_ not in PASS_SERIES:
+        raise FlashsimError(f"unknown pass {pass_!r}; choose one of {', '.join(PASS_SERIES)}")
+    series = PASS_SERIES[pass_]
+    _check_dtype(series, dtype)
+    todo = [(s, a, n, d, m) for s, n, d, m in plan(profile, dtype) for a in series]
     points = []
     with _progress(progress) as bar:
         task = bar.add_task("counting bytes", total=len(todo))
@@ -169,11 +208,21 @@ def run(profile, dtype: str = "fp16", progress: bool = True) -> dict:
     return {
         "profile": profile.name,
         "dtype": dtype,
-        "theory": THEORY,
-        "fits": fits(points),
+        "pass": pass_,
+        "theory": {a: THEORY[a] for a in series},
+        "fits": fits(points, series),
         "saturation": saturation(points),
         "points": [asdict(p) for p in points],
     }
+
+
+def _check_dtype(series: tuple[str, ...], dtype: str) -> None:
+    from flashsim.algorithms import catalog
+
+    for label in series:
+        for name in SERIES[label]:
+            if dtype not in catalog.get(name).dtypes:
+                raise FlashsimError(f"{name} takes {', '.join(catalog.get(name).dtypes)}, not {dtype}")
 
 
 def _progress(enabled: bool):
@@ -200,26 +249,28 @@ def print_report(result: dict, console) -> None:
     from rich import box
     from rich.table import Table
 
+    series = PASS_SERIES[result.get("pass", "fwd")]
+    ref_name = REFERENCE[result.get("pass", "fwd")]
     rows: dict[tuple, dict[str, dict]] = {}
     for p in result["points"]:
         rows.setdefault((p["sweep"], p["N"], p["d"], p["M_bytes"]), {})[p["algo"]] = p
-    table = Table(
-        title=f"Global-memory bytes ({result['dtype']}, batch = heads = 1, {result['profile']})", box=box.SIMPLE_HEAD
-    )
-    for col in ("sweep", "N", "d", "M", "M / Nd", "v1 Br x Bc", "standard", "v1", "v2", "v1 / (N^2 d^2 / M)"):
+    title = "Global-memory bytes" + ("" if result.get("pass", "fwd") == "fwd" else f" of the {result['pass']} pass")
+    table = Table(title=f"{title} ({result['dtype']}, batch = heads = 1, {result['profile']})", box=box.SIMPLE_HEAD)
+    for col in ("sweep", "N", "d", "M", "M / Nd", f"{ref_name} Br x Bc", *series,
+                f"{ref_name} / (N^2 d^2 / M)"):
         table.add_column(col, justify="left" if col == "sweep" else "right", no_wrap=True)
     for (sweep, n, d, m_bytes), by_algo in rows.items():
-        v1 = by_algo["v1"]
-        m = v1["M_elements"]
+        ref = by_algo[ref_name]
+        m = ref["M_elements"]
         table.add_row(
             sweep,
             str(n),
             str(d),
             format_bytes(m_bytes),
             f"{m / (n * d):.3g}",
-            f"{v1['block_m']} x {v1['block_n']}",
-            *(format_bytes(by_algo[a]["hbm_bytes"]) for a in ALGOS),
-            f"{v1['hbm_bytes'] / (n * n * d * d / m):.3g} B",
+            f"{ref['block_m']} x {ref['block_n']}",
+            *(format_bytes(by_algo[a]["hbm_bytes"]) for a in series),
+            f"{ref['hbm_bytes'] / (n * n * d * d / m):.3g} B",
         )
     console.print(table)
 
@@ -234,7 +285,7 @@ def print_report(result: dict, console) -> None:
         ratios = ", ".join(f"{v:g}" for v in s["bytes_over_Nd"])
         console.print(
             f"Past M = N d ({algo}, N={s['N']}, d={s['d']}): at M / (N d) = {ms}, bytes / (N d) = {ratios}. "
-            f"The 1 / M fall stops near M = N d and the traffic settles at Theta(N d) (one pass over Q, K, V, O; "
+            f"The 1 / M fall stops near M = N d and the traffic settles at Theta(N d) (one pass over each tensor; "
             f"exponent of M once Bc >= N: {s['M_exponent_past_4Nd']:.3f})."
         )
 
@@ -248,6 +299,8 @@ def plot(result: dict, plot_dir: str) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    pass_ = result.get("pass", "fwd")
+    series = PASS_SERIES[pass_]
     panels = (
         ("N", "N", "N (d, M fixed)"),
         ("d", "d", "d (N, M fixed)"),
@@ -256,7 +309,7 @@ def plot(result: dict, plot_dir: str) -> list[str]:
     )
     fig, axes = plt.subplots(1, 4, figsize=(18, 4.2))
     for ax, (sweep, attr, label) in zip(axes, panels, strict=True):
-        for algo, marker in zip(ALGOS, "sox", strict=True):
+        for algo, marker in zip(series, "sox", strict=True):
             sel = [p for p in result["points"] if p["algo"] == algo and p["sweep"] == sweep]
             if sweep == "saturation" and algo not in SATURATING:
                 continue
@@ -269,10 +322,12 @@ def plot(result: dict, plot_dir: str) -> list[str]:
         ax.set_ylabel("global-memory bytes")
         ax.legend(fontsize=8)
         ax.grid(True, which="both", alpha=0.3)
-    fig.suptitle("IO complexity (FlashAttention Theorem 2): standard ~ N^2, flash ~ N^2 d^2 / M")
+    what = "" if pass_ == "fwd" else f", {pass_} pass"
+    fig.suptitle(f"IO complexity (FlashAttention Theorem 2{what}): standard ~ N^2, flash ~ N^2 d^2 / M")
     fig.tight_layout()
     os.makedirs(plot_dir, exist_ok=True)
-    paths = [os.path.join(plot_dir, f"io_complexity.{ext}") for ext in ("png", "svg")]
+    stem = "io_complexity" if pass_ == "fwd" else f"io_complexity-{pass_}"
+    paths = [os.path.join(plot_dir, f"{stem}.{ext}") for ext in ("png", "svg")]
     for path in paths:
         fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -286,7 +341,7 @@ def main(args) -> int:
     from flashsim.hw_profiles.commands import profile_from_args
 
     profile = profile_from_args(args)
-    result = run(profile, args.dtype, progress=True)
+    result = run(profile, args.dtype, progress=True, pass_=getattr(args, "pass_", "fwd"))
     if not args.no_plot:
         result["plots"] = plot(result, args.plot_dir)
     if args.json:

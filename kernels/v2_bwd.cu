@@ -19,8 +19,8 @@
 // in (cp.async) during step i; dO_{i+1} once every warp is done with dO_i (after dV).
 //
 // One step, three barriers: [Q_i, dO_i landed] S, dP, P, dS (P and dS to shared memory) [P, dS complete]
-// dV [dO_i free: load dO_{i+1}] dK, dQ. The schedule lists dV before dS; computing dS first lets one barrier
-// cover both staged tiles, and the loads, stores and products are the same.
+// dV [dO_i free: load dO_{i+1}] dK, dQ, as the schedule's step (computing dS before dV lets one barrier cover
+// both staged tiles).
 //
 // Every product is a warp-tiled mma.sync m16n8k16 with both operands read by ldmatrix from XOR-swizzled
 // tiles; an operand stored with its reduction dimension along rows (P^T, dS^T, dO, Q, K as B of dS K) uses

@@ -172,7 +172,11 @@ class RoleTimer:
                     reqs = [(sm.wgmma_queue, sm.wgmma_queue.submit(now, op.flops / rate))]
                 else:
                     reqs = [(sm.tensor, sm.tensor.submit(now, op.flops / rate, share))]
-                reqs.append((sm.smem, sm.smem.submit(now, gemm_smem_bytes(op))))
+                smem_bytes = gemm_smem_bytes(op)
+                if smem_bytes and op.instr == "mma_sync":  # ldmatrix and the products share the read path
+                    held = p.mma_sync_smem_port_share * op.flops / rate  # cycles, as port bytes (whole ones)
+                    smem_bytes += round(held * p.smem_bandwidth_bytes_per_clk_per_sm)
+                reqs.append((sm.smem, sm.smem.submit(now, smem_bytes)))
                 if op.a_scale or op.b_scale:  # scaled products accumulate outside the tensor core
                     reqs.append((sm.alu, sm.alu.submit(now, 2 * op.m * op.n, share)))
                 if p.issue_model:  # the HMMA / HGMMA and ldmatrix instructions take issue slots too

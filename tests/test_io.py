@@ -211,11 +211,58 @@ def test_io_table(capsys, tmp_path):
     ["io", "--hw", "no-such-gpu", "--no-plot"],
     ["io", "--set", "smem_per_block_max_bytes=100", "--no-plot"],
     ["io", "--set", "smem_per_block_max_bytes=-5", "--no-plot"],
+    ["io", "--pass", "bwd", "--dtype", "fp32", "--no-plot"],  # FA2's and FA3's backward take 16-bit inputs
 ])
 def test_io_bad_input_is_one_line_exit_2(capsys, argv):
     assert cli.main(argv) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1 and "Traceback" not in captured.err
+
+
+@pytest.fixture(scope="module", params=["bwd", "fwd+bwd"])
+def io_pass(request):
+    from flashsim.experiments.io_complexity import run
+    from flashsim.hw_profiles import load_profile
+
+    return run(load_profile("h200"), "fp16", progress=False, pass_=request.param)
+
+
+def test_io_fits_the_backward(io_pass):
+    """FlashAttention's backward (and a training step's two passes) move Theta(N^2 d^2 / M) bytes like its
+    forward: Q, dO, LSE and D stream past every K/V block and dQ is added to once per K/V block. Standard
+    attention's backward reads and writes P, dP and dS: Theta(N d + N^2), whatever M is. The exponents fall a
+    little short of 2, 2, -1 where the Theta(N d) terms (K, V, dK, dV, the fp32 dQ's zeroing and conversion)
+    are not yet negligible at Tc = 16..48 passes."""
+    fits = io_pass["fits"]
+    flash = [a for a in fits if not a.startswith("standard")]
+    assert len(flash) == 2 and len(fits) == 3
+    for algo in flash:
+        assert fits[algo]["N"] == pytest.approx(2, abs=0.12)
+        assert fits[algo]["d"] == pytest.approx(2, abs=0.12)
+        assert fits[algo]["M"] == pytest.approx(-1, abs=0.12)
+    standard = next(a for a in fits if a.startswith("standard"))
+    assert fits[standard]["N"] == pytest.approx(2, abs=0.1)
+    assert fits[standard]["M"] == pytest.approx(0, abs=0.01)
+    assert 0 <= fits[standard]["d"] <= 1
+
+
+def test_io_backward_past_nd_flattens(io_pass):
+    """Past M = N d one K/V block holds every key: each tensor crosses global memory a fixed number of times."""
+    for s in io_pass["saturation"].values():
+        assert s["M_exponent_past_4Nd"] == pytest.approx(0, abs=0.01)
+        assert s["bytes_over_Nd"] == sorted(s["bytes_over_Nd"], reverse=True)
+        assert s["bytes_over_Nd"][0] > 4 * s["bytes_over_Nd"][-1]
+
+
+def test_io_backward_points_sum_the_passes():
+    """A fwd+bwd point is its forward's and its backward's bytes, each counted at that pass's tiles."""
+    from flashsim.experiments.io_complexity import measure
+    from flashsim.hw_profiles import load_profile
+
+    h200 = load_profile("h200")
+    args = ("N", 1024, 64, 4 * 64 * 64 * 2, h200, "fp16")
+    both = measure(args[0], "v2 fwd+bwd", *args[1:]).hbm_bytes
+    assert both == measure(args[0], "v2", *args[1:]).hbm_bytes + measure(args[0], "v2-bwd", *args[1:]).hbm_bytes
 
 
 @pytest.mark.parametrize("splits", [2, 5])

@@ -22,6 +22,7 @@ from flashsim.errors import FlashsimError
 
 from .. import backward as bw
 from .. import closed_form as cf
+from ..counting import OPERAND_BYTES
 from ..footprint import REG_OVERHEAD
 from ..ir import FP32_BYTES as F32
 from ..ir import (
@@ -37,6 +38,7 @@ from ..ir import (
     Schedule,
     SoftmaxGrad,
     Store,
+    StoreShared,
     SyncThreads,
     Wait,
 )
@@ -82,6 +84,12 @@ def warp_grids(d: int, t: Tiling) -> tuple[str, str, str]:
     return tuple(f"{r}x{w // r}" if w % r == 0 else f"1x{w}" for r in rows)
 
 
+def dp_before_p(t: Tiling) -> bool:
+    """The kernel issues dP = dO V^T straight after S where its tiles are at most 64 x 128 (one long run of
+    mma; at 128 x 128 ptxas would spill), else after P is stored."""
+    return t.block_m * t.block_n <= 64 * 128
+
+
 def _reads(grid: str) -> tuple[int, int]:
     """How many times a warp grid reads all of A and all of B (counting.operand_reads)."""
     r, c = map(int, grid.split("x"))
@@ -116,6 +124,7 @@ def build(p: Problem, t: Tiling, dq: str = "atomic") -> Schedule:
     atomic = dq == "atomic"
     double_q = t.stages >= 2
     g_sdp, g_dkv, g_dq = warp_grids(d, t)
+    dp_first = dp_before_p(t)
 
     def main(cta):
         b, h, j = cta
@@ -140,24 +149,33 @@ def build(p: Problem, t: Tiling, dq: str = "atomic") -> Schedule:
             sq = f"sQ{n % 2 if double_q else 0}"
             yield Wait("q", n + 1)
             yield Wait("do", n + 1)
-            yield SyncThreads()
+            yield SyncThreads()  # Q_i, dO_i landed; every warp is done with step i-1's Q buffer, P and dS
             if double_q and n + 1 < len(blocks):
                 yield from load_q(n + 1)
+            # the kernel reads LSE_i and D_i just before the barrier; here they follow it, as this interpreter's
+            # barrier waits for every load in flight and the hardware's does not wait for register loads
             yield Load(stat_tile(p, "LSE", b, h, row0, bm), "lse", RMEM)
             yield Load(stat_tile(p, "D", b, h, row0, bm), "delta", RMEM)
             yield Gemm("S", sq, "sK", bm, bn, d, SMEM, SMEM, "mma_sync", dt, w, trans_b=True, split=g_sdp)
+            if dp_first:
+                yield Gemm("dP", "sdO", "sV", bm, bn, d, SMEM, SMEM, "mma_sync", dt, w, trans_b=True, split=g_sdp)
             yield LseExp("S", "P", "lse", bm, bn, p.scale, tile_mask(p, row0, col0, bm, bn), w)
-            yield Gemm("dP", "sdO", "sV", bm, bn, d, SMEM, SMEM, "mma_sync", dt, w, trans_b=True, split=g_sdp)
-            yield Gemm("dV", "P", "sdO", bn, d, bm, RMEM, SMEM, "mma_sync", dt, w, accumulate=True, trans_a=True,
+            # P and dS go to shared memory: the dK / dV products read them transposed, across warps
+            yield StoreShared("P", "sP", bm, bn, OPERAND_BYTES[dt], "P")
+            if not dp_first:
+                yield Gemm("dP", "sdO", "sV", bm, bn, d, SMEM, SMEM, "mma_sync", dt, w, trans_b=True, split=g_sdp)
+            yield SoftmaxGrad("dS", "P", "dP", "delta", bm, bn, p.scale, w)
+            yield StoreShared("dS", "sdS", bm, bn, OPERAND_BYTES[dt], "dS")
+            yield SyncThreads()  # P and dS complete
+            yield Gemm("dV", "sP", "sdO", bn, d, bm, SMEM, SMEM, "mma_sync", dt, w, accumulate=True, trans_a=True,
                        split=g_dkv)
             yield SyncThreads()  # every warp is done with dO_i
             if n + 1 < len(blocks):
                 yield Load(row_tile(p, "dO", b, h, blocks[n + 1] * bm, bm), "sdO", SMEM, "cp.async", "do")
-            yield SoftmaxGrad("dS", "P", "dP", "delta", bm, bn, p.scale, w)
-            yield Gemm("dK", "dS", sq, bn, d, bm, RMEM, SMEM, "mma_sync", dt, w, accumulate=True, trans_a=True,
+            yield Gemm("dK", "sdS", sq, bn, d, bm, SMEM, SMEM, "mma_sync", dt, w, accumulate=True, trans_a=True,
                        split=g_dkv)
             if atomic:
-                yield Gemm("dQ", "dS", "sK", bm, d, bn, RMEM, SMEM, "mma_sync", dt, w, split=g_dq)
+                yield Gemm("dQ", "sdS", "sK", bm, d, bn, SMEM, SMEM, "mma_sync", dt, w, split=g_dq)
                 yield AtomicAdd("dQ", bw.accum_tile(p, "dQaccum", b, h, row0, bm))
             if not double_q and n + 1 < len(blocks):
                 yield SyncThreads()
@@ -220,8 +238,9 @@ def loop_nest(x: cf.Dims, dq: str = "atomic") -> list[cf.KernelNest]:
     masked = BH * sum(bw.masked_steps(x, j * bn, bn) for j in range(x.Tc))
     rq, rk = min(bm, Nq), min(bn, Nk)
     mask_alu = cf.MASK_OPS_PER_ELEMENT * masked * bm * bn
-    (sa, sb), (_, kb), (_, qb) = (_reads(grid) for grid in warp_grids(d, x.t))
+    (sa, sb), (ka, kb), (qa, qb) = (_reads(grid) for grid in warp_grids(d, x.t))
     kv = BH * Nk * d * e
+    staged = bm * bn * eg  # P or dS in shared memory
     inner = [
         cf.load("load Q_i (double-buffered)", "Q", rq * d * e, rows * d * e, P),
         cf.load("load dO_i", "dO", rq * d * e, rows * d * e, P),
@@ -229,14 +248,16 @@ def loop_nest(x: cf.Dims, dq: str = "atomic") -> list[cf.KernelNest]:
                    cf.load("", "D", rq * F32, rows * F32, P, smem=False)])[0],
         cf.gemm("S = Q_i K_j^T", "mma_sync", x.dt, bm, bn, d, P, ("Q", sa * bm * d * eg), ("K", sb * bn * d * eg)),
         cf.work("P = exp(scale S - LSE_i)", P, bm * bn, 2 * bm * bn, 2 * bm * bn * P + mask_alu),
+        cf.Step("P -> shared memory", "rf->smem", P, [cf.Effect("smem_write", "P", staged, P * staged)]),
         cf.gemm("dP = dO_i V_j^T", "mma_sync", x.dt, bm, bn, d, P, ("dO", sa * bm * d * eg), ("V", sb * bn * d * eg)),
-        cf.gemm("dV_j += P^T dO_i", "mma_sync", x.dt, bn, d, bm, P, None, ("dO", kb * bm * d * eg)),
         cf.work("dS = scale P (dP - D_i)", P, 0, 3 * bm * bn),
-        cf.gemm("dK_j += dS^T Q_i", "mma_sync", x.dt, bn, d, bm, P, None, ("Q", kb * bm * d * eg)),
+        cf.Step("dS -> shared memory", "rf->smem", P, [cf.Effect("smem_write", "dS", staged, P * staged)]),
+        cf.gemm("dV_j += P^T dO_i", "mma_sync", x.dt, bn, d, bm, P, ("P", ka * staged), ("dO", kb * bm * d * eg)),
+        cf.gemm("dK_j += dS^T Q_i", "mma_sync", x.dt, bn, d, bm, P, ("dS", ka * staged), ("Q", kb * bm * d * eg)),
     ]
     if atomic:
         inner += [
-            cf.gemm("dQ_i = dS K_j", "mma_sync", x.dt, bm, d, bn, P, None, ("K", qb * bn * d * eg)),
+            cf.gemm("dQ_i = dS K_j", "mma_sync", x.dt, bm, d, bn, P, ("dS", qa * staged), ("K", qb * bn * d * eg)),
             cf.atomic("dQaccum_i += dQ_i  (fp32 red.global.add)", "dQaccum", rq * d * F32, rows * d * F32, P),
         ]
     if x.p.group > 1:

@@ -1,6 +1,6 @@
 // SM-side microbenchmarks for calibration: FP32 FMA and MUFU ex2 throughput, mma.sync throughput and
 // latency (bf16, fp16, tf32), shared-memory bandwidth and latency, and the launch path (back-to-back kernel
-// gap, thread-block dispatch gap). Builds for sm_80 and sm_90a.
+// gap, thread-block dispatch gap), and ldmatrix-fed mma.sync (ldsm_mma). Builds for sm_80 and sm_90a.
 #include "common.cuh"
 
 constexpr int CHAINS = 8;  // independent dependency chains per thread: covers the FMA/MUFU/MMA pipelines
@@ -147,6 +147,83 @@ extern "C" __global__ void smem_read(int iters, float* sink, BlockTime* times) {
   }
   keep(acc.x + acc.y + acc.z + acc.w, -1.2345f, sink);
   timer.stop(times);
+}
+
+// A warp-tiled GEMM's inner loop as FA2-class kernels run it: per 16-wide k step, each warp loads its A (two
+// m16 fragments) and B (two n16 fragments) with ldmatrix.x4 from shared memory and issues 8 mma.sync
+// m16n8k16 (bf16) into a 32 x 32 fp32 accumulator: 2 KiB of shared memory per 32 KiFLOP, more than the SM's
+// shared memory can feed the tensor cores (~16 FLOP per byte against ~22). mode 0: loads and products, as
+// the kernels do (ldsm_mma); 1: products only, the fragments loaded once (ldsm_mma_mma_only); 2: loads only,
+// the fragments folded into a register so that they stay live (ldsm_mma_loads_only); 0 with ldmatrix.trans
+// (ldsm_mma_trans). Conflict-free: a warp's
+// 32 row addresses are 512 contiguous bytes.
+template <int mode, bool trans = false>
+__device__ __forceinline__ void ldsm_mma_loop(int iters, float* sink, BlockTime* times) {
+  __shared__ __align__(128) uint16_t buf[16384];  // 32 KiB
+  for (int i = threadIdx.x; i < 16384; i += blockDim.x) buf[i] = (uint16_t)(0x3c00 + (i * 7 & 255));
+  const unsigned base = smem_addr(buf);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float c[2][4][4];
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int n = 0; n < 4; ++n) c[m][n][0] = c[m][n][1] = c[m][n][2] = c[m][n][3] = 0.f;
+  unsigned a[2][4], b[2][4], fold = 0;
+#pragma unroll
+  for (int f = 0; f < 2; ++f)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) a[f][r] = b[f][r] = 0x3c003c00u + lane;
+  BlockTimer timer;
+  timer.start();
+  for (int i = 0; i < iters; ++i) {
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+      if constexpr (mode != 1) {
+#pragma unroll
+        for (int f = 0; f < 4; ++f) {
+          const unsigned addr = base + ((((warp * 8 + kk) * 4 + f + i * 3) * 512 + lane * 16) & 32767);
+          unsigned* dst = f < 2 ? a[f] : b[f - 2];
+          if constexpr (trans)
+            asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                         : "=r"(dst[0]), "=r"(dst[1]), "=r"(dst[2]), "=r"(dst[3]) : "r"(addr));
+          else
+            asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                         : "=r"(dst[0]), "=r"(dst[1]), "=r"(dst[2]), "=r"(dst[3]) : "r"(addr));
+        }
+      }
+      if constexpr (mode == 2) {
+#pragma unroll
+        for (int f = 0; f < 2; ++f) fold ^= a[f][0] ^ a[f][1] ^ a[f][2] ^ a[f][3] ^ b[f][0] ^ b[f][1] ^ b[f][2] ^ b[f][3];
+      } else {
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+#pragma unroll
+          for (int n = 0; n < 4; ++n)
+            asm volatile(MMA_BF16 MMA_ARGS
+                         : "+f"(c[m][n][0]), "+f"(c[m][n][1]), "+f"(c[m][n][2]), "+f"(c[m][n][3])
+                         : "r"(a[m][0]), "r"(a[m][1]), "r"(a[m][2]), "r"(a[m][3]), "r"(b[n / 2][2 * (n % 2)]),
+                           "r"(b[n / 2][2 * (n % 2) + 1]));
+      }
+    }
+  }
+  float s = __uint_as_float(fold);  // any bit pattern: the compiler cannot rule out keep()'s store
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int n = 0; n < 4; ++n) s += c[m][n][0] + c[m][n][1] + c[m][n][2] + c[m][n][3];
+  keep(s, -1.2345f, sink);
+  timer.stop(times);
+}
+extern "C" __global__ void ldsm_mma(int iters, float* sink, BlockTime* times) { ldsm_mma_loop<0>(iters, sink, times); }
+extern "C" __global__ void ldsm_mma_mma_only(int iters, float* sink, BlockTime* times) {
+  ldsm_mma_loop<1>(iters, sink, times);
+}
+extern "C" __global__ void ldsm_mma_loads_only(int iters, float* sink, BlockTime* times) {
+  ldsm_mma_loop<2>(iters, sink, times);
+}
+// The same with ldmatrix.trans (the backward's P^T, dS^T and K operands).
+extern "C" __global__ void ldsm_mma_trans(int iters, float* sink, BlockTime* times) {
+  ldsm_mma_loop<0, true>(iters, sink, times);
 }
 
 // Shared-memory load-to-use latency: one thread follows a cycle of indices stored in shared memory.

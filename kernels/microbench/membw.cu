@@ -147,3 +147,30 @@ extern "C" __global__ void cp_async_latency(const uint4* __restrict__ src, unsig
   sink[0] = slot[0].x;
   cycles[0] = t1 - t0;
 }
+
+// fp32 reductions into global memory as FA2's backward adds its dQ: each warp instruction adds two floats per
+// lane (red.global.add.v2.f32 on sm_90, two scalar reds before) over 8 rows x 32 bytes of a 64 x 128 fp32 tile
+// (32 KiB), 16 instructions per thread per pass over the tile, 8 warps per block. tiles: how many distinct
+// tiles the blocks add into (1: every block into the same one, as the key blocks of a head add into the same
+// Q block's rows at once; gridDim.x: each its own). Values are tiny so the sums stay finite.
+extern "C" __global__ void red_dq(float* __restrict__ accum, int tiles, int iters, BlockTime* times) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  float* tile = accum + (size_t)(blockIdx.x % tiles) * 64 * 128;
+  // warp (wr, wc) of a 2 x 4 grid owns rows wr*32.. and columns wc*32..: FA2's dQ layout at d128
+  const int row0 = (warp % 2) * 32, col0 = (warp / 2) * 32;
+  BlockTimer timer;
+  timer.start();
+  for (int i = 0; i < iters; ++i) {
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      float* dst = tile + (row0 + (j / 4) * 8 + g) * 128 + col0 + (j % 4) * 8 + t * 2;
+#if __CUDA_ARCH__ >= 900
+      atomicAdd(reinterpret_cast<float2*>(dst), make_float2(1e-30f, 1e-30f));
+#else
+      atomicAdd(dst, 1e-30f);
+      atomicAdd(dst + 1, 1e-30f);
+#endif
+    }
+  }
+  timer.stop(times);
+}
