@@ -60,8 +60,11 @@ def test_row_statistics_follow_the_online_softmax(algo, h100):
 @pytest.mark.parametrize("algo", ["v2", "v3"])
 def test_events_come_from_the_first_sms_and_number_kv_tiles(algo, h100):
     data = _data(algo, h100)
-    assert {re.match(r"SM(\d+)", t).group(1) for t in data["tracks"]} == {"0", "1"}
-    loads = [e for e in data["events"] if e[1] == "load K" and data["tracks"][e[0]].startswith("SM0")]
+    # two neighbouring SMs from the one running the followed row's block (v3 runs a head's last query
+    # block first, so that block is not always on SM 0)
+    shown = sorted({int(re.match(r"SM(\d+)", t).group(1)) for t in data["tracks"]})
+    assert len(shown) == 2 and shown[1] == shown[0] + 1
+    loads = [e for e in data["events"] if e[1] == "load K" and data["tracks"][e[0]].startswith(f"SM{shown[0]}")]
     assert [e[6] for e in loads] == list(range(data["kv_blocks"]))
     stat_cycles = [s["cycle"] for s in data["row_stats"]]
     assert stat_cycles == sorted(stat_cycles) and all(0 < c <= data["cycles"] for c in stat_cycles)
@@ -69,7 +72,8 @@ def test_events_come_from_the_first_sms_and_number_kv_tiles(algo, h100):
 
 def test_v3_ring_slots_fill_before_they_empty(h100):
     data = _data("v3", h100)
-    ring = [r for r in data["ring"] if r["sm"] == 0]
+    first = min(r["sm"] for r in data["ring"])
+    ring = [r for r in data["ring"] if r["sm"] == first]
     assert {r["slot"] for r in ring} == {"K0", "K1", "V0", "V1"}
     for r in ring:
         assert r["load"] < r["full"] <= r["empty"]
