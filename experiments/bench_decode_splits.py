@@ -16,16 +16,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import warnings
 from pathlib import Path
 
 HEADS = 32
 # (batch, group, seqlen_k, headdim, split counts)
 SWEEPS = (
-    (1, 8, 131072, 128, (33, 40, 50, 56, 60, 66, 99, 132)),
+    (1, 8, 131072, 128, (33, 40, 50, 56, 60, 66, 99, 128)),  # the kernel takes at most 128 splits
     (8, 8, 65536, 128, (4, 7, 8, 12, 16)),
     (1, 1, 65536, 128, (4, 7, 8, 16)),
-    (1, 8, 131072, 64, (33, 56, 66, 132)),
+    (1, 8, 131072, 64, (33, 56, 66, 128)),
     (1, 8, 64, 128, (1, 2)),  # one or two blocks of one K/V block each: the fixed costs of the launches
     (1, 8, 1024, 128, (1, 2, 8)),
 )
@@ -33,27 +32,16 @@ SWEEPS = (
 
 def kernel_times(fn, flush, calls: int = 5) -> list[dict[str, float]]:
     """Per call, each kernel's GPU busy microseconds by name (the flush kernel separates the calls)."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    from .validate import FLUSH_KERNEL
+    from .validate import gpu_calls
 
     fn()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(calls):
-                flush()
-                fn()
-            torch.cuda.synchronize()
-    events = sorted((e for e in prof.events() if str(e.device_type).endswith("CUDA")), key=lambda e: e.time_range.start)
     per_call: list[dict[str, float]] = []
-    for e in events:
-        name = e.name.split("(")[0].strip()
-        if name == FLUSH_KERNEL:
-            per_call.append({})
-        elif per_call:
-            per_call[-1][name] = per_call[-1].get(name, 0.0) + e.time_range.elapsed_us()
+    for work in gpu_calls(fn, flush, calls):
+        times: dict[str, float] = {}
+        for e in work:
+            name = e.name.split("(")[0].strip()
+            times[name] = times.get(name, 0.0) + e.time_range.elapsed_us()
+        per_call.append(times)
     return [c for c in per_call if c]
 
 

@@ -141,10 +141,9 @@ def time_call(fn: Callable[[], object], flush, min_reps: int, max_reps: int, bud
     return samples
 
 
-def gpu_work(fn: Callable[[], object], flush: Callable[[], None], calls: int = 3) -> tuple[list[float], list[str]]:
-    """GPU busy time per call: the summed durations of the kernels, copies and memsets one call launches, read
-    by the CUDA profiler (CUPTI) over `calls` calls, each after an L2 flush whose kernel separates them. Unlike
-    CUDA events around the call it leaves out host time between launches. Also the first call's work names."""
+def gpu_calls(fn: Callable[[], object], flush: Callable[[], None], calls: int = 3) -> list[list]:
+    """The GPU work (kernels, copies, memsets as profiler events, in start order) of each of `calls` calls,
+    read by the CUDA profiler (CUPTI), each call after an L2 flush whose kernel separates them."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -162,6 +161,13 @@ def gpu_work(fn: Callable[[], object], flush: Callable[[], None], calls: int = 3
             calls_work.append([])
         elif calls_work:
             calls_work[-1].append(e)
+    return calls_work
+
+
+def gpu_work(fn: Callable[[], object], flush: Callable[[], None], calls: int = 3) -> tuple[list[float], list[str]]:
+    """GPU busy time per call: the summed durations of the work one call launches (gpu_calls). Unlike CUDA
+    events around the call it leaves out host time between launches. Also the first call's work names."""
+    calls_work = gpu_calls(fn, flush, calls)
     busy = [sum(e.time_range.elapsed_us() for e in work) * 1e-6 for work in calls_work if work]
     names = [e.name[:160] for e in calls_work[0]] if calls_work else []
     return busy, names
