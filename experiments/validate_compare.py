@@ -15,7 +15,7 @@ import hashlib
 import json
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from flashsim.algorithms import catalog
@@ -167,8 +167,10 @@ def _simulate(job: tuple) -> dict:
         return {"predict_error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
 
 
-def predict(rows: list[dict], hw: str, overrides: list[str], jobs: int, cached: dict, log=print) -> None:
-    """Fill row["predicted"] (or row["predict_error"]) for every row with a measurement."""
+def predict(rows: list[dict], hw: str, overrides: list[str], jobs: int, cached: dict, log=print,
+            journal: Journal | None = None) -> None:
+    """Fill row["predicted"] (or row["predict_error"]) for every row with a measurement. Each simulation is
+    written to the journal as it finishes, so an interrupted comparison resumes where it stopped."""
     todo = []
     for row in rows:
         if not row["measured"]:
@@ -187,15 +189,57 @@ def predict(rows: list[dict], hw: str, overrides: list[str], jobs: int, cached: 
     # Implementations that the model runs as the same schedule on the same tiles share one simulation; the
     # largest problems start first, so the last process to finish is not the one that drew the longest run.
     unique = sorted({json.dumps(a, sort_keys=True): a for a in job_args}.values(), key=_work, reverse=True)
-    log(f"validate: simulating {len(unique)} configurations for {len(todo)} measurements ({jobs} processes)")
-    if jobs > 1:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            results = list(pool.map(_simulate, unique))
-    else:
-        results = [_simulate(j) for j in unique]
-    by_args = {json.dumps(a, sort_keys=True): res for a, res in zip(unique, results, strict=True)}
+    by_args = journal.done() if journal else {}
+    pending = [a for a in unique if json.dumps(a, sort_keys=True) not in by_args]
+    resumed = f", {len(unique) - len(pending)} resumed from an interrupted run" if len(pending) < len(unique) else ""
+    log(f"validate: simulating {len(pending)} configurations for {len(todo)} measurements ({jobs} processes{resumed})")
+    for args, res in _run_all(pending, jobs):
+        key = json.dumps(args, sort_keys=True)
+        by_args[key] = res
+        if journal:
+            journal.add(key, res)
     for row, args in zip(todo, job_args, strict=True):
         row.update(by_args[json.dumps(args, sort_keys=True)])
+
+
+def _run_all(jobs_args: list, jobs: int):
+    """Yield (job args, result) as simulations finish."""
+    if jobs > 1 and len(jobs_args) > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = {pool.submit(_simulate, a): a for a in jobs_args}
+            for fut in as_completed(futures):
+                yield futures[fut], fut.result()
+    else:
+        for a in jobs_args:
+            yield a, _simulate(a)
+
+
+class Journal:
+    """Simulations finished by a comparison still running (or interrupted), one JSON line each, valid only for
+    the profile and model that made them; the finished report replaces it."""
+
+    def __init__(self, path: Path, fingerprint: str):
+        self.path, self.stamp = path, {"profile": fingerprint, "model": model_fingerprint()}
+
+    def done(self) -> dict:
+        out = {}
+        if self.path.is_file():
+            for line in self.path.read_text().splitlines():
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut short when the run was killed
+                if rec.get("stamp") == self.stamp:
+                    out[rec["job"]] = rec["result"]
+        return out
+
+    def add(self, key: str, result: dict) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as f:
+            f.write(json.dumps({"stamp": self.stamp, "job": key, "result": result}) + "\n")
+
+    def close(self) -> None:
+        self.path.unlink(missing_ok=True)
 
 
 def _work(job_args: tuple) -> float:
@@ -250,7 +294,8 @@ def compare(out_dir: Path, measured: Path, hw: str = "h200", overrides: list[str
     rows = rows_from(records)
     jobs = jobs or max(1, min(8, (os.cpu_count() or 1)))
     json_path, md_path, png_path = (out_dir / f"{data_set.stem}{ext}" for ext in (".json", ".md", ".png"))
-    predict(rows, hw, overrides or [], jobs, _cached(json_path, fingerprint), log)
+    journal = Journal(out_dir / f".{data_set.stem}-predictions.jsonl", fingerprint)
+    predict(rows, hw, overrides or [], jobs, _cached(json_path, fingerprint), log, journal)
     scored = [r for r in rows if r.get("predicted")]
     summary = summarize_groups(scored, "impl", QUANTITIES)
     by_algo = summarize_groups(scored, "algo", QUANTITIES)
@@ -288,6 +333,7 @@ def compare(out_dir: Path, measured: Path, hw: str = "h200", overrides: list[str
     json_path.write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
     md_path.write_text(markdown(report))
     plot(scored, png_path)
+    journal.close()
     return report
 
 

@@ -240,6 +240,32 @@ def test_compare_reuses_predictions_for_the_same_profile(tmp_path: Path, monkeyp
     validate_compare.compare(tmp_path, measured, "h200", jobs=1, log=lambda _: None)
 
 
+def test_an_interrupted_compare_resumes_from_its_journal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    measured = _measured_file(tmp_path)
+    calls = []
+
+    def dies_on_the_second(job):
+        calls.append(job)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # the run is killed mid-way
+        return _fake_simulate(job)
+
+    monkeypatch.setattr(validate_compare, "_simulate", dies_on_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        validate_compare.compare(tmp_path, measured, "h200", jobs=1, log=lambda _: None)
+    journal = tmp_path / ".validation-predictions.jsonl"
+    assert len(journal.read_text().splitlines()) == 1 and not (tmp_path / "validation.json").exists()
+    again = []
+    monkeypatch.setattr(validate_compare, "_simulate", lambda job: again.append(job) or _fake_simulate(job))
+    report = validate_compare.compare(tmp_path, measured, "h200", jobs=1, log=lambda _: None)
+    fresh = []
+    monkeypatch.setattr(validate_compare, "_simulate", lambda job: fresh.append(job) or _fake_simulate(job))
+    validate_compare.compare(tmp_path / "fresh", measured, "h200", jobs=1, log=lambda _: None)
+    assert calls[0] not in again and len(again) == len(fresh) - 1 >= 1
+    assert report["overall"]["time_s"]["n"] == 3
+    assert not journal.exists()  # the report replaces it
+
+
 def test_compare_predicts_again_after_a_model_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Cached predictions carry a hash of the model's sources: a changed schedule or simulator is not
     scored with the old model's numbers."""
