@@ -10,6 +10,7 @@ pre-pass alone, the attention kernel alone and the torch reference pre-pass are 
     python -m flashsim.experiments.bench_hopper fp8 --out OUT   # v3-fp8 end to end vs v3 bf16, d64 and d128
     python -m flashsim.experiments.bench_hopper bench --headdims 96 192 256 --alt-tile --name hopper-headdims
     python -m flashsim.experiments.bench_hopper smoke          # one small launch per kernel (for compute-sanitizer)
+    python -m flashsim.experiments.bench_hopper causal1k --out OUT  # grids / Q buffering, short problems
 """
 
 from __future__ import annotations
@@ -386,6 +387,106 @@ def cmd_versus(args) -> int:
     return 0
 
 
+def causal1k_variants(d: int, causal: bool) -> dict[str, dict]:
+    """hopper.attention keyword arguments of each way to run v3 (bf16) on short problems: the default, and
+    for every tile built with more buffering (schedules pingpong-q2, -s3, -q2s3) and the plain ping-pong
+    kernel of the same tile: one Q buffer, one block per tile (causal only) and on the persistent grid
+    taking every grid-th tile; two Q buffers, persistent, every grid-th tile and tiles from the counter."""
+    from flashsim.kernels import hopper_tiles
+
+    rows = [t for t in hopper_tiles.tiles("v3") if (t.dtype, t.headdim, t.causal) == ("bf16", d, causal)]
+    tiles = {(t.block_m, t.block_n) for t in rows if t.schedule.startswith("pingpong-")}
+    variants: dict[str, dict] = {"default": {}}
+    for t in rows:
+        if (t.block_m, t.block_n) not in tiles or not t.schedule.startswith("pingpong"):
+            continue
+        name, kw = f"{t.block_m}x{t.block_n} {t.schedule}", {"tiling": t.tiling, "schedule": t.schedule}
+        if t.q_buffers == 1:
+            if causal:
+                variants[f"{name} per tile"] = {**kw, "persistent": False}
+            variants[f"{name} persistent"] = {**kw, "persistent": True}
+        else:
+            variants[f"{name} every grid-th"] = {**kw, "counted": False}
+            variants[f"{name} counted"] = kw
+    return variants
+
+
+CAUSAL1K_SHAPES = ((True, 1024), (True, 512), (True, 2048), (False, 1024))  # most wanted first
+
+
+def cmd_causal1k(args) -> int:
+    """Short problems, each variant of causal1k_variants against cuDNN: GPU busy time, L2 flushed, median of
+    `--calls` calls. The files are rewritten after every shape, so a run cut short keeps what it measured."""
+    import time
+
+    import cupy as cp
+    import torch
+    from flashsim.kernels import hopper
+
+    from .calibrate_gpu import read_gpu
+    from .validate import gpu_work, make_flush
+
+    flush = make_flush(cp, read_gpu(cp))
+    cudnn = _sdpa("cudnn")
+    meta = provenance(sys.argv[1:], f"GPU busy time (CUPTI kernel durations), L2 flushed, median of {args.calls} calls")
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows: list[dict] = []
+    start = time.monotonic()
+    for causal, n in CAUSAL1K_SHAPES:
+        for d in args.headdims:
+            if time.monotonic() - start > args.budget:
+                print(f"budget of {args.budget} s spent: d{d} N{n} causal={causal} and later shapes left out")
+                break
+            b, h = TOKENS // n, 2048 // d
+            q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+            out = torch.empty_like(q)
+            flops = _flops(b, h, n, d, causal)
+            calls = {name: functools.partial(hopper.attention, q, k, v, causal=causal, out=out, **kw)
+                     for name, kw in causal1k_variants(d, causal).items()
+                     if not (args.skip_buffered and kw.get("schedule", "pingpong") != "pingpong")}  # fmt: skip
+            calls["sdpa-cudnn"] = functools.partial(cudnn, q, k, v, causal)
+            for name, fn in calls.items():
+                row = {"d": d, "seqlen": n, "batch": b, "heads": h, "causal": causal, "variant": name}
+                try:
+                    fn()  # warm-up (and the first use's module load)
+                    busy, _ = gpu_work(fn, flush, calls=args.calls)
+                    seconds = statistics.median(busy)
+                    row["us"] = round(seconds * 1e6, 1)
+                    row["TFLOP/s"] = round(flops / seconds / 1e12, 1)
+                    row["spread"] = round((max(busy) - min(busy)) / seconds, 3)
+                except Exception as exc:  # a variant refusing a shape is a result, not a crash
+                    row["error"] = f"{type(exc).__name__}: {exc}"[:200]
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+            cudnn_tf = rows[-1].get("TFLOP/s")
+            for r in rows[-len(calls) :]:
+                if cudnn_tf and r.get("TFLOP/s"):
+                    r["/ cuDNN"] = round(r["TFLOP/s"] / cudnn_tf, 3)
+            _write_causal1k(out_dir, meta, rows)
+    print(_write_causal1k(out_dir, meta, rows))
+    return 0
+
+
+def _write_causal1k(out_dir: Path, meta: dict, rows: list[dict]) -> str:
+    (out_dir / "causal1k.json").write_text(json.dumps({"provenance": meta, "rows": rows}, indent=1) + "\n")
+    lines = ["# v3 variants on short problems vs cuDNN (H200, bf16, batch = 16384 / seqlen, 2048 / d heads)", "",
+             "Provenance: " + "; ".join(f"{k} {v}" for k, v in meta.items()), "",
+             "Variants: 'default' as a caller gets it; TILE 'per tile' one block per tile, 'persistent' one block",
+             "per SM taking every grid-th tile (one Q buffer); 'q2': the two-Q-buffer kernel (next tile's Q loaded",
+             "while the current one runs), persistent, taking every grid-th tile or tiles from a counter.", "",
+             "| d | causal | seqlen | variant | us | TFLOP/s | / cuDNN | spread |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        cells = [str(r.get(key, r.get("error", "-") if key == "us" else "-")) for key in ("us", "TFLOP/s", "/ cuDNN",
+                                                                                          "spread")]  # fmt: skip
+        lines.append(f"| {r['d']} | {'yes' if r['causal'] else 'no'} | {r['seqlen']} | {r['variant']} | "
+                     + " | ".join(cells) + " |")  # fmt: skip
+    md = "\n".join(lines) + "\n"
+    (out_dir / "causal1k.md").write_text(md)
+    return md
+
+
 def cmd_prepass(args) -> int:
     """The fused pre-pass alone per cluster size (thread blocks per quantisation block), bf16, 16k tokens."""
     import torch
@@ -604,6 +705,13 @@ def main(argv=None) -> int:
     vs.add_argument("--headdims", nargs="+", type=int, default=[64, 128], metavar="D")
     vs.add_argument("--seqlens", nargs="+", type=int, default=list(SEQLENS), metavar="N")
     vs.set_defaults(func=cmd_versus)
+    ck = sub.add_parser("causal1k", help="v3's grids and Q buffering on short problems vs cuDNN (GPU busy time)")
+    ck.add_argument("--out", default="experiments/results/h200")
+    ck.add_argument("--headdims", nargs="+", type=int, default=[64, 128], metavar="D")
+    ck.add_argument("--calls", type=int, default=5, help="profiled calls per variant (the median is kept)")
+    ck.add_argument("--budget", type=float, default=240.0, help="seconds; later shapes are left out after it")
+    ck.add_argument("--skip-buffered", action="store_true", help="only the plain ping-pong kernels")
+    ck.set_defaults(func=cmd_causal1k)
     c = sub.add_parser("prepass", help="the fused pre-pass alone per cluster size")
     c.set_defaults(func=cmd_prepass)
     e = sub.add_parser("extras", help="schedule ablation, fp8 tiles and the fp8 RMSE table")

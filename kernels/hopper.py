@@ -43,10 +43,23 @@ class _Params(ctypes.Structure):
         ("scale_log2", ctypes.c_float),
         ("batch", ctypes.c_int),
         ("section", ctypes.c_int),
+        ("tile_counter", ctypes.c_void_p),
     ]
 
 
 _modules: dict[tuple[str, int, str], driver.Module] = {}
+_counters: dict[tuple[int, int], object] = {}
+
+
+def tile_counter(device, stream: int):
+    """Two zeroed int32 per (device, stream) for counted kernels; each launch leaves them zero again, and
+    launches on one stream run one after another, so they never share it."""
+    import torch
+
+    key = (device.index, stream)
+    if key not in _counters:
+        _counters[key] = torch.zeros(2, dtype=torch.int32, device=device)
+    return _counters[key]
 
 
 def module(algo: str, device: int) -> driver.Module:
@@ -70,6 +83,7 @@ class Launch:
     grid: tuple[int, int, int]
     threads: int
     smem: int
+    counted: bool = False  # tiles taken from the grid's counter (two Q buffers, persistent grid)
 
 
 def choose_tile(algo: str, d: int, causal: bool, tiling=None) -> tuple[int, int]:
@@ -93,18 +107,26 @@ def plan(
     persistent: bool | None = None,
     sm_count: int = 132,
     nk: int | None = None,
+    counted: bool | None = None,
 ):
     """The entry point, tile and grid of one call. persistent=None: algorithms.tile_order.persistent (one
-    thread block per SM taking tiles in order, unless causal with long heads: one block per tile)."""
+    thread block per SM taking tiles in order, unless causal with long heads: one block per tile).
+    counted: a persistent block takes its next tile from a counter (the tile a new block would get) rather
+    than every grid-th; only two-Q-buffer kernels (schedule pingpong-q2) can, and None means they do."""
     if schedule not in hopper_tiles.SCHEDULES:
         raise FlashsimError(f"unknown schedule {schedule!r}; choose {', '.join(hopper_tiles.SCHEDULES)}")
     bm, bn = choose_tile(algo, d, causal, tiling)
     row = hopper_tiles.find(algo, _DTYPES[tag], d, bm, bn, causal, schedule)
+    if counted and row.q_buffers < 2:
+        raise FlashsimError(f"tiles from a counter need a two-Q-buffer kernel (schedule pingpong-q2), not {schedule}")
     tiles = math.ceil(nq / bm) * h * b
     if persistent is None:
-        persistent = tile_order.persistent(causal, nq if nk is None else nk, d, 1 if tag == "E4m3" else 2, bm)
+        persistent = row.q_buffers > 1 or tile_order.persistent(
+            causal, nq if nk is None else nk, d, 1 if tag == "E4m3" else 2, bm
+        )
     grid = (min(tiles, sm_count) if persistent else tiles, 1, 1)
-    return Launch(row.kernel, bm, bn, grid, 128 * (bm // 64 + 1), smem_bytes(tag, d, bm, bn))
+    counted = row.q_buffers > 1 and persistent and tiles > grid[0] and counted is not False
+    return Launch(row.kernel, bm, bn, grid, 128 * (bm // 64 + 1), row.smem, counted)
 
 
 def _tag(dtype) -> str:
@@ -166,17 +188,19 @@ def run(
     scale=None,
     persistent=None,
     section=None,
+    counted=None,
 ):
     """Launch one v3 / v3-fp8 kernel. `vmap_tensor` is V (16-bit) or V^T (fp8, (B, Hkv, d, N_pad)).
     section: the tile order's (batch, head) pairs per section (None: tile_order.section_pairs; 0: head by
-    head)."""
+    head). counted: see plan()."""
     import torch
 
     tag = _tag(q.dtype)
     b, h, nq, d = q.shape
     nk = k.shape[2] if nk is None else nk
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-    launch = plan(algo, tag, d, causal, b, h, nq, tiling, schedule, persistent, sms, nk)
+    launch = plan(algo, tag, d, causal, b, h, nq, tiling, schedule, persistent, sms, nk, counted)
+    stream = torch.cuda.current_stream(q.device).cuda_stream
     tm_q = _row_map(q, tag, launch.block_m)
     tm_k = _row_map(k, tag, launch.block_n)
     if tag == "E4m3":
@@ -202,10 +226,10 @@ def run(
         tile_order.section_pairs(causal, nk, d, q.element_size(), h // k.shape[1], b * h)
         if section is None
         else section,
+        tile_counter(out.device, stream).data_ptr() if launch.counted else 0,
     )
     dev = q.device.index if q.device.index is not None else torch.cuda.current_device()
     func = module(algo, dev).function(launch.name)
-    stream = torch.cuda.current_stream(q.device).cuda_stream
     func.launch(launch.grid, launch.threads, launch.smem, stream, tm_q.address, tm_k.address, tm_v.address, prm)
     return out
 
@@ -221,9 +245,11 @@ def attention(
     scale=None,
     persistent=None,
     section=None,
+    counted=None,
 ):
     """FlashAttention-3 forward (bf16 / fp16). q: (B, H, Nq, d); k, v: (B, Hkv, Nk, d). Returns (B, H, Nq, d).
-    causal: bottom-right aligned, query i sees keys j <= i + Nk - Nq; rows that see no key (Nq > Nk) are 0."""
+    causal: bottom-right aligned, query i sees keys j <= i + Nk - Nq; rows that see no key (Nq > Nk) are 0.
+    schedule pingpong-q2 (two Q buffers) runs persistent and takes tiles from a counter unless told not to."""
     import torch
 
     if section is not None and (not isinstance(section, int) or section < 0):
@@ -233,4 +259,7 @@ def attention(
         raise FlashsimError("q, k, v must share one dtype")
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    return run("v3", q, k, v, causal, tiling, schedule, out, scale=scale, persistent=persistent, section=section)
+    return run(
+        "v3", q, k, v, causal, tiling, schedule, out, scale=scale, persistent=persistent, section=section,
+        counted=counted,
+    )

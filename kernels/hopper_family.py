@@ -45,7 +45,8 @@ def _kernels_of(algo: str):
 
 def _smem_bytes(variant: Variant, entry: str) -> int:
     t = variant.tiling
-    return hopper_tiles.smem_bytes(variant.dtype, variant.headdim, t.block_m, t.block_n)
+    q_buffers, stages = hopper_tiles.buffers(entry.split("-", 1)[1])  # "causal-pingpong-q2" -> "pingpong-q2"
+    return hopper_tiles.smem_bytes(variant.dtype, variant.headdim, t.block_m, t.block_n, q_buffers, stages)
 
 
 def _default(algo: str):

@@ -14,8 +14,21 @@ from flashsim.algorithms.tiling import Tiling
 from flashsim.errors import FlashsimError
 
 TABLE = Path(__file__).resolve().parent / "v3_tiles.tsv"
-SCHEDULES = {"pingpong": (1, 1), "overlap": (0, 1), "serial": (0, 0)}  # name -> (ping-pong, overlap)
-STAGES = 2
+# name -> (ping-pong, overlap). The pingpong-* schedules are FA3's with more buffering: q2, two Q buffers
+# (a persistent block loads its next tile's Q while the current one runs, and may take tiles from a
+# counter: kernels/v3.cu); s3, three K/V stages.
+SCHEDULES = {
+    "pingpong": (1, 1), "overlap": (0, 1), "serial": (0, 0),
+    "pingpong-q2": (1, 1), "pingpong-s3": (1, 1), "pingpong-q2s3": (1, 1),
+}  # fmt: skip
+STAGES = 2  # K/V stages, except where SCHEDULE_STAGES says
+SCHEDULE_STAGES = {"pingpong-s3": 3, "pingpong-q2s3": 3}
+Q_BUFFERS = {"pingpong-q2": 2, "pingpong-q2s3": 2}  # schedule -> Q buffers, 1 where not listed
+
+
+def buffers(schedule: str) -> tuple[int, int]:
+    """(Q buffers, K/V stages) of a schedule."""
+    return Q_BUFFERS.get(schedule, 1), SCHEDULE_STAGES.get(schedule, STAGES)
 TAGS = {"bf16": "Bf16", "fp16": "Fp16", "e4m3": "E4m3"}  # dtype -> the element type's name in v3.cu
 
 
@@ -37,25 +50,40 @@ class Tile:
         return TAGS[self.dtype]
 
     @property
+    def q_buffers(self) -> int:
+        return buffers(self.schedule)[0]
+
+    @property
+    def stages(self) -> int:
+        return buffers(self.schedule)[1]
+
+    @property
     def kernel(self) -> str:
-        """The entry point's name, as V3_ENTRY spells it."""
+        """The entry point's name, as V3_ENTRY (V3_ENTRY_Q2: suffix _q2) spells it."""
         pp, ov = SCHEDULES[self.schedule]
+        suffix = "_q2" if self.q_buffers == 2 else ""
         return (
-            f"v3_{self.tag}_d{self.headdim}_m{self.block_m}_n{self.block_n}_s{STAGES}_c{int(self.causal)}_p{pp}_o{ov}"
+            f"v3_{self.tag}_d{self.headdim}_m{self.block_m}_n{self.block_n}_s{self.stages}_c{int(self.causal)}_p{pp}_o{ov}"
+            + suffix
         )
 
     @property
     def entry_line(self) -> str:
         pp, ov = SCHEDULES[self.schedule]
+        macro = "V3_ENTRY_Q2" if self.q_buffers == 2 else "V3_ENTRY"
         return (
-            f"V3_ENTRY({self.tag}, {self.headdim}, {self.block_m}, {self.block_n}, {STAGES}, "
+            f"{macro}({self.tag}, {self.headdim}, {self.block_m}, {self.block_n}, {self.stages}, "
             f"{int(self.causal)}, {pp}, {ov})"
         )
 
     @property
+    def smem(self) -> int:
+        return smem_bytes(self.dtype, self.headdim, self.block_m, self.block_n, self.q_buffers, self.stages)
+
+    @property
     def tiling(self) -> Tiling:
         """As algorithms.tiling spells a v3 tile: one producer plus block_m / 64 consumer warpgroups."""
-        return Tiling(self.block_m, self.block_n, 4 * (self.block_m // 64 + 1), STAGES)
+        return Tiling(self.block_m, self.block_n, 4 * (self.block_m // 64 + 1), self.stages)
 
 
 def parse(text: str) -> tuple[Tile, ...]:
@@ -113,7 +141,11 @@ def find(algo: str, dtype: str, headdim: int, block_m: int, block_n: int, causal
     )
 
 
-def smem_bytes(dtype: str, headdim: int, block_m: int, block_n: int) -> int:
-    """Dynamic shared memory of one thread block, as v3.cu lays it out (Cfg::SMEM)."""
+def smem_bytes(
+    dtype: str, headdim: int, block_m: int, block_n: int, q_buffers: int = 1, stages: int = STAGES
+) -> int:
+    """Dynamic shared memory of one thread block, as v3.cu lays it out (Cfg::SMEM): Q buffers, the K/V
+    ring, barriers (and with two Q buffers their tile slots), alignment slack."""
     eb = 1 if dtype == "e4m3" else 2
-    return block_m * headdim * eb + 2 * STAGES * block_n * headdim * eb + 8 * (2 + 4 * STAGES) + 1024
+    barriers = 8 * (2 * q_buffers + 4 * stages) + (8 * q_buffers if q_buffers > 1 else 0)
+    return q_buffers * block_m * headdim * eb + 2 * stages * block_n * headdim * eb + barriers + 1024

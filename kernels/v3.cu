@@ -5,20 +5,25 @@
 // Grid: persistent (one thread block per SM, tiles b, b + grid, ...; the host's default when non-causal)
 // or one thread block per tile (the default when causal, where tile costs differ and the hardware's
 // block scheduler balances them). Tiles of one head are consecutive, heaviest query block first.
+// Kernels with two Q buffers (_q2) may instead take tiles from a counter in global memory (prm.tile_counter):
+// a persistent block whose tiles were short takes the next one in the list, as a new block would.
 //
 // Shared memory (tiles stored as swizzled panels of 128-byte rows, 64 16-bit columns; 64-byte rows where
 // the head dim is not a multiple of 64 (d96); 1024-byte aligned):
-//   Q              block_m x d, refilled per tile
+//   Q              block_m x d, refilled per tile (two buffers in _q2 kernels, used by alternate tiles)
 //   K[s], V[s]     block_n x d each, s = 0..STAGES-1, a circular buffer whose stage/phase run on across tiles
 //   barriers       q_full, k_full[s], v_full[s]: TMA transaction counts (the producer's arrive.expect_tx)
 //                  q_empty, k_empty[s], v_empty[s]: NC * 128 consumer arrivals each
 //
 // Pipeline (key blocks j visited from the last to the first, so the masked ones come first):
 //   producer, one thread, per tile:
-//     wait q_empty (consumers done with the last tile's Q); q_full <- TMA(Q)
+//     [counted: t = the counter's next tile; slot[b] = t]
+//     wait q_empty (consumers done with the Q of the last tile that used this buffer); q_full <- TMA(Q)
 //     for each block, it counting over all tiles: s = it % STAGES, phase = (it / STAGES) & 1
 //       wait k_empty[s] (phase ^ 1); k_full[s] <- TMA(K_j)
 //       wait v_empty[s] (phase ^ 1); v_full[s] <- TMA(V_j)
+//   With two Q buffers the next tile's Q, and its first K/V blocks as the ring frees, arrive while the
+//   current tile's last blocks and epilogue run, so a persistent block starts its next tile without waiting.
 //   consumer warpgroup, OVERLAP (FA3's intra-warpgroup pipelining), per tile:
 //     wait q_full; S = Q K_first^T; wait; arrive k_empty; softmax -> P_first
 //     for the next blocks: [PINGPONG: bar.sync own turn]
@@ -60,19 +65,31 @@ __device__ __forceinline__ void attention_fwd(const CUtensorMap& tm_q, const CUt
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t base = (raw + 1023) & ~1023u;
-  const uint32_t sq = base, sk = base + C::OFF_K, sv = base + C::OFF_V, sbar = base + C::OFF_BAR;
-  const uint32_t q_full = sbar, q_empty = sbar + 8;
-  auto k_full = [&](int s) { return sbar + 8 * (2 + s); };
-  auto v_full = [&](int s) { return sbar + 8 * (2 + C::STAGES + s); };
-  auto k_empty = [&](int s) { return sbar + 8 * (2 + 2 * C::STAGES + s); };
-  auto v_empty = [&](int s) { return sbar + 8 * (2 + 3 * C::STAGES + s); };
+  const uint32_t sk = base + C::OFF_K, sv = base + C::OFF_V, sbar = base + C::OFF_BAR;
+  constexpr int QB = C::Q_BUFS;
+  // Q buffer b serves tiles n = b, b + QB, ...; its barriers' phase flips once per QB tiles.
+  auto sq = [&](int n) { return base + (n % QB) * C::Q_BYTES; };
+  auto q_full = [&](int n) { return sbar + 8 * (n % QB); };
+  auto q_empty = [&](int n) { return sbar + 8 * (QB + n % QB); };
+  auto q_phase = [&](int n) { return static_cast<uint32_t>((n / QB) & 1); };
+  auto k_full = [&](int s) { return sbar + 8 * (2 * QB + s); };
+  auto v_full = [&](int s) { return sbar + 8 * (2 * QB + C::STAGES + s); };
+  auto k_empty = [&](int s) { return sbar + 8 * (2 * QB + 2 * C::STAGES + s); };
+  auto v_empty = [&](int s) { return sbar + 8 * (2 * QB + 3 * C::STAGES + s); };
+  // Taking tiles from the grid's counter (two Q buffers only): the producer writes each tile's index beside
+  // its Q buffer before q_full's arrival, and consumers read it after their wait; past the end it writes
+  // n_tiles and arrives without loading, which ends the consumers' loop.
+  const bool counted = C::Q_BUFS > 1 && prm.tile_counter != nullptr;
+  volatile int* slot = reinterpret_cast<volatile int*>(smem_raw + (base - raw) + C::OFF_SLOT);
 
   const int n_mblocks = (prm.nq + C::BM - 1) / C::BM;
   const int n_tiles = n_mblocks * prm.heads * prm.batch;
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
   if (threadIdx.x == 0) {
-    mbar_init(q_full, 1);
-    mbar_init(q_empty, C::NC * 128);
+    for (int b = 0; b < QB; ++b) {
+      mbar_init(q_full(b), 1);
+      mbar_init(q_empty(b), C::NC * 128);
+    }
     for (int s = 0; s < C::STAGES; ++s) {
       mbar_init(k_full(s), 1);
       mbar_init(v_full(s), 1);
@@ -89,12 +106,24 @@ __device__ __forceinline__ void attention_fwd(const CUtensorMap& tm_q, const CUt
     if (tid == 0) {
       constexpr int QK_COLS = C::QK_W / C::EB, QK_PANELS = C::D / QK_COLS;
       int it = 0;  // K/V blocks issued so far, over all tiles
-      for (int n = 0, t = nth_tile(0, prm); t < n_tiles; t = nth_tile(++n, prm)) {
+      for (int n = 0;; ++n) {
+        const int t = counted ? counted_tile(n, prm) : nth_tile(n, prm);
+        if (t >= n_tiles) {
+          if (counted) {
+            mbar_wait(q_empty(n), q_phase(n) ^ 1);
+            slot[2 * (n % QB)] = n_tiles;
+            mbar_arrive(q_full(n));
+            release_tile_counter(prm);
+          }
+          break;
+        }
         const Tile x = tile_at<C>(t, n_mblocks, prm);
-        mbar_wait(q_empty, (n & 1) ^ 1);
-        mbar_expect_tx(q_full, C::Q_BYTES);
+        mbar_wait(q_empty(n), q_phase(n) ^ 1);
+        if (counted) slot[2 * (n % QB)] = t;
+        mbar_expect_tx(q_full(n), C::Q_BYTES);
         for (int p = 0; p < QK_PANELS; ++p)
-          tma_load_4d(sq + p * C::BM * C::QK_W, &tm_q, q_full, p * QK_COLS, x.m_block * C::BM, x.head, x.batch);
+          tma_load_4d(sq(n) + p * C::BM * C::QK_W, &tm_q, q_full(n), p * QK_COLS, x.m_block * C::BM, x.head,
+                      x.batch);
         for (int i = 0; i < x.n_blocks; ++i, ++it) {
           const int j = x.n_blocks - 1 - i, s = it % C::STAGES;
           const uint32_t ph = (it / C::STAGES) & 1;
@@ -130,9 +159,19 @@ __device__ __forceinline__ void attention_fwd(const CUtensorMap& tm_q, const CUt
   if (C::PINGPONG && last_wg) bar_arrive(1, 256);  // warpgroup 0 takes the first turn
 
   int it = 0;  // K/V blocks consumed so far, over all tiles
-  for (int n = 0, t = nth_tile(0, prm); t < n_tiles; t = nth_tile(++n, prm)) {
+  for (int n = 0;; ++n) {
+    int t;
+    if (counted) {
+      mbar_wait(q_full(n), q_phase(n));
+      t = slot[2 * (n % QB)];
+    } else {
+      t = nth_tile(n, prm);
+    }
+    if (t >= n_tiles) break;
     const Tile x = tile_at<C>(t, n_mblocks, prm);
-    const bool last_tile = nth_tile(n + 1, prm) >= n_tiles;
+    // Counted tiles never know they are the last: the final turn is taken back after the loop instead.
+    const bool last_tile = !counted && nth_tile(n + 1, prm) >= n_tiles;
+    const uint32_t sqn = sq(n);
     const int row0 = x.m_block * C::BM + c * 64 + warp * 16 + lane / 4;  // this thread's rows: row0, row0 + 8
     // Blocks that need masking: the ragged last one, and (causal) those reaching past the first row.
     const int offset = prm.nk - prm.nq;  // causal: query i sees keys j <= i + offset
@@ -161,11 +200,11 @@ __device__ __forceinline__ void attention_fwd(const CUtensorMap& tm_q, const CUt
     float dv = 1.f;  // fp8: V scale of the block whose P is in registers; O is kept in those units
     const int nb = x.n_blocks;
 
-    mbar_wait(q_full, n & 1);
+    if (!counted) mbar_wait(q_full(n), q_phase(n));
     if (nb == 0) {
       // Causal tile that sees no key: nothing was loaded but Q; O stays 0. One ping-pong turn keeps the
       // warpgroups' turn order (and the skipped last arrive) as for any other tile.
-      mbar_arrive(q_empty);
+      mbar_arrive(q_empty(n));
       if (C::PINGPONG) {
         bar_sync(my_bar, 256);
         if (!(last_wg && last_tile)) bar_arrive(next_bar, 256);
@@ -176,7 +215,7 @@ __device__ __forceinline__ void attention_fwd(const CUtensorMap& tm_q, const CUt
         const float sl2 = block_sl2(j);
         if (C::PINGPONG) bar_sync(my_bar, 256);
         mbar_wait(k_full(stage(0)), phase(0));
-        cs.gemm_qk(sq, sk + stage(0) * C::KV_BYTES, c);
+        cs.gemm_qk(sqn, sk + stage(0) * C::KV_BYTES, c);
         if (C::PINGPONG) bar_arrive(next_bar, 256);
         wg_wait<0>();
         pin(cs.s);
@@ -192,7 +231,7 @@ __device__ __forceinline__ void attention_fwd(const CUtensorMap& tm_q, const CUt
         const float sl2 = block_sl2(j);
         if (C::PINGPONG) bar_sync(my_bar, 256);
         mbar_wait(k_full(stage(i)), phase(i));
-        cs.gemm_qk(sq, sk + stage(i) * C::KV_BYTES, c);
+        cs.gemm_qk(sqn, sk + stage(i) * C::KV_BYTES, c);
         mbar_wait(v_full(stage(i - 1)), phase(i - 1));
         cs.gemm_pv(sv + stage(i - 1) * C::KV_BYTES);
         if (C::PINGPONG) bar_arrive(next_bar, 256);
@@ -215,7 +254,7 @@ __device__ __forceinline__ void attention_fwd(const CUtensorMap& tm_q, const CUt
         cs.rescale_o(alpha, extra);
         cs.convert_p();
       }
-      mbar_arrive(q_empty);  // every S GEMM of this tile has completed
+      mbar_arrive(q_empty(n));  // every S GEMM of this tile has completed
       {
         if (C::PINGPONG) bar_sync(my_bar, 256);
         mbar_wait(v_full(stage(nb - 1)), phase(nb - 1));
@@ -230,7 +269,7 @@ __device__ __forceinline__ void attention_fwd(const CUtensorMap& tm_q, const CUt
         const int j = nb - 1 - i;
         const float sl2 = block_sl2(j);
         mbar_wait(k_full(stage(i)), phase(i));
-        cs.gemm_qk(sq, sk + stage(i) * C::KV_BYTES, c);
+        cs.gemm_qk(sqn, sk + stage(i) * C::KV_BYTES, c);
         wg_wait<0>();
         pin(cs.s);
         mbar_arrive(k_empty(stage(i)));
@@ -251,12 +290,14 @@ __device__ __forceinline__ void attention_fwd(const CUtensorMap& tm_q, const CUt
         pin(cs.o);
         mbar_arrive(v_empty(stage(i)));
       }
-      mbar_arrive(q_empty);
+      mbar_arrive(q_empty(n));
     }
     it += nb;
 
     store_o<C>(cs, dv, x, row0, col0, prm);
   }
+  // Counted tiles: the last warpgroup's final arrive on warpgroup 0's barrier has no turn after it; take it.
+  if (C::PINGPONG && counted && c == 0) bar_sync(my_bar, 256);
 }
 
 }  // namespace v3
@@ -268,4 +309,12 @@ __device__ __forceinline__ void attention_fwd(const CUtensorMap& tm_q, const CUt
           const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,              \
           const __grid_constant__ CUtensorMap tm_v, const V3Params prm) {                                 \
     v3::attention_fwd<v3::Cfg<v3::TY, D, BM, BN, ST, CAUSAL, PP, OV>>(tm_q, tm_k, tm_v, prm);            \
+  }
+// The same with two Q buffers (name suffix _q2).
+#define V3_ENTRY_Q2(TY, D, BM, BN, ST, CAUSAL, PP, OV)                                                    \
+  extern "C" __global__ void __launch_bounds__(128 * (BM / 64 + 1), 1)                                    \
+      v3_##TY##_d##D##_m##BM##_n##BN##_s##ST##_c##CAUSAL##_p##PP##_o##OV##_q2(                           \
+          const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,              \
+          const __grid_constant__ CUtensorMap tm_v, const V3Params prm) {                                 \
+    v3::attention_fwd<v3::Cfg<v3::TY, D, BM, BN, ST, CAUSAL, PP, OV, 2>>(tm_q, tm_k, tm_v, prm);         \
   }

@@ -8,10 +8,14 @@
 
 namespace v3 {
 
-template <class T_, int D_, int BM_, int BN_, int STAGES_, bool CAUSAL_, bool PINGPONG_, bool OVERLAP_>
+template <class T_, int D_, int BM_, int BN_, int STAGES_, bool CAUSAL_, bool PINGPONG_, bool OVERLAP_,
+          int Q_BUFS_ = 1>
 struct Cfg {
   using T = T_;
   static constexpr int D = D_, BM = BM_, BN = BN_, STAGES = STAGES_;
+  // Q buffers: 1, refilled once a tile's last S GEMM has read it; 2, so the producer loads the next tile's Q
+  // (and, taking tiles from the grid's counter, learns which tile that is) while the current one runs.
+  static constexpr int Q_BUFS = Q_BUFS_;
   static constexpr bool CAUSAL = CAUSAL_, PINGPONG = PINGPONG_, OVERLAP = OVERLAP_;
   static constexpr bool FP8 = Elem<T>::bytes == 1;
   static constexpr int NC = BM / 64;            // consumer warpgroups
@@ -25,10 +29,14 @@ struct Cfg {
   static constexpr int KSTEP = 32 / EB;          // K of one wgmma instruction
   static constexpr int Q_BYTES = BM * D * EB;
   static constexpr int KV_BYTES = BN * D * EB;   // one K or V stage
-  static constexpr int OFF_K = Q_BYTES;
+  static constexpr int OFF_K = Q_BUFS * Q_BYTES;
   static constexpr int OFF_V = OFF_K + STAGES * KV_BYTES;
   static constexpr int OFF_BAR = OFF_V + STAGES * KV_BYTES;
-  static constexpr int SMEM = OFF_BAR + 8 * (2 + 4 * STAGES) + 1024;  // + slack to align the base
+  // Barriers (q_full, q_empty per Q buffer; four per K/V stage), then with two Q buffers one 8-byte slot per
+  // buffer naming the tile its Q belongs to.
+  static constexpr int BAR_BYTES = 8 * (2 * Q_BUFS + 4 * STAGES) + (Q_BUFS > 1 ? 8 * Q_BUFS : 0);
+  static constexpr int OFF_SLOT = OFF_BAR + 8 * (2 * Q_BUFS + 4 * STAGES);
+  static constexpr int SMEM = OFF_BAR + BAR_BYTES + 1024;  // + slack to align the base
   static constexpr int PRODUCER_REGS = NC == 2 ? 24 : 32;
   static constexpr int CONSUMER_REGS = NC == 2 ? 240 : 160;
   static_assert(BM % 64 == 0 && (NC == 2 || NC == 3), "block_m must be 128 or 192");
@@ -39,7 +47,8 @@ struct Cfg {
   static_assert(BN % 16 == 0 && BN <= 256, "block_n must be a multiple of 16, at most 256");
   static_assert(!FP8 || BN % 32 == 0, "fp8 P fragments cover 32 keys");
   static_assert(!PINGPONG || OVERLAP, "ping-pong schedules the two GEMMs of the overlapped loop");
-  static_assert(OFF_BAR + 8 * (2 + 4 * STAGES) <= 227 * 1024, "tiles exceed shared memory");
+  static_assert(Q_BUFS == 1 || Q_BUFS == 2, "one or two Q buffers");
+  static_assert(OFF_BAR + BAR_BYTES <= 227 * 1024, "tiles exceed shared memory");
 };
 
 template <class C>

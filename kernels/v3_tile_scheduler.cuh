@@ -43,4 +43,20 @@ __device__ __forceinline__ int nth_tile(int n, const V3Params& prm) {
   return n * g + (prm.section > 0 && (n & 1) ? g - 1 - b : b);
 }
 
+// Taking tiles from the grid's counter (prm.tile_counter set): the producer's n-th tile is tile b first, then
+// the next one not yet taken, so a block that finishes early takes the next tile of the list as the hardware
+// block scheduler would hand it to a new block, without a block's launch and prologue per tile.
+__device__ __forceinline__ int counted_tile(int n, const V3Params& prm) {
+  return n == 0 ? static_cast<int>(blockIdx.x) : static_cast<int>(gridDim.x) + atomicAdd(prm.tile_counter, 1);
+}
+
+// Called once per block after its producer drew a tile index past the end: no block takes another, so the
+// last one to get here zeroes the counter for the next launch on the stream.
+__device__ __forceinline__ void release_tile_counter(const V3Params& prm) {
+  if (atomicAdd(prm.tile_counter + 1, 1) == static_cast<int>(gridDim.x) - 1) {
+    atomicExch(prm.tile_counter, 0);
+    atomicExch(prm.tile_counter + 1, 0);
+  }
+}
+
 }  // namespace v3

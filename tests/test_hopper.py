@@ -140,8 +140,31 @@ def test_plan_follows_the_shared_grid_rule():
 def test_params_layout_matches_kernel():
     # v3.cu static_asserts the same numbers for V3Params
     assert hopper._Params.scale_log2.offset == 72 and hopper._Params.batch.offset == 76
-    assert hopper._Params.section.offset == 80
-    assert hopper.ctypes.sizeof(hopper._Params) == 88
+    assert hopper._Params.section.offset == 80 and hopper._Params.tile_counter.offset == 88
+    assert hopper.ctypes.sizeof(hopper._Params) == 96
+
+
+def test_two_q_buffer_kernels_plan_persistent_and_counted():
+    """pingpong-q2 rows: entry V3_ENTRY_Q2 (name suffix _q2), a second Q buffer and its tile slots in shared
+    memory, a persistent grid by default, tiles from the counter only when a block takes more than one."""
+    row = hopper_tiles.find("v3", "bf16", 128, 128, 128, True, "pingpong-q2")
+    assert row.kernel == "v3_Bf16_d128_m128_n128_s2_c1_p1_o1_q2"
+    assert row.entry_line == "V3_ENTRY_Q2(Bf16, 128, 128, 128, 2, 1, 1, 1)"
+    one = hopper_tiles.find("v3", "bf16", 128, 128, 128, True, "pingpong")
+    assert row.smem - one.smem == 128 * 128 * 2 + 8 * 2 + 8 * 2  # Q, its two barriers, two tile slots
+    assert row.smem <= 227 * 1024
+    tile = row.tiling
+    launch = hopper.plan("v3", "Bf16", 128, True, 16, 16, 1024, tiling=tile, schedule="pingpong-q2", nk=1024)
+    assert launch.grid == (132, 1, 1) and launch.counted and launch.smem == row.smem
+    assert not hopper.plan("v3", "Bf16", 128, True, 16, 16, 1024, tiling=tile, schedule="pingpong-q2",
+                           counted=False).counted  # fmt: skip
+    per_tile = hopper.plan("v3", "Bf16", 128, True, 16, 16, 1024, tiling=tile, schedule="pingpong-q2",
+                           persistent=False)  # fmt: skip
+    assert per_tile.grid == (2048, 1, 1) and not per_tile.counted
+    few = hopper.plan("v3", "Bf16", 128, True, 1, 2, 1024, tiling=tile, schedule="pingpong-q2")
+    assert few.grid == (16, 1, 1) and not few.counted  # one tile per block: nothing to count
+    with pytest.raises(FlashsimError, match="two-Q-buffer kernel"):
+        hopper.plan("v3", "Bf16", 128, True, 16, 16, 1024, tiling=tile, counted=True)
 
 
 def test_fp8_key_permutation_is_a_permutation():
@@ -363,6 +386,37 @@ def test_v3_section_order_changes_only_the_order(d, persistent, nk):
             _check(out, q, k, v, True)
             first = out
         assert torch.equal(out, first), f"section {section}"
+
+
+BUFFERED = [t for t in hopper_tiles.tiles("v3") if t.schedule.startswith("pingpong-")]
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("row", BUFFERED, ids=[t.kernel for t in BUFFERED])
+@pytest.mark.parametrize("nk", [1000, 421], ids=["square", "nk421"])
+def test_v3_more_buffering_gives_the_same_bits(row, nk):
+    """A kernel with two Q buffers or three K/V stages computes each tile as the plain ping-pong kernel of
+    its tile does (where one is built; else itself one block per tile): equal bits on every grid, with tiles
+    from the counter twice (the counter must be zero again after a launch). 3 x 16 heads x 6-8 query blocks:
+    more tiles than SMs; with nk = 421 the first query tiles see no key."""
+    q, k, v = _inputs("random", 3, 16, 8, 1000, nk, row.headdim, torch.bfloat16, seed=5)
+    plain = [t for t in hopper_tiles.tiles("v3") if t.schedule == "pingpong" and t.tiling.block_m == row.block_m
+             and (t.dtype, t.headdim, t.block_n, t.causal) == (row.dtype, row.headdim, row.block_n, row.causal)]
+    tile = row.tiling
+    ref = torch.full_like(q, float("nan"))
+    hopper.attention(q, k, v, causal=row.causal, out=ref, tiling=tile, schedule=plain[0].schedule if plain else
+                     row.schedule, persistent=False)  # fmt: skip
+    _check(ref, q, k, v, row.causal)
+    grids = [(None, None), (None, None), (False, True), (None, False)] if row.q_buffers > 1 else [(None, True)]
+    for counted, persistent in grids:
+        out = torch.full_like(q, float("nan"))
+        hopper.attention(q, k, v, causal=row.causal, out=out, tiling=tile, schedule=row.schedule,
+                         persistent=persistent, counted=counted)  # fmt: skip
+        assert torch.equal(out, ref), (counted, persistent)
+    if row.q_buffers > 1:
+        stream = torch.cuda.current_stream().cuda_stream
+        assert hopper.tile_counter(q.device, stream).tolist() == [0, 0]
 
 
 @pytest.mark.gpu

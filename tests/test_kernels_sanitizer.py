@@ -68,6 +68,12 @@ for algo in ("v3", "v3-fp8"):
             k = torch.randn(1, 1, nk, d, device="cuda", dtype=torch.bfloat16)
             v = torch.randn(1, 1, nk, d, device="cuda", dtype=torch.bfloat16)
             attention(q, k, v, algo=algo, causal=causal)
+# two Q buffers, tiles from the counter: 2 x 40 heads x 4 query blocks, more tiles than SMs
+from flashsim.algorithms.tiling import Tiling
+from flashsim.kernels import hopper
+for d, bm in [(64, 192), (128, 128)]:
+    q, k, v = (torch.randn(2, 40, 500, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    hopper.attention(q, k, v, causal=True, tiling=Tiling(bm, 128, 4 * (bm // 64 + 1), 2), schedule="pingpong-q2")
 torch.cuda.synchronize()
 print("sanitized run done")
 """
