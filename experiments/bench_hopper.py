@@ -472,9 +472,10 @@ def _write_causal1k(out_dir: Path, meta: dict, rows: list[dict]) -> str:
     (out_dir / "causal1k.json").write_text(json.dumps({"provenance": meta, "rows": rows}, indent=1) + "\n")
     lines = ["# v3 variants on short problems vs cuDNN (H200, bf16, batch = 16384 / seqlen, 2048 / d heads)", "",
              "Provenance: " + "; ".join(f"{k} {v}" for k, v in meta.items()), "",
-             "Variants: 'default' as a caller gets it; TILE 'per tile' one block per tile, 'persistent' one block",
-             "per SM taking every grid-th tile (one Q buffer); 'q2': the two-Q-buffer kernel (next tile's Q loaded",
-             "while the current one runs), persistent, taking every grid-th tile or tiles from a counter.", "",
+             "Variants: 'default' as a caller gets it; else TILE SCHEDULE GRID. Schedules: pingpong (FA3's, one Q",
+             "buffer, two K/V stages), -q2 two Q buffers (the next tile's Q loads while the current one runs),",
+             "-s3 three K/V stages. Grids: 'per tile' one block per tile; 'persistent' / 'every grid-th' one block",
+             "per SM taking every grid-th tile; 'counted' one block per SM taking the next tile from a counter.", "",
              "| d | causal | seqlen | variant | us | TFLOP/s | / cuDNN | spread |",
              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
