@@ -411,7 +411,7 @@ def causal1k_variants(d: int, causal: bool) -> dict[str, dict]:
     return variants
 
 
-CAUSAL1K_SHAPES = ((True, 1024), (True, 512), (True, 2048), (False, 1024))  # most wanted first
+CAUSAL1K_SHAPES = ((True, 1024), (True, 512), (True, 2048), (False, 1024), (True, 4096))  # most wanted first
 
 
 def cmd_causal1k(args) -> int:

@@ -2,9 +2,10 @@
 # v3 on short problems on an H200 (bash experiments/h200_causal1k.sh, about 4-5 minutes, at most 7.5): the
 # kernels with more buffering (two Q buffers, tiles from a counter, three K/V stages; kernels/v3.cu) checked
 # bit for bit against the plain ping-pong kernels, then every grid and buffering variant against cuDNN at
-# causal seqlen 1k, 512, 2k and non-causal 1k, d64 and d128 (bench_hopper causal1k: GPU busy time, L2
-# flushed, median of 5 calls), then the remaining Hopper GPU tests and the Hopper sanitizer test. Run from
-# the repository root with simpy's wheel in .whl/ and the cubins built where nvcc is:
+# causal seqlen 1k, 512, 2k, non-causal 1k (then causal 4k while time is left), d64 and d128 (bench_hopper
+# causal1k: GPU busy time, L2 flushed, median of 5 calls), then the remaining Hopper GPU tests and the
+# Hopper sanitizer test. Run from the repository root with simpy's wheel in .whl/ and the cubins built where
+# nvcc is:
 #   flashsim kernels build --out build/kernels --arch sm_90a
 # Writes under $OUT: gpu.txt, buffering.txt, causal1k.txt, causal1k.{json,md}, hopper.txt, sanitizer.txt,
 # summary.txt.
