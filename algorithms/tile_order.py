@@ -44,6 +44,13 @@ def persistent(causal: bool, seqlen_k: int, headdim: int, elem_bytes: int, block
     return short and block_m >= PERSISTENT_CAUSAL_BLOCK_M
 
 
+def prefetch(causal: bool, seqlen_k: int, headdim: int, elem_bytes: int, block_m: int, block_n: int) -> bool:
+    """Whether the call runs the kernel with two Q buffers (tile table schedule pingpong-q2) on a persistent
+    grid whose blocks take tiles from a counter: each block loads its next tile's Q and first K/V blocks
+    while the current tile runs."""
+    return False
+
+
 def tiles(pairs: int, q_blocks: int, section: int) -> list[tuple[int, int]]:
     """(pair, query block) of every tile index in launch order; pair = batch * heads + head."""
     if section <= 0:

@@ -103,7 +103,7 @@ def plan(
     h: int,
     nq: int,
     tiling=None,
-    schedule="pingpong",
+    schedule: str | None = None,
     persistent: bool | None = None,
     sm_count: int = 132,
     nk: int | None = None,
@@ -112,10 +112,14 @@ def plan(
     """The entry point, tile and grid of one call. persistent=None: algorithms.tile_order.persistent (one
     thread block per SM taking tiles in order, unless causal with long heads: one block per tile).
     counted: a persistent block takes its next tile from a counter (the tile a new block would get) rather
-    than every grid-th; only two-Q-buffer kernels (schedule pingpong-q2) can, and None means they do."""
+    than every grid-th; only two-Q-buffer kernels (schedule pingpong-q2) can, and None means they do.
+    schedule None: ping-pong, with two Q buffers where algorithms.tile_order.prefetch says so."""
+    bm, bn = choose_tile(algo, d, causal, tiling)
+    if schedule is None:
+        eb = 1 if tag == "E4m3" else 2
+        schedule = "pingpong-q2" if tile_order.prefetch(causal, nq if nk is None else nk, d, eb, bm, bn) else "pingpong"
     if schedule not in hopper_tiles.SCHEDULES:
         raise FlashsimError(f"unknown schedule {schedule!r}; choose {', '.join(hopper_tiles.SCHEDULES)}")
-    bm, bn = choose_tile(algo, d, causal, tiling)
     row = hopper_tiles.find(algo, _DTYPES[tag], d, bm, bn, causal, schedule)
     if counted and row.q_buffers < 2:
         raise FlashsimError(f"tiles from a counter need a two-Q-buffer kernel (schedule pingpong-q2), not {schedule}")
@@ -240,7 +244,7 @@ def attention(
     v,
     causal: bool = False,
     tiling=None,
-    schedule: str = "pingpong",
+    schedule: str | None = None,
     out=None,
     scale=None,
     persistent=None,
@@ -249,7 +253,8 @@ def attention(
 ):
     """FlashAttention-3 forward (bf16 / fp16). q: (B, H, Nq, d); k, v: (B, Hkv, Nk, d). Returns (B, H, Nq, d).
     causal: bottom-right aligned, query i sees keys j <= i + Nk - Nq; rows that see no key (Nq > Nk) are 0.
-    schedule pingpong-q2 (two Q buffers) runs persistent and takes tiles from a counter unless told not to."""
+    schedule: None picks as plan() does; pingpong-q2 (two Q buffers) runs persistent and takes tiles from a
+    counter unless told not to."""
     import torch
 
     if section is not None and (not isinstance(section, int) or section < 0):

@@ -138,6 +138,12 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
     bm, bn, d, stages, splits = t.block_m, t.block_n, p.headdim, t.stages, t.splits
     consumers = bm // WG_ROWS
     dt = gemm_dtype(p)
+    elem = 1 if fp8 else p.elem_bytes
+    # The kernel with two Q buffers (algorithms/tile_order.prefetch): a persistent grid whose blocks take the
+    # next tile as they finish (as the simulator hands out work tiles), a second Q buffer in shared memory.
+    # Its producer loads the next tile's Q and first K/V blocks while the current tile runs; here each work
+    # tile stays its own program (its loads issued at its start), so that overlap is not modelled.
+    prefetch = not fp8 and splits == 1 and tile_order.prefetch(p.causal, p.seqlen_k, d, elem, bm, bn)
     q_src, k_src, v_src = ("Qq", "Kq", "Vq") if fp8 else ("Q", "K", "V")
 
     def active(i: int) -> int:
@@ -279,15 +285,15 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
     # The kernels' tile order and grid (algorithms/tile_order.py): head by head without a mask, so the CTAs
     # running side by side share one head's K/V in L2; causal, longest tiles first across a section of heads.
     # Split-KV: a Q block's splits are consecutive work tiles.
-    elem = 1 if fp8 else p.elem_bytes
     section = tile_order.section_pairs(p.causal, p.seqlen_k, p.headdim, elem, p.group, p.batch * p.heads)
     ctas = [(pair // p.heads, pair % p.heads, i, *s)
             for pair, i in tile_order.tiles(p.batch * p.heads, cdiv(p.seqlen_q, bm), section)
             for s in ([(x,) for x in range(splits)] if splits > 1 else [()])]
     algo = "v3-fp8" if fp8 else "v3"
-    kernel = Kernel(f"flash_fwd_{name}" + ("_splitkv" if splits > 1 else ""), ctas, roles, smem_bytes(p, t),
+    smem = smem_bytes(p, t) + (bm * d * p.elem_bytes if prefetch else 0)  # the second Q buffer
+    kernel = Kernel(f"flash_fwd_{name}" + ("_splitkv" if splits > 1 else ""), ctas, roles, smem,
                     v3_launch_registers(consumers), classes=lambda c: c[2:],
-                    persistent=tile_order.persistent(p.causal, p.seqlen_k, p.headdim, elem, bm),
+                    persistent=prefetch or tile_order.persistent(p.causal, p.seqlen_k, p.headdim, elem, bm),
                     uniform=not p.causal and not fp8 and splits == 1)
     if splits == 1:
         return Schedule(algo, p, t, (kernel,))
