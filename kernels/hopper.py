@@ -113,11 +113,18 @@ def plan(
     thread block per SM taking tiles in order, unless causal with long heads: one block per tile).
     counted: a persistent block takes its next tile from a counter (the tile a new block would get) rather
     than every grid-th; only two-Q-buffer kernels (schedule pingpong-q2) can, and None means they do.
-    schedule None: ping-pong, with two Q buffers where algorithms.tile_order.prefetch says so."""
+    schedule None: ping-pong, with two Q buffers where algorithms.tile_order.prefetch says so and the table
+    has that kernel for the dtype."""
     bm, bn = choose_tile(algo, d, causal, tiling)
     if schedule is None:
+        schedule = "pingpong"
         eb = 1 if tag == "E4m3" else 2
-        schedule = "pingpong-q2" if tile_order.prefetch(causal, nq if nk is None else nk, d, eb, bm, bn) else "pingpong"
+        if tile_order.prefetch(causal, nq if nk is None else nk, d, eb, bm, bn) and any(
+            (t.dtype, t.headdim, t.block_m, t.block_n, t.causal, t.schedule)
+            == (_DTYPES[tag], d, bm, bn, causal, "pingpong-q2")
+            for t in hopper_tiles.tiles(algo)
+        ):
+            schedule = "pingpong-q2"
     if schedule not in hopper_tiles.SCHEDULES:
         raise FlashsimError(f"unknown schedule {schedule!r}; choose {', '.join(hopper_tiles.SCHEDULES)}")
     row = hopper_tiles.find(algo, _DTYPES[tag], d, bm, bn, causal, schedule)

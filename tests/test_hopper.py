@@ -38,7 +38,8 @@ def test_plan_and_refusals():
     launch = hopper.plan("v3", "Bf16", 128, False, 2, 16, 1000)
     assert (launch.block_m, launch.block_n) == (128, 176)  # FA3's d128 default
     assert launch.grid == (132, 1, 1) and launch.threads == 384  # persistent: one block per SM
-    assert hopper.plan("v3", "Bf16", 128, True, 2, 16, 1000).grid == (256, 1, 1)  # causal, 128 rows: one per tile
+    causal = hopper.plan("v3", "Bf16", 128, True, 2, 16, 1000)  # two Q buffers, tiles from the counter
+    assert causal.grid == (132, 1, 1) and causal.counted and causal.name.endswith("_q2")
     assert hopper.plan("v3", "Bf16", 128, True, 1, 1, 128).block_n == 128
     assert hopper.plan("v3", "Bf16", 64, False, 1, 1, 128).block_m == 192
     assert hopper.smem_bytes("Bf16", 128, 128, 176) <= 227 * 1024
@@ -131,10 +132,21 @@ def test_section_argument_is_checked():
 
 
 def test_plan_follows_the_shared_grid_rule():
-    # causal: persistent with the 192-row tile and at most 1 MiB of K/V per head, else one block per tile
-    assert hopper.plan("v3", "Bf16", 128, True, 16, 16, 1024, nk=1024).grid[0] == 16 * 16 * 8
-    assert hopper.plan("v3", "Bf16", 64, True, 4, 32, 4096, nk=4096).grid == (132, 1, 1)
-    assert hopper.plan("v3", "Bf16", 64, True, 2, 32, 8192, nk=8192).grid[0] == 2 * 32 * 43
+    # 16-bit d64 / d128 where two Q tiles fit: the two-Q-buffer kernel, persistent, tiles from the counter
+    for dtype, d, causal, n in (("Bf16", 128, True, 1024), ("Fp16", 128, True, 16384), ("Bf16", 64, True, 8192),
+                                ("Fp16", 64, False, 2048)):  # fmt: skip
+        launch = hopper.plan("v3", dtype, d, causal, 2, 32, n, nk=n)
+        assert launch.name.endswith("_q2") and launch.counted and launch.grid == (132, 1, 1), (dtype, d, causal)
+    # d128 non-causal (128x176: no room for a second Q tile): the one-buffer kernel, persistent
+    full = hopper.plan("v3", "Bf16", 128, False, 2, 32, 4096)
+    assert not full.name.endswith("_q2") and not full.counted and full.grid == (132, 1, 1)
+    # elsewhere, causal: persistent with the 192-row tile and at most 1 MiB of K/V per head, else one per tile
+    assert hopper.plan("v3", "Bf16", 96, True, 4, 32, 2048, nk=2048).grid == (132, 1, 1)
+    assert hopper.plan("v3", "Bf16", 96, True, 2, 32, 8192, nk=8192).grid[0] == 2 * 32 * 43
+    assert hopper.plan("v3", "Bf16", 192, True, 16, 16, 1024, nk=1024).grid[0] == 16 * 16 * 8
+    # a schedule named by the caller is kept
+    named = hopper.plan("v3", "Bf16", 128, True, 16, 16, 1024, nk=1024, schedule="pingpong")
+    assert named.grid[0] == 16 * 16 * 8 and not named.name.endswith("_q2")
 
 
 def test_params_layout_matches_kernel():
@@ -164,7 +176,7 @@ def test_two_q_buffer_kernels_plan_persistent_and_counted():
     few = hopper.plan("v3", "Bf16", 128, True, 1, 2, 1024, tiling=tile, schedule="pingpong-q2")
     assert few.grid == (16, 1, 1) and not few.counted  # one tile per block: nothing to count
     with pytest.raises(FlashsimError, match="two-Q-buffer kernel"):
-        hopper.plan("v3", "Bf16", 128, True, 16, 16, 1024, tiling=tile, counted=True)
+        hopper.plan("v3", "Bf16", 128, True, 16, 16, 1024, tiling=tile, schedule="pingpong", counted=True)
 
 
 def test_fp8_key_permutation_is_a_permutation():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from flashsim.algorithms import tile_order
 from flashsim.algorithms.problem import Problem
 from flashsim.algorithms.schedules import v3
@@ -39,12 +41,24 @@ def test_sections_fit_the_l2_budget_and_only_causal_uses_them():
     assert tile_order.persistent(True, 8192, 64, 1, 192)  # fp8: half the bytes
 
 
+def test_prefetch_where_two_q_tiles_fit_for_16_bit_d64_and_d128():
+    for causal in (False, True):
+        for n in (512, 16384):
+            assert tile_order.prefetch(causal, n, 128, 2, 128, 128) and tile_order.prefetch(causal, n, 64, 2, 192, 128)
+    assert not tile_order.prefetch(False, 1024, 128, 2, 128, 176)  # 64 + 176 KiB: no room
+    assert not tile_order.prefetch(True, 1024, 128, 1, 128, 128)  # fp8: no two-Q-buffer kernels
+    assert not tile_order.prefetch(True, 1024, 96, 2, 192, 112)  # not built for d96
+
+
 def test_v3_schedule_launches_the_shared_order():
     p = Problem(batch=2, heads=4, seqlen_q=1024, headdim=128, causal=True)
     (kernel,) = v3.build(p, Tiling(128, 128, 12, 2)).kernels
-    assert not kernel.persistent  # causal with a 128-row tile: one block per tile
+    assert kernel.persistent  # the two-Q-buffer kernel: persistent, the second Q tile in shared memory
+    assert kernel.smem_bytes == v3.smem_bytes(p, Tiling(128, 128, 12, 2)) + 128 * 128 * 2
     section = tile_order.section_pairs(True, 1024, 128, 2, 1, 8)
     assert [(b * 4 + h, i) for b, h, i in kernel.ctas] == tile_order.tiles(8, 8, section)
+    (per_tile,) = v3.build(replace(p, headdim=192), Tiling(128, 112, 12, 2)).kernels
+    assert not per_tile.persistent  # causal d192, a 128-row tile: one block per tile
     short = Problem(batch=1, heads=4, seqlen_q=4096, headdim=64, causal=True)
     assert v3.build(short, Tiling(192, 128, 16, 2)).kernels[0].persistent
     assert (
