@@ -2,11 +2,11 @@
 //
 // A tile is block_m query rows of one (batch, head). Warpgroup 0 is the producer, warpgroups 1..NC
 // (NC = block_m / 64) are consumers; consumer c owns query rows [64c, 64c + 64) of the tile.
-// Grid: persistent (one thread block per SM, tiles b, b + grid, ...; the host's default when non-causal)
-// or one thread block per tile (the default when causal, where tile costs differ and the hardware's
-// block scheduler balances them). Tiles of one head are consecutive, heaviest query block first.
-// Kernels with two Q buffers (_q2) may instead take tiles from a counter in global memory (prm.tile_counter):
-// a persistent block whose tiles were short takes the next one in the list, as a new block would.
+// Grid: persistent (one thread block per SM, tiles b, b + grid, ...) or one thread block per tile (where
+// tile costs differ, the hardware's block scheduler balances them). Kernels with two Q buffers (_q2) may
+// instead take tiles from a counter in global memory (prm.tile_counter): a persistent block whose tiles were
+// short takes the next one of the order, as a new block would, without a launch and prologue per tile.
+// The host's choice: algorithms/tile_order.py. Tiles of one head are consecutive, heaviest query block first.
 //
 // Shared memory (tiles stored as swizzled panels of 128-byte rows, 64 16-bit columns; 64-byte rows where
 // the head dim is not a multiple of 64 (d96); 1024-byte aligned):
