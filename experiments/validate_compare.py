@@ -186,6 +186,25 @@ def predict(rows: list[dict], hw: str, overrides: list[str], jobs: int, cached: 
         (r["algo"], _problem_args(r["config"]), r.get("tiling"), hw, overrides, SIM_SWAPS.get(r["impl"], {}))
         for r in todo
     ]
+    # a row that names no tiles runs the model's default: named, it is one simulation with a row that names
+    # the same tiles (SDPA flash and our v2); a default the model refuses stays None, to fail in _simulate
+    profiles: dict = {}
+    for i, (algo, problem, tiling, _, _, swaps) in enumerate(job_args):
+        if tiling is None:
+            try:
+                from flashsim.algorithms.problem import Problem
+                from flashsim.algorithms.tiling import resolve_tiling
+                from flashsim.hw_profiles import load_profile
+
+                key = json.dumps(swaps, sort_keys=True)
+                if key not in profiles:
+                    base = load_profile(hw, overrides)
+                    swapped = {k: getattr(base, v) for k, v in swaps.items()}
+                    profiles[key] = base.with_overrides(swapped) if swaps else base
+                default = resolve_tiling(algo, Problem(**problem), profiles[key]).as_dict()
+            except Exception:  # the simulation says why
+                continue
+            job_args[i] = (algo, problem, default, hw, overrides, swaps)
     # Implementations that the model runs as the same schedule on the same tiles share one simulation; the
     # largest problems start first, so the last process to finish is not the one that drew the longest run.
     unique = sorted({json.dumps(a, sort_keys=True): a for a in job_args}.values(), key=_work, reverse=True)

@@ -38,6 +38,19 @@ class Environment(simpy.Environment):
         super().__init__()
         self.events = 0
         self.max_events = max_events if max_events is not None else -1
+        # simpy binds its event classes to the instance only for its own class, not a subclass: without this
+        # every env.event() / env.process() goes through a descriptor
+        for name in ("event", "process", "all_of", "any_of"):
+            setattr(self, name, getattr(self, name))
+
+    def timeout(self, delay, value=None) -> simpy.Timeout:
+        """simpy's Timeout (the most frequent event), made without its constructor's extra calls."""
+        if delay < 0:
+            raise ValueError(f"Negative delay {delay}")
+        event = simpy.Timeout.__new__(simpy.Timeout)
+        event.env, event.callbacks, event._value, event._delay, event._ok = self, [], value, delay, True
+        self.schedule(event, simpy.core.NORMAL, delay)
+        return event
 
     def schedule(self, event, priority=simpy.core.NORMAL, delay=0) -> None:
         self.events += 1

@@ -184,10 +184,11 @@ class LoopSkip:
         l2 = gpu.l2
         copies, default = gpu.copies, gpu.private_copies
         stretches = []  # each left-out stretch's loads, in issue order, the last move of each tile only
+        # every stretch of a role has its loads at the same places (its ops repeat the watched stretch's)
+        places = [(role, n, role.load_places(n)) for role, n in ops.items()]
         for i in range(reps):
-            loads = [op for role, n in ops.items() for op in role.loads(i * n, n)]
-            last = {op.src: j for j, op in enumerate(loads)}
-            stretches.append(([op for j, op in enumerate(loads) if last[op.src] == j], len(loads)))
+            loads = [op for role, n, at in places for op in role.loads(i * n, at)]
+            stretches.append((_last_moves(loads), len(loads)))
         reps = _fits(l2, stretches, delta["hbm_read"], copies, default)
         if not reps:
             return False
@@ -205,7 +206,7 @@ class LoopSkip:
             for left_out, issued in role.counterparts(reps, n, MIRRORED):
                 _mirror(l2, left_out.src, issued.src)
         for role, n in ops.items():
-            role.arrivals(reps * n)
+            role.arrivals(n, reps)
         # the L2's own count of the left-out bytes against the watched stretch's (0 while the premise holds)
         self.mismatch_bytes += abs(l2.miss_bytes - before[1] - reps * delta["hbm_read"])
         self.mismatch_bytes += (l2.evictions - before[2]) * LINE_BYTES
@@ -220,6 +221,18 @@ class LoopSkip:
         self.ops_left_out += reps * sum(ops.values())
         self.cycles_left_out += reps * cycles
         return True
+
+
+def _last_moves(loads: list) -> list:
+    """The loads in issue order, each tile's last one only. Blocks of a head share their K/V load ops, so
+    the ops are told apart by identity first (cheap) and by tile then."""
+    last_of_op = {id(op): j for j, op in enumerate(loads)}
+    if len(last_of_op) < len(loads):
+        loads = [loads[j] for j in sorted(last_of_op.values())]
+    last = {op.src: j for j, op in enumerate(loads)}
+    if len(last) == len(loads):
+        return loads
+    return [op for j, op in enumerate(loads) if last[op.src] == j]
 
 
 def _fits(l2: L2Cache, stretches: list, misses: float, copies: dict, default: float) -> int:

@@ -295,9 +295,15 @@ class RoleTimer:
             reps += 1
         return reps
 
-    def loads(self, first: int, n: int) -> list:
-        """The loads among ops first..first+n of those ahead."""
-        return [op for op in self.ahead[self.at + first:self.at + first + n] if type(op) is Load]
+    def load_places(self, n: int) -> list[int]:
+        """Where the loads are among the next n ops ahead."""
+        ahead, at = self.ahead, self.at
+        return [k for k in range(n) if type(ahead[at + k]) is Load]
+
+    def loads(self, first: int, places: list[int]) -> list:
+        """The loads at `places` (load_places) of the ops ahead from `first` on."""
+        ahead, base = self.ahead, self.at + first
+        return [ahead[base + k] for k in places]
 
     def counterparts(self, reps: int, n: int, stretches: int) -> list:
         """(left-out load, issued load) pairs: the last `stretches` of `reps` stretches of n ops ahead, each
@@ -310,17 +316,18 @@ class RoleTimer:
             pairs += [(a, b) for a, b in zip(left_out, issued, strict=True) if type(a) is Load]
         return pairs
 
-    def arrivals(self, n: int) -> None:
-        """Count the arrivals the next n ops ahead would have made on the block's barriers (their waits
-        after a skip count them as made)."""
+    def arrivals(self, n: int, reps: int) -> None:
+        """Count the arrivals the next reps stretches of n ops ahead would have made on the block's barriers
+        (their waits after a skip count them as made). The stretches repeat each other's barriers and
+        counts, so the first one's, reps times."""
         barriers = self.barriers
         for op in self.ahead[self.at:self.at + n]:
             kind = type(op)
             if kind is Load:
                 if op.via != "ld":
-                    barriers[op.barrier].skipped += 1
+                    barriers[op.barrier].skipped += reps
             elif kind is Arrive:
-                barriers[op.barrier].skipped += op.count
+                barriers[op.barrier].skipped += reps * op.count
 
     def drop(self, n: int) -> None:
         self.at += n

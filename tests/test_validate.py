@@ -276,7 +276,19 @@ def test_compare_predicts_again_after_a_model_change(tmp_path: Path, monkeypatch
     monkeypatch.setattr(validate_compare, "model_fingerprint", lambda: "changed")
     monkeypatch.setattr(validate_compare, "_simulate", lambda job: calls.append(job) or _fake_simulate(job))
     validate_compare.compare(tmp_path, measured, "h200", jobs=1, log=lambda _: None)
-    assert len(calls) == 3
+    assert len(calls) == 2  # our v2 (its kernel's tiles) and SDPA flash (the default, the same tiles) share one
+
+
+def test_compare_simulates_the_default_tiles_once_with_the_same_tiles_named(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SDPA flash names no tiles (the model's default); our v2 names its kernel's, here the same: one run."""
+    calls = []
+    monkeypatch.setattr(validate_compare, "_simulate", lambda job: calls.append(job) or _fake_simulate(job))
+    report = validate_compare.compare(tmp_path, _measured_file(tmp_path), "h200", jobs=1, log=lambda _: None)
+    v2 = [job for job in calls if job[0] == "v2"]
+    assert len(v2) == 1 and v2[0][2] == {"block_m": 128, "block_n": 128, "warps": 4, "stages": 2, "splits": 1}
+    rows = {r["impl"]: r for r in report["rows"] if r["algo"] == "v2"}
+    assert rows["v2"]["predicted"] == rows["sdpa-flash"]["predicted"]
 
 
 def test_compare_predicts_again_a_kernel_measured_with_other_tiles(tmp_path: Path,

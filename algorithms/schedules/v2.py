@@ -15,7 +15,20 @@ from .. import closed_form as cf
 from .. import splitkv
 from ..footprint import REG_OVERHEAD
 from ..ir import FP32_BYTES as F32
-from ..ir import RMEM, SMEM, Fill, Gemm, Kernel, Load, OnlineSoftmax, Role, Schedule, SyncThreads, Wait
+from ..ir import (
+    RMEM,
+    SMEM,
+    Fill,
+    Gemm,
+    Kernel,
+    Load,
+    OnlineSoftmax,
+    Role,
+    Schedule,
+    SyncThreads,
+    Wait,
+    causal_offset,
+)
 from ..mapping import Tiling
 from ..parts import cdiv, flash_epilogue, gemm_dtype, kv_block_count, lse_tensor, row_tile, tile_mask
 from ..problem import Problem
@@ -106,13 +119,17 @@ def build(p: Problem, t: Tiling, instr: str = "mma_sync") -> Schedule:
         # the ops every step issues alike are made once (ops are immutable values)
         sync, qk, pv = SyncThreads(), Gemm(*s_args, trans_b=True), Gemm(*pv_args, accumulate=True)
         unmasked = OnlineSoftmax("S", "P", "m", "l", bm, bn, p.scale, None, dt, acc="acc", acc_cols=d, warps=w)
+        # K/V tiles ending at or before `visible` need no mask (tile_mask's test, made once per block)
+        visible = ps.seqlen_k
+        if ps.causal:
+            visible = min(visible, row0 + causal_offset(ps.causal_align, ps.seqlen_q, ps.seqlen_k) + 1)
         for jj in range(n):
             col0 = (first + jj) * bn
             yield wait("k", jj + 1)
             yield sync
             yield kv_load(ps, "V", b, h, col0)
             yield qk
-            mask = tile_mask(ps, row0, col0, bm, bn)
+            mask = None if col0 + bn <= visible else tile_mask(ps, row0, col0, bm, bn)
             yield unmasked if mask is None else replace(unmasked, mask=mask)
             yield wait("v", jj + 1)
             yield sync

@@ -39,6 +39,7 @@ from ..ir import (
     Role,
     Schedule,
     Wait,
+    causal_offset,
 )
 from ..mapping import Tiling
 from ..parts import cdiv, flash_epilogue, gemm_dtype, kv_block_count, lse_tensor, row_tile, tile_mask
@@ -146,6 +147,22 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
     prefetch = not fp8 and splits == 1 and tile_order.prefetch(p.causal, p.seqlen_k, d, elem, bm, bn)
     q_src, k_src, v_src = ("Qq", "Kq", "Vq") if fp8 else ("Q", "K", "V")
 
+    # ops the loops issue alike are made once and reused (ops are immutable values): a role's loop then
+    # costs no allocation per step
+    made: dict = {}
+
+    def wait(barrier: str, target: int) -> Wait:
+        op = made.get((Wait, barrier, target))
+        if op is None:
+            op = made[Wait, barrier, target] = Wait(barrier, target)
+        return op
+
+    def once(key: tuple, make):
+        op = made.get(key)
+        if op is None:
+            op = made[key] = make()
+        return op
+
     def active(i: int) -> int:
         """Consumers with rows to compute in Q block i (the last block may be ragged)."""
         return min(consumers, cdiv(p.seqlen_q - i * bm, WG_ROWS))
@@ -163,7 +180,7 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
         def load(tensor, src, j):
             s, use = j % stages, j // stages
             if use:
-                yield Wait(f"empty{tensor}{s}", c_act * use)
+                yield wait(f"empty{tensor}{s}", c_act * use)
             yield Load(row_tile(p, src, b, h, (first + j) * bn, bn, kv=True), f"s{tensor}{s}", SMEM, "tma",
                        f"full{tensor}{s}")
             if fp8:  # the block scale travels with its tile, on the same barrier
@@ -198,41 +215,52 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
 
             def take_turn():
                 if pingpong and c_act > 1:
-                    yield Wait(f"turn{c}", next(turns) + (1 if c else 0))
+                    yield wait(f"turn{c}", next(turns) + (1 if c else 0))
 
             def pass_turn():
                 if pingpong and c_act > 1:
-                    yield Arrive(f"turn{(c + 1) % c_act}")
+                    yield once((Arrive, c, c_act), lambda: Arrive(f"turn{(c + 1) % c_act}"))
 
             arrivals = 2 if fp8 else 1  # tile (+ its scale) per fill of a slot
 
             def wait_k(j):
-                yield Wait(f"fullK{j % stages}", arrivals * (j // stages + 1))
+                yield wait(f"fullK{j % stages}", arrivals * (j // stages + 1))
 
             def qk(j):
                 s = j % stages
-                yield Gemm("S", f"sQ{c}", f"sK{s}", WG_ROWS, bn, d, SMEM, SMEM, "wgmma", dt, 4, trans_b=True,
-                           a_scale="qs" if fp8 else None, b_scale=f"ks{s}" if fp8 else None, async_token="s")
+                yield once(("qk", c, s), lambda: Gemm(
+                    "S", f"sQ{c}", f"sK{s}", WG_ROWS, bn, d, SMEM, SMEM, "wgmma", dt, 4, trans_b=True,
+                    a_scale="qs" if fp8 else None, b_scale=f"ks{s}" if fp8 else None, async_token="s"))
 
             def pv(j):
                 s = j % stages
-                yield Wait(f"fullV{s}", arrivals * (j // stages + 1))
-                yield Gemm("acc", f"P{j % 2}", f"sV{s}", WG_ROWS, d, bn, RMEM, SMEM, "wgmma", dt, 4,
-                           accumulate=True, b_scale=f"vs{s}" if fp8 else None, async_token="o")
+                yield wait(f"fullV{s}", arrivals * (j // stages + 1))
+                yield once(("pv", j % 2, s), lambda: Gemm(
+                    "acc", f"P{j % 2}", f"sV{s}", WG_ROWS, d, bn, RMEM, SMEM, "wgmma", dt, 4,
+                    accumulate=True, b_scale=f"vs{s}" if fp8 else None, async_token="o"))
 
             def wait_s(j):
-                yield GemmWait("s")
-                yield Arrive(f"emptyK{j % stages}")
+                yield once((GemmWait, "s"), lambda: GemmWait("s"))
+                yield once((Arrive, "emptyK", j % stages), lambda: Arrive(f"emptyK{j % stages}"))
 
             def wait_o(j):
-                yield GemmWait("o")
-                yield Arrive(f"emptyV{j % stages}")
+                yield once((GemmWait, "o"), lambda: GemmWait("o"))
+                yield once((Arrive, "emptyV", j % stages), lambda: Arrive(f"emptyV{j % stages}"))
+
+            # K/V tiles ending at or before `visible` need no mask (tile_mask's test, made once per tile)
+            visible = p.seqlen_k
+            if p.causal:
+                visible = min(visible, row0 + causal_offset(p.causal_align, p.seqlen_q, p.seqlen_k) + 1)
 
             def softmax(j):
                 col0 = (first + j) * bn
-                yield OnlineSoftmax("S", f"P{j % 2}", "m", "l", WG_ROWS, bn, p.scale,
-                                    tile_mask(p, row0, col0, WG_ROWS, bn), dt, acc="acc", acc_cols=d,
-                                    corr="corr", warps=4)
+                mask = None if col0 + bn <= visible else tile_mask(p, row0, col0, WG_ROWS, bn)
+
+                def make():
+                    return OnlineSoftmax("S", f"P{j % 2}", "m", "l", WG_ROWS, bn, p.scale, mask, dt, acc="acc",
+                                         acc_cols=d, corr="corr", warps=4)
+
+                yield make() if mask is not None else once((OnlineSoftmax, j % 2), make)
 
             def loads(j):
                 if loads_kv:
@@ -267,7 +295,7 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
                 if j:
                     if intra_overlap:
                         yield from wait_o(j - 1)
-                    yield Rescale("acc", "corr", WG_ROWS, d, 4)
+                    yield once((Rescale,), lambda: Rescale("acc", "corr", WG_ROWS, d, 4))
             if n:
                 yield from take_turn()
                 yield from pv(n - 1)
