@@ -106,6 +106,9 @@ class Profile:
     # the rate writes drain at amid reads (bus turnarounds): from a copy stream's time minus its reads' time
     hbm_write_bandwidth_bytes_per_s: float = _p(float)
     hbm_latency_cycles: int = _p(int)
+    # the most HBM read bandwidth one requester (a thread block's warps; an SM's TMA engine) draws, however idle
+    # the chip: what its outstanding requests carry per round trip
+    hbm_requester_bandwidth_bytes_per_s: float = _p(float)
     # math
     fp32_flops_per_clk_per_sm: float = _p(float)
     # cycles between a warp's dependent FP32 instructions: a warp's serial softmax arithmetic issues at this pace
@@ -130,6 +133,8 @@ class Profile:
     cp_async_issue_cycles: int = _p(int)
     launch_overhead_s: float = _p(float)
     cta_launch_cycles: int = _p(int)
+    # a launch's GPU busy time beyond its blocks' span: the kernel's start, the first dispatch, its end
+    kernel_busy_overhead_s: float = _p(float)
     # Hopper only
     wgmma_fp16_flops_per_clk_per_sm: float | None = _p(float, "wgmma")
     wgmma_bf16_flops_per_clk_per_sm: float | None = _p(float, "wgmma")

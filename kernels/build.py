@@ -37,6 +37,7 @@ MICROBENCH_TARGETS: dict[str, tuple[str, ...]] = {
     "compute": ("sm_80", "sm_90a"),
     "tma": ("sm_90a",),
     "wgmma": ("sm_90a",),
+    "hbm_probe": ("sm_80", "sm_90a"),
 }
 NVCC_FLAGS = ("-O3", "-std=c++17", "-lineinfo", "-Xptxas", "-v")
 

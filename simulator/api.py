@@ -203,7 +203,8 @@ def simulate(
             }
         )
         cycles += k_cycles
-    launch_s = profile.launch_overhead_s * len(schedule.kernels)
+    # launch_overhead_s is start to start: each kernel's time above already holds its busy overhead
+    launch_s = max(0.0, profile.launch_overhead_s - profile.kernel_busy_overhead_s) * len(schedule.kernels)
     time_s = kernel_s + launch_s
     util = _utilization(gpu, cycles, totals)
     busiest = max(util, key=util.get)

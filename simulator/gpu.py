@@ -188,7 +188,8 @@ class Gpu:
         self.private_copies = copies if copies is not None else self.sms_total / self.n_sms
         self.copies: dict[str, float] = {}
         self.env = Environment()
-        self.hbm = Port(self.env, "hbm", profile.hbm_bytes_per_clk, self.private_copies)
+        self.hbm = Port(self.env, "hbm", profile.hbm_bytes_per_clk, self.private_copies,
+                        profile.hbm_requester_bandwidth_bytes_per_s / profile.sm_clock_hz)
         self.write_cost = profile.hbm_bandwidth_bytes_per_s / profile.hbm_write_bandwidth_bytes_per_s
         self.clock_hz = profile.sm_clock_hz
         self.l2_port = Port(self.env, "l2", profile.l2_bandwidth_bytes_per_clk, self.private_copies)
@@ -366,6 +367,13 @@ class Gpu:
         """Power management sets the SM clock by load; bandwidths given per second become per cycle."""
         self.clock_hz = clock_hz
         self.hbm.rate = self.profile.hbm_bandwidth_bytes_per_s / clock_hz
+        self.hbm.requester_rate = self.profile.hbm_requester_bandwidth_bytes_per_s / clock_hz
+
+    def launch_fixed_cycles(self) -> int:
+        """A launch's busy cycles outside its blocks (the kernel's start and end, as the profiler times a
+        kernel), beyond the first dispatch that each block's cta_launch_cycles already stands for."""
+        p = self.profile
+        return max(0, round(p.kernel_busy_overhead_s * self.clock_hz) - p.cta_launch_cycles)
 
     def run_kernel(self, kernel, counters, extrapolate: bool = True) -> tuple[int, int, dict]:
         """Run one launch; returns (cycles, thread blocks or tiles it covers, counter increments).
@@ -472,7 +480,7 @@ class Gpu:
         env.run_until(simpy.AllOf(env, workers))
         after = counters()
         delta = {k: after[k] - before[k] for k in after}
-        cycles = env.now + self.skipped_cycles - start
+        cycles = env.now + self.skipped_cycles - start + self.launch_fixed_cycles()
         if self.loop_skip is not None:
             done = self.loop_skip
             for key, value in (("skips", done.skips), ("ops_left_out", done.ops_left_out),

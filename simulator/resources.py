@@ -56,15 +56,20 @@ class Port:
 
     rate is the chip's; a sample of it passes `copies`, the chip's SMs per simulated SM, and each of its
     requesters gets rate / (n x copies): the very numbers the chip's n x copies requesters would get. A
-    request's callback runs with the cycle it is announced: the whole cycle it leaves in, plus its latency."""
+    request's callback runs with the cycle it is announced: the whole cycle it leaves in, plus its latency.
 
-    __slots__ = ("env", "name", "rate", "copies", "V", "t", "heap", "queues", "serving", "work", "owed",
-                 "departed", "_seq", "_timer", "_timer_at")
+    requester_rate caps each requester's share (HBM: what one block's outstanding requests carry per round
+    trip), so a few requesters cannot draw the whole rate; under load the equal share is the smaller one."""
 
-    def __init__(self, env: simpy.Environment, name: str, rate: float, copies: float = 1.0):
-        if rate <= 0:
-            raise ValueError(f"{name}: rate must be positive")
+    __slots__ = ("env", "name", "rate", "copies", "requester_rate", "V", "t", "heap", "queues", "serving", "work",
+                 "owed", "departed", "_seq", "_timer", "_timer_at")
+
+    def __init__(self, env: simpy.Environment, name: str, rate: float, copies: float = 1.0,
+                 requester_rate: float = math.inf):
+        if rate <= 0 or requester_rate <= 0:
+            raise ValueError(f"{name}: rates must be positive")
         self.env, self.name, self.rate, self.copies = env, name, rate, copies
+        self.requester_rate = requester_rate
         self.V = 0.0  # bytes served to each requester in service so far
         self.t = 0.0  # time V refers to
         self.heap: list = []  # (departure tag, seq, requester, callback, latency) of the requests in service
@@ -82,11 +87,11 @@ class Port:
         requests enter service."""
         heap = self.heap
         while heap:
-            n = len(heap) * self.copies
+            share = self._share()
             tag = heap[0][0]
-            t_out = self.t + (tag - self.V) * n / self.rate
+            t_out = self.t + (tag - self.V) / share
             if t_out > now + 1e-9:
-                self.V += (now - self.t) * self.rate / n
+                self.V += (now - self.t) * share
                 self.t = now
                 return
             _, seq, flow, callback, latency = heapq.heappop(heap)
@@ -102,6 +107,10 @@ class Port:
             else:
                 self.serving.discard(flow)
         self.V, self.t = 0.0, now  # idle: restart the tags (keeps them small)
+
+    def _share(self) -> float:
+        """Bytes per cycle each requester in service receives."""
+        return min(self.rate / (len(self.heap) * self.copies), self.requester_rate)
 
     def _announce(self, now: int) -> None:
         """Run the callbacks of the departed requests whose announcement cycle has come."""
@@ -135,8 +144,7 @@ class Port:
         one already queued)."""
         at = self.departed[0][0] if self.departed else math.inf
         if self.heap:
-            n = len(self.heap) * self.copies
-            at = min(at, math.ceil(self.t + (self.heap[0][0] - self.V) * n / self.rate - 1e-9))
+            at = min(at, math.ceil(self.t + (self.heap[0][0] - self.V) / self._share() - 1e-9))
         if at == math.inf:
             return
         now = self.env.now
