@@ -72,7 +72,8 @@ def test_split_kv_equals_reference(nq, nk, splits, causal, group, algo):
     v2 = algo == "v2"
     p = Problem(2, 2 * group, nq, 32, seqlen_k=nk, kv_heads=2, causal=causal, dtype="fp32" if v2 else "fp16")
     out, ref = run(algo, p, Tiling(16, 32, 2, splits=splits) if v2 else Tiling(64, 32, 8, splits=splits))
-    assert max_error(p, out, ref) < (1e-5 if v2 else 2e-3)
+    # fp16 rounds P and O to 11 bits (half an ulp 4.9e-4 of values up to ~4 here): a few ulps, not 2e-3
+    assert max_error(p, out, ref) < (1e-5 if v2 else 4e-3)
 
 
 @pytest.mark.parametrize("causal", [False, True])
