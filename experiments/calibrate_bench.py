@@ -15,6 +15,8 @@ from functools import partial
 
 import numpy as np
 
+from .calibrate_ldsm import ldsm_form
+
 # Mirrors BlockTime in kernels/microbench/common.cuh.
 BLOCK_TIME = np.dtype(
     [("clk0", "<i8"), ("clk1", "<i8"), ("ns0", "<u8"), ("ns1", "<u8"), ("smid", "<u4"), ("pad", "<u4")]
@@ -727,6 +729,7 @@ BENCHMARKS: dict[str, Callable[[Bench], dict]] = {
     "mma_sync": mma_sync,
     "mma_warps": mma_warps,
     "ldsm_mma": ldsm_mma,
+    "ldsm_form": ldsm_form,
     "red_dq": red_dq,
     "wgmma": wgmma,
     "clock": clock_under_load,
