@@ -61,19 +61,20 @@ __device__ __forceinline__ unsigned window(unsigned base, int i, int lane) {
   return base + ((i * 5 + threadIdx.x / 32) & 7) * 512 + lane * 16;
 }
 
-template <int L, int X, bool T, int M>
-__device__ __forceinline__ void form_loop(int iters, float* sink, BlockTime* times) {
+// DEP false: the products run on held fragments and the loads are folded, so nothing waits on a load.
+template <int L, int X, bool T, int M, bool DEP = true>
+__device__ __forceinline__ void form_loop(uint16_t* buf, int iters, float* sink, BlockTime* times) {
   static_assert(kKsteps * L * X * 128 <= 40960 && (L > 0 || M > 0), "an iteration's loads fit the buffer");
   static_assert(L == 0 || L * X % 4 == 0, "the loads fill whole 4-register fragments");
-  __shared__ __align__(128) uint16_t buf[kBufHalfs];
   const unsigned base = fill(buf);
   const int lane = threadIdx.x % 32;
   float c[8][4];
 #pragma unroll
   for (int j = 0; j < 8; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
   // The loaded registers as 4-register fragments (x2 and x1 loads fill one in 2 or 4 instructions, so that
-  // no product needs a register copied into place); a products-only run holds 2 that never change.
-  constexpr int kFrags = L > 0 ? L * X / 4 : 2;
+  // no product needs a register copied into place); products without loads use 2 held ones.
+  constexpr bool kHeld = L == 0 || !DEP;
+  constexpr int kFrags = L > 0 ? L * X / 4 : 1;
   unsigned held[2][4];
 #pragma unroll
   for (int f = 0; f < 2; ++f)
@@ -87,22 +88,19 @@ __device__ __forceinline__ void form_loop(int iters, float* sink, BlockTime* tim
 #pragma unroll
     for (int kk = 0; kk < kKsteps; ++kk) {
       unsigned f[kFrags][4];
-      if constexpr (L == 0) {
-#pragma unroll
-        for (int r = 0; r < 4; ++r) f[0][r] = held[0][r], f[1 % kFrags][r] = held[1][r];
-      } else {
+      if constexpr (L > 0) {
 #pragma unroll
         for (int l = 0; l < L; ++l) ldsm<X, T>(&f[l * X / 4][l * X % 4], w + (kk * L + l) * X * 128);
       }
-      if constexpr (M == 0) {
+      if constexpr (L > 0 && (M == 0 || !DEP)) {
 #pragma unroll
         for (int q = 0; q < kFrags; ++q) fold ^= f[q][0] ^ f[q][1] ^ f[q][2] ^ f[q][3];
-      } else {
+      }
 #pragma unroll
-        for (int j = 0; j < M; ++j) {
-          const unsigned(&b)[4] = f[(j + 1) % kFrags];
-          mma(c[j % 8], f[j % kFrags], b[(j & 1) * 2], b[(j & 1) * 2 + 1]);
-        }
+      for (int j = 0; j < M; ++j) {
+        const unsigned(&a)[4] = kHeld ? held[j % 2] : f[j % kFrags];
+        const unsigned(&b)[4] = kHeld ? held[(j + 1) % 2] : f[(j + 1) % kFrags];
+        mma(c[j % 8], a, b[(j & 1) * 2], b[(j & 1) * 2 + 1]);
       }
     }
   }
@@ -115,8 +113,7 @@ __device__ __forceinline__ void form_loop(int iters, float* sink, BlockTime* tim
 
 // A_MODE: 0 A held in registers (P of P V), 1 ldmatrix, 2 ldmatrix.trans. B_T: B by ldmatrix.trans.
 template <int MT, int NT2, int A_MODE, bool B_T>
-__device__ __forceinline__ void tile_loop(int iters, float* sink, BlockTime* times) {
-  __shared__ __align__(128) uint16_t buf[kBufHalfs];
+__device__ __forceinline__ void tile_loop(uint16_t* buf, int iters, float* sink, BlockTime* times) {
   const unsigned base = fill(buf);
   const int lane = threadIdx.x % 32;
   float c[MT][2 * NT2][4];
@@ -170,10 +167,13 @@ __device__ __forceinline__ void tile_loop(int iters, float* sink, BlockTime* tim
 
 }  // namespace
 
-#define FORM(NAME, L, X, T, M) \
-  extern "C" __global__ void NAME(int iters, float* sink, BlockTime* times) { form_loop<L, X, T, M>(iters, sink, times); }
-#define TILE(NAME, MT, NT2, A_MODE, B_T) \
-  extern "C" __global__ void NAME(int iters, float* sink, BlockTime* times) { tile_loop<MT, NT2, A_MODE, B_T>(iters, sink, times); }
+#define KERNEL(NAME, BODY)                                                   \
+  extern "C" __global__ void NAME(int iters, float* sink, BlockTime* times) { \
+    __shared__ __align__(128) uint16_t buf[kBufHalfs];                       \
+    BODY(buf, iters, sink, times);                                           \
+  }
+#define FORM(NAME, L, X, T, M) KERNEL(NAME, (form_loop<L, X, T, M>))
+#define TILE(NAME, MT, NT2, A_MODE, B_T) KERNEL(NAME, (tile_loop<MT, NT2, A_MODE, B_T>))
 
 // Products against loads: 8 products per k step with 0..8 ldmatrix.x4, and x2 / x1 at 2..8 instructions.
 FORM(form_l0x4_m8, 0, 4, false, 8)
@@ -194,6 +194,18 @@ FORM(form_l8x1_m8, 8, 1, false, 8)
 FORM(form_l4x4_m16, 4, 4, false, 16)
 FORM(form_l8x4_m16, 8, 4, false, 16)
 FORM(form_l2x4_m16, 2, 4, false, 16)
+// The same loads and products with nothing waiting on a load (is the cost a dependency or a shared resource?).
+KERNEL(form_l2x4i_m8, (form_loop<2, 4, false, 8, false>))
+KERNEL(form_l4x4i_m8, (form_loop<4, 4, false, 8, false>))
+KERNEL(form_l8x4i_m8, (form_loop<8, 4, false, 8, false>))
+// Loads on the even warps, products on the odd ones (do different warps' loads and products interfere?).
+extern "C" __global__ void split_l4x4_m8(int iters, float* sink, BlockTime* times) {
+  __shared__ __align__(128) uint16_t buf[kBufHalfs];
+  if (threadIdx.x / 32 % 2 == 0)
+    form_loop<4, 4, false, 0>(buf, iters, sink, times);
+  else
+    form_loop<0, 4, false, 8>(buf, iters, sink, times);
+}
 // Loads alone: the shared-memory port's rate per instruction and per byte.
 FORM(form_l1x4_m0, 1, 4, false, 0)
 FORM(form_l2x4_m0, 2, 4, false, 0)

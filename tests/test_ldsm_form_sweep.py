@@ -1,0 +1,39 @@
+"""The ldsm_form sweep's Python side agrees with its CUDA source: every kernel the sweep launches is defined
+in kernels/microbench/ldsm_form.cu, and each tile kernel issues what the v2 kernels' loops issue per warp
+k-step (kernels/v2.cu, kernels/v2_bwd.cu)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from flashsim.experiments import calibrate_ldsm as cl
+
+SOURCE = Path(cl.__file__).resolve().parents[1] / "kernels" / "microbench" / "ldsm_form.cu"
+
+
+def _defined() -> set[str]:
+    src = SOURCE.read_text()
+    return set(re.findall(r"^(?:FORM|TILE|KERNEL)\((\w+),", src, re.M)) | set(
+        re.findall(r'^extern "C" __global__ void (\w+)\(', src, re.M))
+
+
+def test_every_swept_kernel_is_defined_and_every_defined_one_is_swept():
+    swept = {*cl.FORM_KERNELS, *cl.SPLIT_KERNELS, *cl.TILE_KERNELS}
+    assert swept == _defined()
+
+
+def test_form_kernel_names_spell_their_loads_and_products():
+    for name, (loads, x, trans, mma, dep) in cl.FORM_KERNELS.items():
+        assert name == f"form_l{loads}x{x}{'t' if trans else ''}{'' if dep else 'i'}_m{mma}"
+
+
+def test_tile_shapes_match_the_v2_loops():
+    # forward S = Q K^T at BN 128: 2 Q + 8 K ldmatrix.x4, 2 x 16 products; P V at d64: 4 V loads (trans), 16
+    fwd_s = cl._shape("tile_fwd_s_bn128")
+    assert (fwd_s["ldsm"], fwd_s["mma"], fwd_s["ldsm_trans"]) == (10, 32, 0)
+    pv = cl._shape("tile_fwd_pv_d64")
+    assert (pv["ldsm"], pv["mma"], pv["ldsm_trans"], pv["smem_bytes"]) == (4, 16, 4, 2048)
+    # backward dV += P^T dO at d64 (32 x 32 warp tiles): both operands transposed, 4 loads per 8 products
+    tt = cl._shape("tile_bwd_tt_32x32")
+    assert (tt["ldsm"], tt["mma"], tt["ldsm_trans"]) == (4, 8, 4)
