@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-# form kernels: name -> (ldmatrix per warp k-step, 8x8 matrices per ldmatrix, .trans, m16n8k16 per k-step,
+# form kernels: name -> (ldmatrix per warp k-step, 8x8 matrices per ldmatrix (0: ld.shared.v4 instead, 512 bytes
+# per warp like an x4), .trans, m16n8k16 per k-step,
 # whether the products read the loaded fragments; if not, the loads are folded and the products run on held ones)
 FORM_KERNELS: dict[str, tuple[int, int, bool, int, bool]] = {
     "form_l0x4_m8": (0, 4, False, 8, True),
@@ -30,6 +31,8 @@ FORM_KERNELS: dict[str, tuple[int, int, bool, int, bool]] = {
     "form_l4x4_m16": (4, 4, False, 16, True),
     "form_l8x4_m16": (8, 4, False, 16, True),
     "form_l2x4_m16": (2, 4, False, 16, True),
+    "form_l4v4_m8": (4, 0, False, 8, True),
+    "form_l4v4_m0": (4, 0, False, 0, True),
     "form_l2x4i_m8": (2, 4, False, 8, False),
     "form_l4x4i_m8": (4, 4, False, 8, False),
     "form_l8x4i_m8": (8, 4, False, 8, False),
@@ -66,7 +69,8 @@ def _shape(name: str) -> dict:
     if name in FORM_KERNELS:
         loads, x, trans, mma, dep = FORM_KERNELS[name]
         return {"kind": "form", "ldsm": loads, "ldsm_x": x, "ldsm_trans": loads if trans else 0,
-                "smem_bytes": loads * x * 128, "mma": mma, "products_wait_on_loads": dep and loads > 0 and mma > 0}
+                "smem_bytes": loads * (x or 4) * 128, "load": "ld.shared.v4" if x == 0 else "ldmatrix",
+                "mma": mma, "products_wait_on_loads": dep and loads > 0 and mma > 0}
     if name in SPLIT_KERNELS:  # counts per warp of each half
         loads_only, products_only = (_shape(k) for k in SPLIT_KERNELS[name])
         return {"kind": "split", "ldsm": loads_only["ldsm"], "ldsm_x": loads_only["ldsm_x"], "ldsm_trans": 0,

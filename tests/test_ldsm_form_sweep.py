@@ -25,7 +25,8 @@ def test_every_swept_kernel_is_defined_and_every_defined_one_is_swept():
 
 def test_form_kernel_names_spell_their_loads_and_products():
     for name, (loads, x, trans, mma, dep) in cl.FORM_KERNELS.items():
-        assert name == f"form_l{loads}x{x}{'t' if trans else ''}{'' if dep else 'i'}_m{mma}"
+        load = f"x{x}" if x else "v4"  # v4: ld.shared.v4 instead of ldmatrix
+        assert name == f"form_l{loads}{load}{'t' if trans else ''}{'' if dep else 'i'}_m{mma}"
 
 
 def test_tile_shapes_match_the_v2_loops():

@@ -24,9 +24,16 @@ __device__ __forceinline__ unsigned smem_u32(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
+// X: 8x8 matrices per ldmatrix (1, 2, 4); 0: a plain 16-byte ld.shared.v4 per lane instead (the same 512 bytes
+// and 4 registers as an x4, without ldmatrix's shuffle), to tell ldmatrix's cost from any shared load's.
+template <int X>
+constexpr int kRegsPerLoad = X > 0 ? X : 4;
+
 template <int X, bool T>
 __device__ __forceinline__ void ldsm(unsigned* r, unsigned addr) {
-  if constexpr (X == 4 && !T)
+  if constexpr (X == 0)
+    asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+  else if constexpr (X == 4 && !T)
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
   else if constexpr (X == 4)
@@ -64,8 +71,9 @@ __device__ __forceinline__ unsigned window(unsigned base, int i, int lane) {
 // DEP false: the products run on held fragments and the loads are folded, so nothing waits on a load.
 template <int L, int X, bool T, int M, bool DEP = true>
 __device__ __forceinline__ void form_loop(uint16_t* buf, int iters, float* sink, BlockTime* times) {
-  static_assert(kKsteps * L * X * 128 <= 40960 && (L > 0 || M > 0), "an iteration's loads fit the buffer");
-  static_assert(L == 0 || L * X % 4 == 0, "the loads fill whole 4-register fragments");
+  constexpr int kRegs = kRegsPerLoad<X>;
+  static_assert(kKsteps * L * kRegs * 128 <= 40960 && (L > 0 || M > 0), "an iteration's loads fit the buffer");
+  static_assert(L == 0 || L * kRegs % 4 == 0, "the loads fill whole 4-register fragments");
   const unsigned base = fill(buf);
   const int lane = threadIdx.x % 32;
   float c[8][4];
@@ -74,7 +82,7 @@ __device__ __forceinline__ void form_loop(uint16_t* buf, int iters, float* sink,
   // The loaded registers as 4-register fragments (x2 and x1 loads fill one in 2 or 4 instructions, so that
   // no product needs a register copied into place); products without loads use 2 held ones.
   constexpr bool kHeld = L == 0 || !DEP;
-  constexpr int kFrags = L > 0 ? L * X / 4 : 1;
+  constexpr int kFrags = L > 0 ? L * kRegs / 4 : 1;
   unsigned held[2][4];
 #pragma unroll
   for (int f = 0; f < 2; ++f)
@@ -90,7 +98,7 @@ __device__ __forceinline__ void form_loop(uint16_t* buf, int iters, float* sink,
       unsigned f[kFrags][4];
       if constexpr (L > 0) {
 #pragma unroll
-        for (int l = 0; l < L; ++l) ldsm<X, T>(&f[l * X / 4][l * X % 4], w + (kk * L + l) * X * 128);
+        for (int l = 0; l < L; ++l) ldsm<X, T>(&f[l * kRegs / 4][l * kRegs % 4], w + (kk * L + l) * kRegs * 128);
       }
       if constexpr (L > 0 && (M == 0 || !DEP)) {
 #pragma unroll
@@ -198,6 +206,9 @@ FORM(form_l2x4_m16, 2, 4, false, 16)
 KERNEL(form_l2x4i_m8, (form_loop<2, 4, false, 8, false>))
 KERNEL(form_l4x4i_m8, (form_loop<4, 4, false, 8, false>))
 KERNEL(form_l8x4i_m8, (form_loop<8, 4, false, 8, false>))
+// Plain 16-byte shared loads instead of ldmatrix.x4.
+FORM(form_l4v4_m8, 4, 0, false, 8)
+FORM(form_l4v4_m0, 4, 0, false, 0)
 // Loads on the even warps, products on the odd ones (do different warps' loads and products interfere?).
 extern "C" __global__ void split_l4x4_m8(int iters, float* sink, BlockTime* times) {
   __shared__ __align__(128) uint16_t buf[kBufHalfs];
