@@ -4,9 +4,8 @@
 # ldmatrix.x4 per 8 m16n8k16, x2 and x1 loads, 16 products, .trans), loads alone, the same loads and products
 # with nothing waiting on a load, loads and products on different warps, ld.shared.v4 in place of ldmatrix.x4,
 # and the exact k-steps of our v2 forward and backward GEMMs, each at 4, 8, 12 and 16 warps per SM
-# (experiments/calibrate_ldsm.py); with
-# ldsm_mma, mma_warps and smem beside it as the reference points. Then Nsight Compute's warp states and pipe
-# counters on a few points (experiments/ldsm_form_target.py). Run from the repository root with simpy's wheel
+# (experiments/calibrate_ldsm.py); with ldsm_mma, mma_warps and smem beside it as the reference points. Then
+# Nsight Compute's warp states and pipe counters on a few points (experiments/ldsm_form_target.py). Run from the repository root with simpy's wheel
 # in .whl/ and the cubins built (flashsim kernels build --out build/kernels --arch sm_90a). Writes
 # $OUT/ldsm-form.json (the calibration report), $OUT/ncu-ldsm-form.txt, gpu.txt and summary.txt.
 set -uo pipefail
