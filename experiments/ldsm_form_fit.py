@@ -100,6 +100,21 @@ def analyse(points: list[dict]) -> dict:
             "mma_cycles_per_instr": mma, "forms": forms, "rows": rows}
 
 
+# the warps per SM our mma.sync kernels run at (v2 forward: 2 blocks of 4 warps; v2 backward: 1 block of 8)
+KERNEL_WARPS_PER_SM = 8
+
+
+def unhidden_fraction(points: list[dict], warps: int = KERNEL_WARPS_PER_SM) -> tuple[float, float, int]:
+    """The profile's mma_sync_ldsm_unhidden_fraction: the min_share coefficient fitted to the sweep's tile
+    points (our kernels' own k-steps) at `warps` per SM; with its RMS relative error and the point count."""
+    rows = [r for r in analyse(points)["rows"] if r["kind"] == "tile" and r["warps_per_sm"] == warps]
+    if not rows:
+        raise ValueError(f"no tile points at {warps} warps per SM")
+    s, err = fit([(r["loads_alone"], r["products_alone"], r["cycles_per_warp_kstep"]) for r in rows],
+                 FORMS["min_share"][0])
+    return s, err, len(rows)
+
+
 def markdown(result: dict) -> str:
     names = list(FORMS)
     lines = ["| form | coefficient | RMS rel. error | what |", "| --- | --- | --- | --- |"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from flashsim.experiments import calibrate_ldsm as cl
 
 SOURCE = Path(cl.__file__).resolve().parents[1] / "kernels" / "microbench" / "ldsm_form.cu"
@@ -38,3 +39,28 @@ def test_tile_shapes_match_the_v2_loops():
     # backward dV += P^T dO at d64 (32 x 32 warp tiles): both operands transposed, 4 loads per 8 products
     tt = cl._shape("tile_bwd_tt_32x32")
     assert (tt["ldsm"], tt["mma"], tt["ldsm_trans"]) == (4, 8, 4)
+
+
+def _synthetic(fraction: float) -> list[dict]:
+    """Sweep points whose cycles follow max(L, P) + fraction x min(L, P), at 32 cycles per ldmatrix.x4 and 12
+    per mma.sync per warp at 8 warps per SM (the H200's rates)."""
+    points = []
+    for name in [*cl.FORM_KERNELS, *cl.TILE_KERNELS]:
+        shape = cl._shape(name)
+        loads, products = 32.0 * shape["smem_bytes"] / 512, 12.0 * shape["mma"]
+        if shape["ldsm"] and shape["mma"]:
+            cycles = max(loads, products) + fraction * min(loads, products)
+        else:
+            cycles = loads + products
+        points.append({"kernel": name, "warps_per_sm": 8, **shape, "cycles_per_warp_kstep": cycles})
+    return points
+
+
+def test_fit_recovers_the_fraction_the_points_were_made_with():
+    from flashsim.experiments.ldsm_form_fit import analyse, unhidden_fraction
+
+    fraction, err, n = unhidden_fraction(_synthetic(0.12))
+    assert fraction == pytest.approx(0.12, abs=0.002) and err < 1e-3 and n == len(cl.TILE_KERNELS)
+    forms = analyse(_synthetic(0.12))["forms"]
+    assert forms["min_share"]["rms_relative_error"] < forms["port_share"]["rms_relative_error"]
+    assert forms["overlap"]["rms_relative_error"] > 0.02
