@@ -443,7 +443,10 @@ def ldsm_mma(b: Bench) -> dict:
     k step) and issuing 8 bf16 m16n8k16 on them (also with ldmatrix.trans); and the same loop with only the
     products or only the loads.
     Whether the tensor cores and the shared-memory reads overlap (time = the larger of the two alone) or
-    queue behind each other (their sum) is what a GEMM whose operands come from shared memory costs."""
+    queue behind each other (their sum) is what a GEMM whose operands come from shared memory costs.
+    Kept as a reference point: each of its loads computes its address (an add and a mask before the
+    ldmatrix), which our kernels' loads do not, and that makes its k-step ~14% slower than the same loads and
+    products in ldsm_form's tile_bwd_nn_32x32; the profile's parameter comes from ldsm_form."""
     cp = b.cp
     blocks, warps = b.gpu.sm_count, 8
     tb = b.times(blocks)

@@ -22,7 +22,7 @@ import numpy as np
 FORMS: dict[str, tuple[Callable[[float, float, float], float], str]] = {
     "overlap": (lambda L, P, s: max(L, P), "the larger alone (no interference; no coefficient)"),
     "port_share": (lambda L, P, s: max(P, L + s * P), "loads plus s of the products' cycles on one port, "
-                   "against the products (the shipped form)"),
+                   "against the products (the form before this sweep)"),
     "min_share": (lambda L, P, s: max(L, P) + s * min(L, P), "the larger alone plus s of the smaller"),
     "serial": (lambda L, P, s: L + P, "the two in turn (no coefficient)"),
     "soft_max": (lambda L, P, s: (L ** s + P ** s) ** (1 / s) if s > 0 else max(L, P),
@@ -88,16 +88,29 @@ def analyse(points: list[dict]) -> dict:
         la = alone(p, load, mma)
         if la is not None:
             rows.append({**p, "loads_alone": la[0], "products_alone": la[1]})
-    dependent = [(r["loads_alone"], r["products_alone"], r["cycles_per_warp_kstep"]) for r in rows
-                 if r.get("products_wait_on_loads", True)]
-    forms = {}
-    for name, (form, what) in FORMS.items():
-        s, err = fit(dependent, form) if name not in FIXED else (None, fit(dependent, form)[1])
-        forms[name] = {"coefficient": s, "rms_relative_error": err, "what": what}
+    dependent = [r for r in rows if r.get("products_wait_on_loads", True)]
+    forms = _fit_forms(dependent)
+    for name, (form, _) in FORMS.items():
         for r in rows:
-            r[f"pred_{name}"] = form(r["loads_alone"], r["products_alone"], s)
+            r[f"pred_{name}"] = form(r["loads_alone"], r["products_alone"], forms[name]["coefficient"] or 0.0)
+    subsets = {"every point whose products wait on its loads": dependent}
+    for w in sorted({r["warps_per_sm"] for r in rows}):
+        subsets[f"our kernels' k-steps (tile_*), {w} warps per SM"] = [
+            r for r in rows if r["kind"] == "tile" and r["warps_per_sm"] == w]
+        subsets[f"form_*_m8 (dependent), {w} warps per SM"] = [
+            r for r in dependent if r["kind"] == "form" and r["mma"] == 8 and r["warps_per_sm"] == w]
     return {"load_cycles_per_instr": {f"x{k[0]}{'t' if k[1] else ''}_w{k[2]}": v for k, v in load.items()},
-            "mma_cycles_per_instr": mma, "forms": forms, "rows": rows}
+            "mma_cycles_per_instr": mma, "forms": forms, "rows": rows,
+            "subsets": {k: {"n": len(v), **_fit_forms(v)} for k, v in subsets.items() if v}}
+
+
+def _fit_forms(rows: list[dict]) -> dict:
+    data = [(r["loads_alone"], r["products_alone"], r["cycles_per_warp_kstep"]) for r in rows]
+    out = {}
+    for name, (form, what) in FORMS.items():
+        s, err = fit(data, form)
+        out[name] = {"coefficient": None if name in FIXED else s, "rms_relative_error": err, "what": what}
+    return out
 
 
 # the warps per SM our mma.sync kernels run at (v2 forward: 2 blocks of 4 warps; v2 backward: 1 block of 8)
@@ -117,7 +130,16 @@ def unhidden_fraction(points: list[dict], warps: int = KERNEL_WARPS_PER_SM) -> t
 
 def markdown(result: dict) -> str:
     names = list(FORMS)
-    lines = ["| form | coefficient | RMS rel. error | what |", "| --- | --- | --- | --- |"]
+    lines = ["Each form fitted to a subset of the points: coefficient / RMS relative error.", "",
+             "| points | n | " + " | ".join(names) + " |", "|" + " --- |" * (2 + len(names))]
+    for subset, fits in result["subsets"].items():
+        cells = []
+        for n in names:
+            coef = fits[n]["coefficient"]
+            cells.append(("" if coef is None else f"{coef:.3f} / ") + f"{100 * fits[n]['rms_relative_error']:.1f}%")
+        lines.append(f"| {subset} | {fits['n']} | " + " | ".join(cells) + " |")
+    lines += ["", "Fitted to every point whose products wait on its loads:", "",
+              "| form | coefficient | RMS rel. error | what |", "| --- | --- | --- | --- |"]
     for n in names:
         f = result["forms"][n]
         coef = "-" if f["coefficient"] is None else f"{f['coefficient']:.3f}"
