@@ -15,6 +15,8 @@ from functools import partial
 
 import numpy as np
 
+from .calibrate_ldsm import ldsm_form
+
 # Mirrors BlockTime in kernels/microbench/common.cuh.
 BLOCK_TIME = np.dtype(
     [("clk0", "<i8"), ("clk1", "<i8"), ("ns0", "<u8"), ("ns1", "<u8"), ("smid", "<u4"), ("pad", "<u4")]
@@ -441,7 +443,10 @@ def ldsm_mma(b: Bench) -> dict:
     k step) and issuing 8 bf16 m16n8k16 on them (also with ldmatrix.trans); and the same loop with only the
     products or only the loads.
     Whether the tensor cores and the shared-memory reads overlap (time = the larger of the two alone) or
-    queue behind each other (their sum) is what a GEMM whose operands come from shared memory costs."""
+    queue behind each other (their sum) is what a GEMM whose operands come from shared memory costs.
+    Kept as a reference point: each of its loads computes its address (an add and a mask before the
+    ldmatrix), which our kernels' loads do not, and that makes its k-step ~14% slower than the same loads and
+    products in ldsm_form's tile_bwd_nn_32x32; the profile's parameter comes from ldsm_form."""
     cp = b.cp
     blocks, warps = b.gpu.sm_count, 8
     tb = b.times(blocks)
@@ -727,6 +732,7 @@ BENCHMARKS: dict[str, Callable[[Bench], dict]] = {
     "mma_sync": mma_sync,
     "mma_warps": mma_warps,
     "ldsm_mma": ldsm_mma,
+    "ldsm_form": ldsm_form,
     "red_dq": red_dq,
     "wgmma": wgmma,
     "clock": clock_under_load,

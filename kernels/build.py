@@ -35,6 +35,7 @@ MICROBENCH_DIR = KERNEL_DIR / "microbench"
 MICROBENCH_TARGETS: dict[str, tuple[str, ...]] = {
     "membw": ("sm_80", "sm_90a"),
     "compute": ("sm_80", "sm_90a"),
+    "ldsm_form": ("sm_80", "sm_90a"),
     "tma": ("sm_90a",),
     "wgmma": ("sm_90a",),
     "hbm_probe": ("sm_80", "sm_90a"),

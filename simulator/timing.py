@@ -167,15 +167,15 @@ class RoleTimer:
                 if rate is None:
                     rate = rates[op.instr, op.dtype] = p.tensor_flops_per_clk_per_sm(op.instr, op.dtype)
                 share = pipe_share(op.warps, p.sub_partitions_per_sm)
+                tensor = op.flops / rate  # cycles of the whole tensor pipe
+                smem_bytes = gemm_smem_bytes(op)
+                if smem_bytes and op.instr == "mma_sync" and p.mma_sync_ldsm_unhidden_fraction:
+                    tensor, smem_bytes = _ldsm_unhidden(tensor, smem_bytes, share, p)
                 if op.instr == "wgmma":
                     # wgmma is asynchronous: the tensor cores take warpgroups' instructions in issue order
-                    reqs = [(sm.wgmma_queue, sm.wgmma_queue.submit(now, op.flops / rate))]
+                    reqs = [(sm.wgmma_queue, sm.wgmma_queue.submit(now, tensor))]
                 else:
-                    reqs = [(sm.tensor, sm.tensor.submit(now, op.flops / rate, share))]
-                smem_bytes = gemm_smem_bytes(op)
-                if smem_bytes and op.instr == "mma_sync":  # ldmatrix and the products share the read path
-                    held = p.mma_sync_smem_port_share * op.flops / rate  # cycles, as port bytes (whole ones)
-                    smem_bytes += round(held * p.smem_bandwidth_bytes_per_clk_per_sm)
+                    reqs = [(sm.tensor, sm.tensor.submit(now, tensor, share))]
                 reqs.append((sm.smem, sm.smem.submit(now, smem_bytes)))
                 if op.a_scale or op.b_scale:  # scaled products accumulate outside the tensor core
                     reqs.append((sm.alu, sm.alu.submit(now, 2 * op.m * op.n, share)))
@@ -345,6 +345,20 @@ class RoleTimer:
             action()
 
         return landed
+
+
+def _ldsm_unhidden(tensor: float, smem_bytes: int, share: float, p) -> tuple[float, int]:
+    """An ldmatrix-fed mma.sync GEMM's tensor cycles and shared-memory bytes with the part of the shorter of
+    its loads and its products that the longer does not hide added to the longer: each warp's products wait
+    for its own loads, so a sub-partition's tensor pipe or the SM's read path idles now and then
+    (`calibrate --only ldsm_form`: the v2 kernels' k-steps at 8 warps per SM take the longer of the two
+    plus mma_sync_ldsm_unhidden_fraction of the shorter)."""
+    loads = smem_bytes / p.smem_bandwidth_bytes_per_clk_per_sm
+    products = tensor / share  # alone, at the warps' share of the pipe
+    unhidden = p.mma_sync_ldsm_unhidden_fraction * min(loads, products)
+    if loads >= products:
+        return tensor, smem_bytes + round(unhidden * p.smem_bandwidth_bytes_per_clk_per_sm)
+    return tensor + unhidden * share, smem_bytes
 
 
 @functools.lru_cache(maxsize=4096)

@@ -1,0 +1,137 @@
+"""The ldsm_form sweep: how ldmatrix loads and mma.sync products share a warp's k-step, across the loads per
+product, the bytes per load, the warps per SM, and the exact k-steps of our v2 forward and backward GEMMs
+(kernels/microbench/ldsm_form.cu says what each kernel issues).
+
+Each point is one launch of one block per SM with `warps` warps; its number is the median over blocks of the
+block's clock64 cycles per warp k-step. Points that the SM cannot hold (registers) are listed as skipped.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# form kernels: name -> (ldmatrix per warp k-step, 8x8 matrices per ldmatrix (0: ld.shared.v4 instead, 512 bytes
+# per warp like an x4), .trans, m16n8k16 per k-step,
+# whether the products read the loaded fragments; if not, the loads are folded and the products run on held ones)
+FORM_KERNELS: dict[str, tuple[int, int, bool, int, bool]] = {
+    "form_l0x4_m8": (0, 4, False, 8, True),
+    "form_l1x4_m8": (1, 4, False, 8, True),
+    "form_l2x4_m8": (2, 4, False, 8, True),
+    "form_l3x4_m8": (3, 4, False, 8, True),
+    "form_l4x4_m8": (4, 4, False, 8, True),
+    "form_l6x4_m8": (6, 4, False, 8, True),
+    "form_l8x4_m8": (8, 4, False, 8, True),
+    "form_l2x4t_m8": (2, 4, True, 8, True),
+    "form_l4x4t_m8": (4, 4, True, 8, True),
+    "form_l2x2_m8": (2, 2, False, 8, True),
+    "form_l4x2_m8": (4, 2, False, 8, True),
+    "form_l8x2_m8": (8, 2, False, 8, True),
+    "form_l4x1_m8": (4, 1, False, 8, True),
+    "form_l8x1_m8": (8, 1, False, 8, True),
+    "form_l4x4_m16": (4, 4, False, 16, True),
+    "form_l8x4_m16": (8, 4, False, 16, True),
+    "form_l2x4_m16": (2, 4, False, 16, True),
+    "form_l4v4_m8": (4, 0, False, 8, True),
+    "form_l4v4_m0": (4, 0, False, 0, True),
+    "form_l2x4i_m8": (2, 4, False, 8, False),
+    "form_l4x4i_m8": (4, 4, False, 8, False),
+    "form_l8x4i_m8": (8, 4, False, 8, False),
+    "form_l1x4_m0": (1, 4, False, 0, True),
+    "form_l2x4_m0": (2, 4, False, 0, True),
+    "form_l4x4_m0": (4, 4, False, 0, True),
+    "form_l8x4_m0": (8, 4, False, 0, True),
+    "form_l4x4t_m0": (4, 4, True, 0, True),
+    "form_l8x2_m0": (8, 2, False, 0, True),
+    "form_l8x1_m0": (8, 1, False, 0, True),
+}
+
+# tile kernels: name -> (m16 A fragments, n16 B fragments, A from: "regs" | "ldsm" | "ldsm.trans", B .trans)
+TILE_KERNELS: dict[str, tuple[int, int, str, bool]] = {
+    "tile_fwd_s_bn128": (2, 8, "ldsm", False),
+    "tile_fwd_s_bn64": (2, 4, "ldsm", False),
+    "tile_fwd_pv_d64": (2, 4, "regs", True),
+    "tile_fwd_pv_d128": (2, 8, "regs", True),
+    "tile_bwd_nn_32x32": (2, 2, "ldsm", False),
+    "tile_bwd_tt_32x32": (2, 2, "ldsm.trans", True),
+    "tile_bwd_tt_32x64": (2, 4, "ldsm.trans", True),
+    "tile_bwd_nt_32x32": (2, 2, "ldsm", True),
+}
+
+# split kernels: the even warps run the first form kernel's k-step, the odd warps the second's
+SPLIT_KERNELS: dict[str, tuple[str, str]] = {"split_l4x4_m8": ("form_l4x4_m0", "form_l0x4_m8")}
+
+WARPS_PER_SM = (4, 8, 12, 16)
+KSTEPS_PER_ITER = 8  # ldsm_form.cu's kKsteps
+
+
+def _shape(name: str) -> dict:
+    """What one warp's k-step issues: ldmatrix instructions, bytes they read, products, trans loads."""
+    if name in FORM_KERNELS:
+        loads, x, trans, mma, dep = FORM_KERNELS[name]
+        return {"kind": "form", "ldsm": loads, "ldsm_x": x, "ldsm_trans": loads if trans else 0,
+                "smem_bytes": loads * (x or 4) * 128, "load": "ld.shared.v4" if x == 0 else "ldmatrix",
+                "mma": mma, "products_wait_on_loads": dep and loads > 0 and mma > 0}
+    if name in SPLIT_KERNELS:  # counts per warp of each half
+        loads_only, products_only = (_shape(k) for k in SPLIT_KERNELS[name])
+        return {"kind": "split", "ldsm": loads_only["ldsm"], "ldsm_x": loads_only["ldsm_x"], "ldsm_trans": 0,
+                "smem_bytes": loads_only["smem_bytes"], "mma": products_only["mma"], "loads_on": "even warps",
+                "products_on": "odd warps"}
+    mt, nt2, a_from, b_trans = TILE_KERNELS[name]
+    a_loads = 0 if a_from == "regs" else mt
+    trans = (a_loads if a_from == "ldsm.trans" else 0) + (nt2 if b_trans else 0)
+    return {"kind": "tile", "ldsm": a_loads + nt2, "ldsm_x": 4, "ldsm_trans": trans,
+            "smem_bytes": (a_loads + nt2) * 512, "mma": mt * nt2 * 2, "a_from": a_from}
+
+
+def points(b, names: list[str], warps_list=WARPS_PER_SM) -> list[dict]:
+    from .calibrate_bench import block_times
+
+    cp = b.cp
+    blocks = b.gpu.sm_count
+    tb = b.times(blocks)
+    sink = cp.zeros(1, dtype=cp.float32)
+    iters = 128 if b.quick else 1024
+    rows = []
+    for name in names:
+        fn = b.fn("ldsm_form", name)
+        limit = getattr(fn, "max_threads_per_block", 1024)
+        for warps in warps_list:
+            row = {"kernel": name, "warps_per_sm": warps, **_shape(name)}
+            if 32 * warps > limit:
+                rows.append({**row, "skipped": f"registers: at most {limit} threads per block"})
+                continue
+            try:
+                b.elapsed(lambda fn=fn, w=warps: fn((blocks,), (32 * w,), (np.int32(iters), sink, tb)), reps=3)
+            except Exception as exc:  # a launch the SM cannot hold: keep the other points
+                rows.append({**row, "skipped": f"{type(exc).__name__}: {exc}".splitlines()[0][:200]})
+                continue
+            cycles = (block_times(tb)["clk1"] - block_times(tb)["clk0"]).astype(np.float64)
+            ksteps = iters * KSTEPS_PER_ITER
+            med = float(np.median(cycles)) / ksteps
+            share = 0.5 if row["kind"] == "split" else 1.0
+            rows.append({
+                **row,
+                "cycles_per_warp_kstep": med,
+                "cycles_p10": float(np.percentile(cycles, 10)) / ksteps,
+                "cycles_p90": float(np.percentile(cycles, 90)) / ksteps,
+                # per-SM rates: every warp of the block ran `ksteps` k-steps in the block's cycles (a split
+                # kernel's loads and products each on half of them)
+                "ldsm_per_clk_per_sm": share * warps * row["ldsm"] / med,
+                "smem_bytes_per_clk_per_sm": share * warps * row["smem_bytes"] / med,
+                "mma_per_clk_per_sm": share * warps * row["mma"] / med,
+            })
+    return rows
+
+
+def ldsm_form(b) -> dict:
+    """The sweep: every form and tile kernel at 4, 8, 12 and 16 warps per SM (one block per SM)."""
+    rows = points(b, [*FORM_KERNELS, *SPLIT_KERNELS, *TILE_KERNELS])
+    return {
+        "points": rows,
+        "how": (f"ldsm_form.cu: {b.gpu.sm_count} blocks (one per SM) of 4/8/12/16 warps, "
+                f"{128 if b.quick else 1024} x {KSTEPS_PER_ITER} k-steps per warp; form_*: L ldmatrix.x1/x2/x4 "
+                "(conflict-free) and M mma.sync m16n8k16 bf16 (fp32 accumulate, 8 accumulators) per warp "
+                "k-step (form_*i_*: the products on held fragments); split_*: loads on the even warps, products "
+                "on the odd ones; tile_*: the k-steps of the v2 forward and backward GEMMs; median block cycles "
+                "(clock64) per warp k-step"),
+    }
