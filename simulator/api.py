@@ -346,12 +346,12 @@ def _machine(profile, problem: Problem, schedule, sms: int | None, trace, small_
 def _section(ctas: list, kv_head_of) -> int:
     """K/V head groups the launch order interleaves: 1 when a head's blocks are consecutive; v3's causal order
     lists a row of every head of a section before the next row (algorithms/tile_order.py)."""
-    seen = []
+    seen = set()
     for cta in ctas:
         head = kv_head_of(cta)
-        if seen and head == seen[0] or head in seen:
+        if head in seen:
             break
-        seen.append(head)
+        seen.add(head)
     return max(1, len(seen))
 
 
