@@ -113,7 +113,7 @@ def detail_table(r):
     shortcuts = []
     sample = r.sim.get("sample")
     if sample:
-        shortcuts.append(f"head sample: {sample['describe']}; such samples came within {100 * sample['bound']:.0f}% "
+        shortcuts.append(f"head sample: {sample['describe']}; such samples came within {100 * sample['bound']:.1f}% "
                          "of --full on the FA2 grid (v2, v3 forward)")
     if r.sim.get("blocks_extrapolated"):
         shortcuts.append(f"{r.sim['blocks_extrapolated']:,} blocks left out (periodic skip)")
