@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field, replace
 
@@ -17,6 +16,7 @@ from flashsim.errors import FlashsimError
 
 from .gpu import Gpu, blocks_per_sm
 from .limits import MAX_SIMULATED_STEPS, check_memory, check_work
+from .sampling import head_sample, sample_info
 
 # SMs simulated in the default (sampled) mode; `sms=None` or the chip's count gives the whole-chip run.
 DEFAULT_SAMPLE_SMS = 8
@@ -26,11 +26,6 @@ SAMPLE_ABOVE_WAVES = 4
 # ... unless their blocks are so long (V1's inner loop) that the whole chip would interpret more tile ops
 # than this: then a sample runs, as for large grids (with as many waves as the chip, see head_sample).
 WHOLE_CHIP_OPS = 400_000
-# Largest accepted mismatch between the sample's share of the heads and its share of the SMs.
-SAMPLE_TOLERANCE = 0.04
-# A sample runs as many waves as the chip when the chip runs at most this many: past it, a last partial
-# wave is at most 1/32 of the time, less than what a larger sample would cost to get exactly.
-SAME_WAVES_UP_TO = 32
 # Below this utilisation of its busiest unit a run is called latency-bound.
 LATENCY_BOUND_BELOW = 0.5
 
@@ -245,6 +240,7 @@ def simulate(
             "events": gpu.env.events,
             "ops": gpu.ops,
             "sms_simulated": gpu.n_sms,
+            **({"sample": sample_info(gpu.head_sample)} if getattr(gpu, "head_sample", None) else {}),
             "blocks_extrapolated": gpu.extrapolated_blocks,
             "periodic_skips": gpu.periodic_skips,
             "loop_skip": dict(gpu.loop_skips),
@@ -321,51 +317,43 @@ def _outer_steps(algo: str, problem: Problem, profile, t: Tiling, sms: int | Non
         sim={"wall_s": time.perf_counter() - wall, "events": sum(r.sim["events"] for r in runs),
              "ops": sum(r.sim["ops"] for r in runs),
              "sms_simulated": b.sim["sms_simulated"], "blocks_extrapolated": 0, "launch_overhead_s": launch_s,
+             **({"sample": b.sim["sample"]} if "sample" in b.sim else {}),
              "outer_steps_simulated": list(range(1, n + 1)), "outer_steps": steps + bool(ragged)},
     )
 
 
-def head_sample(groups: int, sm_count: int, sms: int, blocks_per_group: int = 0, slots: int = 1) -> tuple[int, int]:
-    """(K/V head groups to simulate, SMs to run them on): at least `sms` SMs, with the group count chosen so
-    groups / total groups is as close as possible to SMs / sm_count (the error is the sample's bias).
-    Given the blocks per group and per SM, the sample must also run as many waves as the chip (rounded
-    up), up to SAME_WAVES_UP_TO: a last wave that the chip fills but the sample does not would add a tail
-    the chip does not have."""
-    chip_waves = -(-groups * blocks_per_group // (sm_count * slots)) if blocks_per_group else 0
-    if chip_waves > SAME_WAVES_UP_TO:
-        chip_waves = 0
-
-    def same_waves(g: int, n: int) -> bool:
-        return not chip_waves or -(-g * blocks_per_group // (n * slots)) == chip_waves
-
-    g0 = max(1, -(-sms * groups // sm_count))
-    candidates = []  # (g, n, relative error), smallest samples first
-    for g in range(g0, min(groups, 4 * g0) + 1):
-        exact = g * sm_count / groups
-        for n in sorted({max(1, math.floor(exact)), max(1, math.ceil(exact))}, key=lambda n: abs(n - exact)):
-            candidates.append((g, n, abs(n - exact) / exact))
-    for g, n, err in candidates:
-        if err <= SAMPLE_TOLERANCE and same_waves(g, n):
-            return g, n  # the smallest sample within tolerance: fastest
-    g, n, _ = min(candidates, key=lambda c: (not same_waves(c[0], c[1]), c[2]))
-    return g, n
-
-
 def _machine(profile, problem: Problem, schedule, sms: int | None, trace, small_whole_chip: bool = True) -> Gpu:
-    """The whole chip, or a sample of whole K/V heads on the matching share of it."""
+    """The whole chip, or a sample of whole K/V heads on the matching share of it (simulator/sampling.py)."""
     groups = problem.batch * problem.kv_heads
     # a variable-length batch runs whole: a sample of its (batch, head) groups would not have its mix of lengths
     if not sms or problem.varlen or small_whole_chip and _whole_chip(schedule, profile):
         return Gpu(profile, None, trace)
     kernel = max(schedule.kernels, key=lambda k: len(k.ctas))
-    g, n = head_sample(groups, profile.sm_count, sms, len(kernel.ctas) // groups, blocks_per_sm(kernel, profile))
-    if g >= groups:
+    of = kernel.kv_head_of or (lambda c: (c[0], c[1] // problem.group))
+    t = schedule.tiling
+    steps = max(1, problem.seqlen_k // t.block_n) if t is not None and getattr(t, "block_n", 0) else 1
+    choice = head_sample(groups, profile.sm_count, sms, len(kernel.ctas) // groups, blocks_per_sm(kernel, profile),
+                         _section(kernel.ctas, of), steps / 2 if problem.causal else steps)
+    if choice.g >= groups:
         return Gpu(profile, None, trace)
     pairs = [(b, h) for b in range(problem.batch) for h in range(problem.kv_heads)]
-    chosen = {pairs[(i * groups) // g] for i in range(g)}  # spread over batch and heads
-    gpu = Gpu(profile, n, trace, heads=chosen, group=problem.group, copies=groups / g)
+    chosen = {pairs[(i * groups) // choice.g] for i in range(choice.g)}  # spread over batch, heads and sections
+    gpu = Gpu(profile, choice.n, trace, heads=chosen, group=problem.group, copies=groups / choice.g)
     gpu.groups_total = groups
+    gpu.head_sample = choice
     return gpu
+
+
+def _section(ctas: list, kv_head_of) -> int:
+    """K/V head groups the launch order interleaves: 1 when a head's blocks are consecutive; v3's causal order
+    lists a row of every head of a section before the next row (algorithms/tile_order.py)."""
+    seen = set()
+    for cta in ctas:
+        head = kv_head_of(cta)
+        if head in seen:
+            break
+        seen.add(head)
+    return max(1, len(seen))
 
 
 def _whole_chip(schedule, profile, scale: float = 1.0) -> bool:

@@ -111,6 +111,10 @@ def detail_table(r):
         f"{r.sim['sms_simulated']} SMs",
     )
     shortcuts = []
+    sample = r.sim.get("sample")
+    if sample:
+        shortcuts.append(f"head sample: {sample['describe']}; such samples came within {100 * sample['bound']:.1f}% "
+                         "of --full on the FA2 grid (v2, v3 forward)")
     if r.sim.get("blocks_extrapolated"):
         shortcuts.append(f"{r.sim['blocks_extrapolated']:,} blocks left out (periodic skip)")
     skip = r.sim.get("loop_skip") or {}

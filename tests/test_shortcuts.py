@@ -17,6 +17,7 @@ tests in test_simulator.py apply.
 from __future__ import annotations
 
 import flashsim.simulator.api as api
+import flashsim.simulator.sampling as sampling
 import pytest
 from flashsim.algorithms.problem import Problem
 from flashsim.hw_profiles import load_profile
@@ -128,9 +129,11 @@ def test_periodic_skip_waits_while_the_l2_fills(problem, profile):
     _same(fast, plain)
 
 
-def test_periodic_skip_within_a_hair_where_the_l2_state_differs():
+def test_periodic_skip_within_a_hair_where_the_l2_state_differs(monkeypatch):
     """The repeat and regime checks compare times and counts, not which lines the L2 holds: on the H200
-    validation grid 3 of 60 runs whose L2 evicts come out within 0.04% of the plain run (this is one)."""
+    validation grid 3 of 60 runs whose L2 evicts come out within 0.04% of the plain run (this is one, on
+    the 8-SM sample of 16 heads that the sample selection takes when it does not grow)."""
+    monkeypatch.setattr(sampling, "SHARE_TOLERANCE", -1.0)  # no sample is representative: no growing
     problem = Problem(8, 32, 2048, 64)
     fast = simulate("v2", problem, H200)
     plain = simulate("v2", problem, H200, extrapolate=False)

@@ -57,10 +57,45 @@ def test_small_grids_run_whole_chip():
 
 @pytest.mark.parametrize("groups,sms", [(16, 8), (64, 8), (512, 8), (3, 8)])
 def test_head_sample_matches_share(groups, sms):
-    g, n = head_sample(groups, 132, sms)
-    assert 1 <= g <= groups
-    assert n >= min(sms, round(g * 132 / groups))
-    assert abs(n - g * 132 / groups) <= 0.5 + 1e-9
+    """Without the grid's shape the fallback takes the share: the SMs nearest the sampled heads' share."""
+    s = head_sample(groups, 132, sms)
+    assert 1 <= s.g <= groups
+    assert s.n >= min(sms, round(s.g * 132 / groups))
+    assert abs(s.n - s.g * 132 / groups) <= 0.5 + 1e-9
+
+
+@pytest.mark.parametrize(
+    "shape,g,n",
+    [
+        ((512, 132, 8, 4, 2), 31, 8),  # 4-block heads, 2 per SM: 8 SMs hold 4 whole heads; 31/512 is 8/132
+        ((128, 132, 8, 16, 2), 31, 32),  # 16-block heads: grows to 32 SMs, a wave of 4 heads and the share
+        ((64, 132, 8, 32, 1, 8, 16.0), 16, 33),  # sections of 8 heads: 2 sampled heads in each of the 8
+    ],
+)
+def test_head_sample_grows_to_whole_head_waves_and_the_share(shape, g, n):
+    s = head_sample(*shape)
+    assert (s.g, s.n) == (g, n) and s.representative and s.whole_waves
+    assert abs(s.share_error) <= 0.01
+
+
+def test_head_sample_of_long_heads_says_it_is_not_representative():
+    """One 128-block head per 64 SMs: no affordable sample holds whole heads; the fallback (the old rule)
+    takes 1 of 16 heads on 8 SMs and flags it."""
+    s = head_sample(16, 132, 8, 128, 2, steps_per_block=128)
+    assert (s.g, s.n) == (1, 8) and not s.representative and not s.whole_waves
+    assert "waves cut heads" in s.describe()
+
+
+def test_the_sample_and_its_bound_are_reported(capsys):
+    p = Problem(8, 16, 1024, 128)
+    r = simulate("v2", p, H100)
+    sample = r.sim["sample"]
+    assert sample["sms"] == r.sim["sms_simulated"] < H100.sm_count and sample["of_heads"] == 128
+    assert sample["representative"] and sample["bound"] > 0
+    assert cli.main(["simulate", "--algo", "v2", "--hw", "h100", "-b", "8", "--heads", "16", "-n", "1024",
+                     "-d", "128"]) == 0
+    assert "head sample: " in capsys.readouterr().out
+    assert simulate("v2", p, H100, sms=None).sim.get("sample") is None
 
 
 def test_k_v_reuse_hits_l2():

@@ -1,0 +1,142 @@
+"""Which K/V heads a sampled run simulates, on how many SMs, and whether that sample is representative.
+
+A sample of g of the chip's G (batch, K/V head) groups on n of its S SMs stands for the chip when the chip
+is S/n copies of it. Two things of the sample decide how close it comes (experiments/sampling_exactness.py):
+
+- the share: g / G against n / S. Blocks of unequal length (causal) are dealt to whichever slot frees
+  first, so the time follows the work per SM, and a share 3% off is a time about 3% off;
+- the wave: the blocks resident at once. A chip's wave holds whole heads (all of a head's blocks read its
+  K/V while it is in L2); a sample whose wave cuts heads fetches a head's K/V in one part of its blocks'
+  time and not in the rest, each fetch standing for S/n of the chip's. Heads interleaved in sections (v3's
+  causal order: a row of every head of a section, then the next row) need the same whole number of sampled
+  heads in every section instead.
+
+The selection takes the smallest sample, from the asked SM count up, whose share is within SHARE_TOLERANCE
+and whose waves hold whole heads (or whole section rows): the check `HeadSample.representative`. It grows
+while the sample simulates no more block steps than REPRESENTATIVE_WORK (or the asked sample's own, if
+larger) on at most a quarter of the chip. Where none is that cheap (heads longer than a wave of a quarter
+of the chip), it falls back to the nearest share with the chip's wave count and says it is not
+representative. What neither sees: the L2's evictions and write-backs, which a sample makes for all its
+copies at once; they leave some representative samples a few percent off (the bounds below).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+# Largest accepted mismatch between a representative sample's share of the heads and its share of the SMs.
+SHARE_TOLERANCE = 0.01
+# Fallback (no representative sample affordable): the share within this, preferring the chip's wave count.
+FALLBACK_TOLERANCE = 0.04
+# A sample runs as many waves as the chip when the chip runs at most this many: past it, a last partial
+# wave is at most 1/32 of the time, less than what a larger sample would cost to get exactly.
+SAME_WAVES_UP_TO = 32
+# Block steps (thread blocks x K/V steps each) a sample may grow to in order to be representative: those of
+# the FA2 grid's longest point (one 16k head of 128 blocks of 128 steps), whose default sample takes ~0.4 s.
+REPRESENTATIVE_WORK = 128 * 128
+# ... and to at most this fraction of the chip's SMs (1/4: 33 of an H100's 132).
+GROW_UP_TO_CHIP_FRACTION = 4
+
+
+@dataclass(frozen=True)
+class HeadSample:
+    """g of `groups` K/V head groups on n of `sm_count` SMs, and what makes it (not) the chip in small."""
+
+    g: int
+    n: int
+    groups: int
+    sm_count: int
+    whole_waves: bool  # its waves hold whole heads (or whole rows of each section), as the chip's do
+
+    @property
+    def share_error(self) -> float:
+        """Sampled share of the heads over sampled share of the SMs, minus one."""
+        return self.g * self.sm_count / (self.n * self.groups) - 1
+
+    @property
+    def representative(self) -> bool:
+        return self.whole_waves and abs(self.share_error) <= SHARE_TOLERANCE + 1e-12
+
+    def describe(self) -> str:
+        why = "representative" if self.representative else (
+            "waves cut heads" if not self.whole_waves else "head share off")
+        return (f"{self.g} of {self.groups} heads on {self.n} of {self.sm_count} SMs "
+                f"(share {100 * self.share_error:+.1f}%, {why})")
+
+
+def _waves(blocks: int, sms: int, slots: int) -> int:
+    return -(-blocks // (sms * slots))
+
+
+def _whole_waves(g: int, n: int, groups: int, blocks_per_group: int, slots: int, section: int) -> bool:
+    """Whether the sample's resident blocks are whole heads as the chip's: with heads launched one after
+    another, a wave of the sample holds a whole number of heads; with heads interleaved in sections of
+    `section` groups, every section holds the same whole number of sampled heads."""
+    if not blocks_per_group:
+        return False
+    if section > 1:
+        return (g * section) % groups == 0
+    return (n * slots) % blocks_per_group == 0
+
+
+def head_sample(groups: int, sm_count: int, sms: int, blocks_per_group: int = 0, slots: int = 1,
+                section: int = 1, steps_per_block: float = 1.0) -> HeadSample:
+    """The sample for a grid of `groups` K/V head groups of `blocks_per_group` blocks each (`slots` per SM,
+    each of about `steps_per_block` K/V steps), from `sms` SMs up: the smallest representative one within
+    the work budget, else the fallback (see the module's docstring)."""
+    chip_waves = _waves(groups * blocks_per_group, sm_count, slots) if blocks_per_group else 0
+    if chip_waves > SAME_WAVES_UP_TO:
+        chip_waves = 0
+
+    def same_waves(g: int, n: int) -> bool:
+        return not chip_waves or _waves(g * blocks_per_group, n, slots) == chip_waves
+
+    def make(g: int, n: int) -> HeadSample:
+        return HeadSample(g, n, groups, sm_count,
+                          _whole_waves(g, n, groups, blocks_per_group, slots, section) and same_waves(g, n))
+
+    def work(g: int) -> float:
+        return g * blocks_per_group * steps_per_block
+
+    budget = max(REPRESENTATIVE_WORK, work(max(1, round(sms * groups / sm_count))))
+    for n in range(sms, max(sms, sm_count // GROW_UP_TO_CHIP_FRACTION) + 1):
+        g = max(1, min(groups, round(n * groups / sm_count)))
+        if work(g) > budget or g >= groups:
+            break
+        choice = make(g, n)
+        if choice.representative:
+            return choice
+    return _fallback(groups, sm_count, sms, make, same_waves)
+
+
+def _fallback(groups: int, sm_count: int, sms: int, make, same_waves) -> HeadSample:
+    """The smallest sample whose share is within FALLBACK_TOLERANCE and that runs the chip's wave count,
+    else the one nearest in share (groups from the asked SMs' share up to four times it)."""
+    g0 = max(1, -(-sms * groups // sm_count))
+    candidates = []  # (g, n, relative error), smallest samples first
+    for g in range(g0, min(groups, 4 * g0) + 1):
+        exact = g * sm_count / groups
+        for n in sorted({max(1, math.floor(exact)), max(1, math.ceil(exact))}, key=lambda n: abs(n - exact)):
+            candidates.append((g, min(n, sm_count), abs(n - exact) / exact))
+    for g, n, err in candidates:
+        if err <= FALLBACK_TOLERANCE and same_waves(g, n):
+            return make(g, n)
+    g, n, _ = min(candidates, key=lambda c: (not same_waves(c[0], c[1]), c[2]))
+    return make(g, n)
+
+
+# Worst difference from --full measured on the FA2 grid (experiments/results/sampling-exactness.json), rounded
+# up: of the samples this module calls representative (56 of 69 within 2%, the rest the sampled L2's), and of
+# the others (27 of 51 within 2%; heads longer than a quarter of the chip's wave).
+REPRESENTATIVE_BOUND = 0.062
+OTHER_BOUND = 0.08
+
+
+def sample_info(choice: HeadSample) -> dict:
+    """The sample as the output reports it (--json: sim.sample), with the bound its kind has shown."""
+    return {"heads": choice.g, "of_heads": choice.groups, "sms": choice.n, "of_sms": choice.sm_count,
+            "share_error": round(choice.share_error, 6), "whole_waves": choice.whole_waves,
+            "representative": choice.representative,
+            "bound": REPRESENTATIVE_BOUND if choice.representative else OTHER_BOUND,
+            "describe": choice.describe()}
