@@ -190,7 +190,7 @@ def test_v1_probes_run_on_the_machine_of_the_full_loop(monkeypatch):
         (Problem(2, 16, 8192, 64), H100, 8),
         (Problem(4, 16, 4096, 128), load_profile("a100"), 8),
         (Problem(2, 32, 8192, 128, kv_heads=8, causal=True), H200, 8),  # GQA, causal: blocks of many lengths
-        (Problem(1, 4, 8192, 64), H100, None),  # whole chip
+        (Problem(1, 8, 8192, 64), H100, None),  # whole chip
     ],
 )
 def test_loop_skip_is_exact(problem, profile, sms):
