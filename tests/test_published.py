@@ -32,7 +32,8 @@ def test_errors_and_mape_are_recomputed_from_the_predictions(committed):
     rows = committed["rows"]
     for r in rows:
         assert r["error"] == pytest.approx(r["predicted_tflops"] / r["published_tflops"] - 1, rel=1e-12)
-    assert committed["summary"] == pub.summarise(rows)
+    # the same sums, maybe in another order (the file may come from another machine): equal to 1e-12
+    assert _rounded(committed["summary"]) == _rounded(pub.summarise(rows))
     worst = max(rows, key=lambda r: abs(r["error"]))
     assert committed["summary"]["max_abs_error"] == pytest.approx(abs(worst["error"]))
     assert (RESULTS / "published.md").read_text() == pub.markdown(committed)
@@ -63,3 +64,11 @@ def test_approximate_values_are_the_ones_read_off_a_plot():
               if isinstance(v, str)}
     flagged = {(p.headdim, p.causal, p.seqlen) for p in pub.points() if p.approximate}
     assert flagged == marked and marked
+
+
+def _rounded(x):
+    if isinstance(x, dict):
+        return {k: _rounded(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_rounded(v) for v in x]
+    return float(f"{x:.12g}") if isinstance(x, float) else x
