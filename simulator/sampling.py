@@ -126,11 +126,12 @@ def _fallback(groups: int, sm_count: int, sms: int, make, same_waves) -> HeadSam
     return make(g, n)
 
 
-# Worst difference from --full measured on the FA2 grid (experiments/results/sampling-exactness.json), rounded
-# up: of the samples this module calls representative (56 of 69 within 2%, the rest the sampled L2's), and of
-# the others (27 of 51 within 2%; heads longer than a quarter of the chip's wave).
-REPRESENTATIVE_BOUND = 0.062
-OTHER_BOUND = 0.08
+# Worst difference from --full measured on the FA2 grid (experiments/results/sampling-exactness.json: 6.1% for
+# the samples this module calls representative, 8.0% for the others), raised to the worst the N=512 points
+# show since HBM's per-requester cap joined the model (h100 v2 B=32 H=16 N=512 d128: +9.3%, a representative
+# sample; tests/test_sampling_exactness.py), rounded up, for both kinds until the whole table is re-run.
+REPRESENTATIVE_BOUND = 0.10
+OTHER_BOUND = 0.10
 
 
 def sample_info(choice: HeadSample) -> dict:
