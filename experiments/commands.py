@@ -62,6 +62,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--budget-s", type=float, default=0.5, help="seconds of timed calls per measurement past --min-reps")
     p.add_argument("--no-ncu", action="store_true", help="skip the Nsight Compute byte counts")
     p.add_argument("--ncu-seqlens", default="2048,8192", help="non-causal grid configurations ncu measures")
+    p.add_argument("--ncu-sample", type=int, default=0, metavar="N",
+                   help="byte counts for N configurations drawn from the grid (half causal; fixed seed), "
+                        "also for the timed-only test sets")
     p.add_argument("--retry-failed", action="store_true", help="measure again what failed before")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--measure-only", action="store_true", help="measure, leave the comparison for later")
@@ -128,6 +131,8 @@ def _validate(args: argparse.Namespace) -> int:
     for name in impls:
         if name not in v.IMPLS:
             raise FlashsimError(f"unknown implementation {name!r}; choose from {', '.join(v.IMPLS)}")
+    if args.ncu_sample < 0:
+        raise FlashsimError(f"--ncu-sample must be at least 0, got {args.ncu_sample}")
     if args.max_minutes <= 0 or args.budget_s < 0 or args.min_reps < 1 or args.max_reps < args.min_reps:
         raise FlashsimError("need --max-minutes > 0, --budget-s >= 0 and 1 <= --min-reps <= --max-reps")
     if not args.compare_only:
@@ -139,7 +144,9 @@ def _validate(args: argparse.Namespace) -> int:
         opts = v.SweepOptions(impls, configs, out_dir, args.max_minutes, args.min_reps, args.max_reps,
                               args.budget_s, args.retry_failed, measured.name)  # fmt: skip
         v.measure(opts, deadline=deadline)
-        if not args.no_ncu and args.grid not in v.TIMED_ONLY:  # the test sets are timed only
+        if args.ncu_sample and not args.no_ncu:
+            v.measure_bytes(opts, [], deadline, sample=v.byte_sample(configs, args.ncu_sample))
+        elif not args.no_ncu and args.grid not in v.TIMED_ONLY:  # the test sets are timed only
             v.measure_bytes(opts, _csv_ints(args.ncu_seqlens, "--ncu-seqlens") or [], deadline)
         print(f"measurements in {measured}")
         if args.measure_only:

@@ -112,8 +112,23 @@ DEFAULT_IMPLS = {
     DECODE.name: ["decode", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient"],
     BWD.name: ["v2", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient"],
 }
-# Grids that are timed only (no Nsight Compute byte counts).
+# Grids that are timed only (no Nsight Compute byte counts unless --ncu-sample asks for a sample of them).
 TIMED_ONLY = ("test", DECODE.name, BWD.name)
+# The byte sample's draw: fixed, so a rerun measures (and resumes) the same configurations.
+BYTE_SAMPLE_SEED = 2026
+
+
+def byte_sample(configs: list[Config], n: int, seed: int = BYTE_SAMPLE_SEED) -> list[Config]:
+    """n configurations for Nsight Compute's byte counts, half causal and half not (as far as each kind
+    goes), drawn with a fixed seed; grouped-query ones come as the set has them."""
+    import random
+
+    rng = random.Random(seed)
+    causal = sorted((c for c in configs if c.causal), key=lambda c: c.id)
+    full = sorted((c for c in configs if not c.causal), key=lambda c: c.id)
+    take_causal = min(len(causal), max(n - len(full), n // 2))
+    picked = rng.sample(causal, take_causal) + rng.sample(full, min(len(full), n - take_causal))
+    return sorted(picked, key=lambda c: c.id)
 
 
 def measured_name(grid: str) -> str:
@@ -364,9 +379,11 @@ def _measure_one(impl: Impl, cfg: Config, q, k, v, ref, flush, opts: SweepOption
     return rec
 
 
-def measure_bytes(opts: SweepOptions, seqlens: list[int], deadline: float, log=print) -> None:
-    """Nsight Compute byte counts for the non-causal configurations of the given sequence lengths, for every
-    implementation whose timing succeeded; appended like the timings."""
+def measure_bytes(opts: SweepOptions, seqlens: list[int], deadline: float, log=print,
+                  sample: list[Config] | None = None) -> None:
+    """Nsight Compute byte counts for the non-causal configurations of the given sequence lengths (or for
+    the given sample of configurations, any shape), for every implementation whose timing succeeded;
+    appended like the timings."""
     from dataclasses import asdict
 
     from . import validate_ncu
@@ -376,9 +393,10 @@ def measure_bytes(opts: SweepOptions, seqlens: list[int], deadline: float, log=p
     done = store.done_keys(records, opts.retry_failed)
     timed = store.latest(records, "time")
     plan = []
-    for cfg in opts.configs:
-        if cfg.causal or cfg.seqlen_q not in seqlens or cfg.hkv != cfg.heads or cfg.nk != cfg.seqlen_q:
-            continue
+    chosen = sample if sample is not None else [
+        c for c in opts.configs
+        if not c.causal and c.seqlen_q in seqlens and c.hkv == c.heads and c.nk == c.seqlen_q]
+    for cfg in chosen:
         for name in opts.impls:
             t = timed.get(key("time", name, cfg))
             if key("ncu", name, cfg) in done or t is None or t["status"] != "ok":

@@ -150,6 +150,21 @@ NCU_CSV = _ncu_csv(
 )
 
 
+def test_the_test_sets_byte_sample_is_fixed_half_causal_and_of_any_shape() -> None:
+    configs = validate.test_set()
+    sample = validate.byte_sample(configs, 12)
+    assert [c.id for c in sample] == [c.id for c in validate.byte_sample(list(reversed(configs)), 12)]
+    assert len(sample) == 12 and len({c.id for c in sample}) == 12
+    assert sum(c.causal for c in sample) == 6
+    assert any(c.hkv != c.heads for c in sample) and any(c.nk != c.seqlen_q for c in sample)
+    assert len(validate.byte_sample(configs[:3], 12)) == 3  # never more than the grid holds
+
+
+def test_ncu_sample_must_not_be_negative(capsys) -> None:
+    assert cli.main(["validate", "--grid", "test", "--ncu-sample", "-2", "--measure-only"]) == 2
+    assert "--ncu-sample" in capsys.readouterr().err
+
+
 def test_ncu_csv_parse_and_grouping() -> None:
     kernels = validate_ncu.parse_csv(NCU_CSV)
     assert [k["id"] for k in kernels] == [0, 1, 2, 3, 4]
