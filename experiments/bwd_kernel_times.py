@@ -2,12 +2,12 @@
 
     python3 -m flashsim.experiments.bwd_kernel_times --out DIR
 
-Two sets, bf16, L2 flushed before every call as experiments/bench_backward.py does, durations read by the CUDA
+Two sets (wave first), bf16, L2 flushed before every call as experiments/bench_backward.py does, durations read by the CUDA
 profiler (median of 3 calls, each kernel's own duration and its start relative to the call's first kernel):
 
 - grid: the development grid (FA2's: batch x seqlen = 16k, hidden 2048 as d64 x 32 heads or d128 x 16) for
-  our v2 backward and SDPA's flash backward; what the preprocess (D = rowsum(dO O), dQaccum zeroed), the main
-  kernel and the dQ conversion each take. Our kernel is also timed without the flush up to N 2k.
+  our v2 backward, and SDPA's flash backward at N 512, 2k and 16k; what the preprocess (D = rowsum(dO O), dQaccum zeroed), the main
+  kernel and the dQ conversion each take (and SDPA's own copies around them).
 - wave: our kernel on one exact wave, 132 blocks of 128 keys (N = 128 s, H = 132 / s, B = 1, s key blocks per
   head, so s Q steps per block at d64 and 2 s at d128), causal and not: the main kernel's time against s
   separates what a block pays once (K/V in, dK/dV out, the last dQ reductions, launch and drain) from what each
@@ -29,11 +29,14 @@ from .validate import gpu_calls, make_flush
 
 WAVE_STEPS = (1, 2, 3, 4, 6, 12)
 WAVE_BLOCKS = 132
+SDPA_SEQLENS = (512, 2048, 16384)  # SDPA flash's kernels, and what it adds around them, at a few lengths
 
 
 def kernel_rows(fn, flush, calls: int = 3) -> list[dict]:
     """Per kernel of one call: name, median duration (us) and median start after the call's first kernel."""
-    work = [w for w in gpu_calls(fn, flush, calls) if w]
+    work = [w for w in gpu_calls(fn, flush, calls) if w]  # the flush kernel separates the calls
+    if not work:
+        raise RuntimeError("the profiler saw no kernels of the call")
     work = [w for w in work if len(w) == len(work[0])]
     rows = []
     for n, e in enumerate(work[0]):
@@ -43,11 +46,7 @@ def kernel_rows(fn, flush, calls: int = 3) -> list[dict]:
     return rows
 
 
-def no_flush() -> None:
-    pass
-
-
-def measure(impl, b, h, n, d, causal, flush, dtype, flushed=True) -> dict:
+def measure(impl, b, h, n, d, causal, flush, dtype) -> dict:
     import torch
 
     gen = torch.Generator(device="cuda").manual_seed(n + d)
@@ -55,8 +54,8 @@ def measure(impl, b, h, n, d, causal, flush, dtype, flushed=True) -> dict:
     fn = make_backward(impl, q, k, v, dout, causal)
     fn()
     torch.cuda.synchronize()
-    kernels = kernel_rows(fn, flush if flushed else no_flush)
-    return {"impl": impl, "batch": b, "heads": h, "seqlen": n, "headdim": d, "causal": causal, "flushed": flushed,
+    kernels = kernel_rows(fn, flush)
+    return {"impl": impl, "batch": b, "heads": h, "seqlen": n, "headdim": d, "causal": causal,
             "busy_us": sum(r["us"] for r in kernels), "kernels": kernels}
 
 
@@ -84,23 +83,21 @@ def main(argv: list[str] | None = None) -> int:
         jsonl.flush()
         cells = "  ".join(f"{r['name'].split('(')[0].split('<')[0][-28:]} {r['us']:.1f}" for r in rec["kernels"])
         print(f"{kind} {rec['impl']} d{rec['headdim']} c{int(rec['causal'])} n{rec['seqlen']} b{rec['batch']} "
-              f"h{rec['heads']} flush{int(rec['flushed'])}: {rec['busy_us']:.1f} us = {cells}", flush=True)
+              f"h{rec['heads']}: {rec['busy_us']:.1f} us = {cells}", flush=True)
 
     sets = args.sets.split(",")
-    if "grid" in sets:
-        for d in (64, 128):
-            for causal in (False, True):
-                for n in GRID_SEQLENS:
-                    b, h = max(1, TOKENS // n), HIDDEN // d
-                    for impl in ("ours", "sdpa-flash"):
-                        keep(measure(impl, b, h, n, d, causal, flush, torch.bfloat16), "grid")
-                    if n <= 2048:
-                        keep(measure("ours", b, h, n, d, causal, flush, torch.bfloat16, flushed=False), "grid")
     if "wave" in sets:
         for d in (64, 128):
             for causal in (False, True):
                 for s in WAVE_STEPS:
                     keep(measure("ours", 1, WAVE_BLOCKS // s, 128 * s, d, causal, flush, torch.bfloat16), "wave")
+    if "grid" in sets:
+        for d in (64, 128):
+            for causal in (False, True):
+                for n in GRID_SEQLENS:
+                    b, h = max(1, TOKENS // n), HIDDEN // d
+                    for impl in ("ours", "sdpa-flash") if n in SDPA_SEQLENS else ("ours",):
+                        keep(measure(impl, b, h, n, d, causal, flush, torch.bfloat16), "grid")
     (out / "bwd-kernel-times.json").write_text(json.dumps({"device": gpu.name, "torch": torch.__version__,
                                                            "records": records}, indent=1) + "\n")
     return 0

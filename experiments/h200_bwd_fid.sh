@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What short and causal backward problems pay that long non-causal ones do not (bash experiments/h200_bwd_fid.sh;
-# about 5 minutes, at most 6). First every kernel of the backward timed alone (experiments/bwd_kernel_times.py:
+# about 5 minutes, at most 7). First every kernel of the backward timed alone (experiments/bwd_kernel_times.py:
 # the development grid, ours and SDPA flash, preprocess / main / dQ conversion; our kernel on one exact wave of
 # 132 blocks with 1-12 steps each). Then Nsight Compute's full set on one launch of our main backward kernel
 # (bf16, FA2 grid) for causal N 512 (d64, d128), causal 1k (d128), non-causal 512 and 4k (d128), with per-SM
@@ -13,7 +13,9 @@ OUT=${OUT:-out}
 mkdir -p "$OUT"
 source experiments/device_env.sh
 source experiments/device_steps.sh
-step kernel-times 130 python3 -m flashsim.experiments.bwd_kernel_times --out "$OUT"
+STEPS=${STEPS:-kernel-times,ncu}  # STEPS=kernel-times: the timings alone (about 2 minutes)
+[[ $STEPS == *kernel-times* ]] && step kernel-times 170 python3 -m flashsim.experiments.bwd_kernel_times --out "$OUT"
+[[ $STEPS == *ncu* ]] || finish
 OURS=(--kernel-name "regex:flashsim_v2_bwd.*_bwd$" --launch-skip 1 --launch-count 1)
 BALANCE=sm__cycles_active.max,sm__cycles_active.min,sm__cycles_active.avg,sm__cycles_elapsed.max,smsp__cycles_active.avg
 BALANCE+=,sm__warps_active.avg.pct_of_peak_sustained_active,lts__t_sectors_op_red.sum,lts__t_requests_op_red.sum
