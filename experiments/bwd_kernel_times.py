@@ -2,12 +2,12 @@
 
     python3 -m flashsim.experiments.bwd_kernel_times --out DIR
 
-Two sets (wave first), bf16, L2 flushed before every call as experiments/bench_backward.py does, durations read by the CUDA
-profiler (median of 3 calls, each kernel's own duration and its start relative to the call's first kernel):
+Two sets (wave first), bf16, L2 flushed before every call as experiments/bench_backward.py does, durations
+read by the CUDA profiler (median of 3 calls; each kernel's own duration and its start after the call's first):
 
 - grid: the development grid (FA2's: batch x seqlen = 16k, hidden 2048 as d64 x 32 heads or d128 x 16) for
-  our v2 backward, and SDPA's flash backward at N 512, 2k and 16k; what the preprocess (D = rowsum(dO O), dQaccum zeroed), the main
-  kernel and the dQ conversion each take (and SDPA's own copies around them).
+  our v2 backward, and SDPA's flash backward at N 512, 2k and 16k; what the preprocess (D = rowsum(dO O),
+  dQaccum zeroed), the main kernel and the dQ conversion each take (and SDPA's own copies around them).
 - wave: our kernel on one exact wave, 132 blocks of 128 keys (N = 128 s, H = 132 / s, B = 1, s key blocks per
   head, so s Q steps per block at d64 and 2 s at d128), causal and not: the main kernel's time against s
   separates what a block pays once (K/V in, dK/dV out, the last dQ reductions, launch and drain) from what each
