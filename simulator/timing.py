@@ -245,6 +245,9 @@ class RoleTimer:
                     gpu.store(op.dst, now, op.level == SMEM, sm,
                               self._landing(event.succeed, f"store {op.dst.tensor}", now), self.flow)
                     yield event
+                    floor = now + op.chained * p.l2_hit_latency_cycles
+                    if floor > env.now:
+                        yield env.timeout(floor - env.now)
             elif kind is WarpReduce:
                 share = pipe_share(op.warps, p.sub_partitions_per_sm)
                 reqs = [(sm.smem, sm.smem.submit(now, op.smem_bytes)),

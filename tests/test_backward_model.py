@@ -101,3 +101,25 @@ def test_committed_dev_comparison_recomputes():
         errs = [r["predicted_s"] / r["measured_s"] - 1 for r in report["rows"] if r["impl"] == impl]
         assert s["n"] == len(errs) and s["mape"] == pytest.approx(sum(map(abs, errs)) / len(errs))
     assert re.search(r"MAPE", (REPORT.with_suffix(".md")).read_text())
+
+
+@pytest.mark.parametrize("d, bm, chain", [(64, 128, 16), (128, 64, 32)])
+def test_each_dk_store_waits_for_the_one_before(d, bm, chain):
+    """The kernel stores dK and dV straight from the accumulators, a bf16 pair per store, and ptxas packs every
+    dK pair into the same register: under Nsight Compute each pack waits ~300 cycles (long scoreboard) for the
+    store before it to let go of that register, and the epilogue takes about (dK stores per thread) x an L2
+    round trip. The model's epilogue lasts at least that."""
+    from flashsim.algorithms.ir import Store
+    from flashsim.simulator import simulate
+
+    src = (ROOT / "kernels/v2_bwd.cu").read_text()
+    start = src.index("// Epilogue")
+    epilogue = src[start:src.index("// D = rowsum", start)]
+    assert "Elem<T>::pack(k0, k1)" in epilogue and "acc_dk[mt][nt][2 * r]" in epilogue
+    p, t = Problem(1, 1, 512, d, dtype="bf16"), Tiling(bm, 128, 8, 2)
+    stores = {op.src: op for op in _main_program(p, t) if isinstance(op, Store)}
+    assert stores["dK"].chained == chain == 128 * d // (2 * 256) and stores["dV"].chained == 0
+    trace: list = []
+    simulate("v2-bwd", p, H200, t, sms=None, trace=trace)
+    start = {name: t0 for track, name, t0, _ in trace if track == "SM0.0 warps"}
+    assert start["store dV"] - start["store dK"] >= chain * H200.l2_hit_latency_cycles
