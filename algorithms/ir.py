@@ -399,6 +399,10 @@ class AtomicAdd:
     src: str
     dst: GTile
     via: str = "red"
+    # groups of reductions per thread that wait for one another (their address and data registers reused):
+    # the issuing warps go on once the last group has left, each group about an L2 round trip after the one
+    # before it (the timing interpreter); 0: fire and forget
+    chained: int = 0
 
     @property
     def nbytes(self) -> int:

@@ -265,7 +265,7 @@ class RoleTimer:
                 reductions.append(event)
                 gpu.atomic(op.dst, now, tma, sm, self._landing(event.succeed, f"atomic {op.dst.tensor}", now),
                            None if tma else self.flow)
-                yield env.timeout(p.tma_issue_cycles if tma else 1)
+                yield env.timeout(p.tma_issue_cycles if tma else max(1, op.chained * p.l2_hit_latency_cycles))
             else:
                 raise TypeError(f"timing interpreter has no rule for {kind.__name__}")
         for event in [*inflight.values(), *reductions]:
