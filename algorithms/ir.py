@@ -73,6 +73,9 @@ class Store:
     level: str = RMEM  # where src lives
     via: str = "st"  # 'st' or 'tma'
     src_row: int = 0  # the first row of src it writes (a packed GQA tile stores each head's rows apart)
+    # stores per thread that wait for one another: each thread's fragment stores reuse one data register, so
+    # each waits about an L2 round trip for the one before it (the timing interpreter's floor); 0: none
+    chained: int = 0
 
     @property
     def nbytes(self) -> int:
@@ -396,6 +399,10 @@ class AtomicAdd:
     src: str
     dst: GTile
     via: str = "red"
+    # groups of reductions per thread that wait for one another (their address and data registers reused):
+    # the issuing warps go on once the last group has left, each group about an L2 round trip after the one
+    # before it (the timing interpreter); 0: fire and forget
+    chained: int = 0
 
     @property
     def nbytes(self) -> int:

@@ -533,5 +533,7 @@ def _counters_repeat(marks: list, period: int) -> bool:
 
 
 def _repeats(gaps: list[int], period: int) -> bool:
-    """Whether the last 2 x `period` intervals repeat exactly with that period."""
-    return len(gaps) >= 2 * period and gaps[-period:] == gaps[-2 * period:-period]
+    """Whether the last 2 x `period` intervals repeat exactly with that period. A period must take time: blocks
+    that end together (several per SM, started at once) give intervals of 0 cycles, which repeat but say
+    nothing of the blocks after them."""
+    return len(gaps) >= 2 * period and gaps[-period:] == gaps[-2 * period:-period] and sum(gaps[-period:]) > 0

@@ -245,6 +245,9 @@ class RoleTimer:
                     gpu.store(op.dst, now, op.level == SMEM, sm,
                               self._landing(event.succeed, f"store {op.dst.tensor}", now), self.flow)
                     yield event
+                    floor = now + op.chained * p.l2_hit_latency_cycles
+                    if floor > env.now:
+                        yield env.timeout(floor - env.now)
             elif kind is WarpReduce:
                 share = pipe_share(op.warps, p.sub_partitions_per_sm)
                 reqs = [(sm.smem, sm.smem.submit(now, op.smem_bytes)),
@@ -262,7 +265,7 @@ class RoleTimer:
                 reductions.append(event)
                 gpu.atomic(op.dst, now, tma, sm, self._landing(event.succeed, f"atomic {op.dst.tensor}", now),
                            None if tma else self.flow)
-                yield env.timeout(p.tma_issue_cycles if tma else 1)
+                yield env.timeout(p.tma_issue_cycles if tma else max(1, op.chained * p.l2_hit_latency_cycles))
             else:
                 raise TypeError(f"timing interpreter has no rule for {kind.__name__}")
         for event in [*inflight.values(), *reductions]:

@@ -101,3 +101,48 @@ def test_committed_dev_comparison_recomputes():
         errs = [r["predicted_s"] / r["measured_s"] - 1 for r in report["rows"] if r["impl"] == impl]
         assert s["n"] == len(errs) and s["mape"] == pytest.approx(sum(map(abs, errs)) / len(errs))
     assert re.search(r"MAPE", (REPORT.with_suffix(".md")).read_text())
+
+
+@pytest.mark.parametrize("d, bm, chain", [(64, 128, 16), (128, 64, 32)])
+def test_each_dk_store_waits_for_the_one_before(d, bm, chain):
+    """The kernel stores dK and dV straight from the accumulators, a bf16 pair per store, and ptxas packs every
+    dK pair into the same register: under Nsight Compute each pack waits ~300 cycles (long scoreboard) for the
+    store before it to let go of that register, and the epilogue takes about (dK stores per thread) x an L2
+    round trip. The model's epilogue lasts at least that."""
+    from flashsim.algorithms.ir import Store
+    from flashsim.simulator import simulate
+
+    src = (ROOT / "kernels/v2_bwd.cu").read_text()
+    start = src.index("// Epilogue")
+    epilogue = src[start:src.index("// D = rowsum", start)]
+    assert "Elem<T>::pack(k0, k1)" in epilogue and "acc_dk[mt][nt][2 * r]" in epilogue
+    p, t = Problem(1, 1, 512, d, dtype="bf16"), Tiling(bm, 128, 8, 2)
+    stores = {op.src: op for op in _main_program(p, t) if isinstance(op, Store)}
+    assert stores["dK"].chained == chain == 128 * d // (2 * 256) and stores["dV"].chained == 0
+    trace: list = []
+    simulate("v2-bwd", p, H200, t, sms=None, trace=trace)
+    start = {name: t0 for track, name, t0, _ in trace if track == "SM0.0 warps"}
+    assert start["store dV"] - start["store dK"] >= chain * H200.l2_hit_latency_cycles
+
+
+@pytest.mark.parametrize("d, bm", [(64, 128), (128, 64)])
+def test_dq_reductions_wait_for_one_another_by_row_slice(d, bm):
+    """Each thread adds its dQ fragment with float2 reductions, one address per 8-row slice of its warp's rows
+    (4 slices at both tiles), and ptxas reuses the address registers from slice to slice: under Nsight Compute
+    each slice's address arithmetic waits ~270 cycles (long scoreboard) for the slice before it, four times a
+    step. The model holds the warps that many L2 round trips before the next step."""
+    from flashsim.algorithms.ir import AtomicAdd
+    from flashsim.simulator import simulate
+
+    step = _kernel_step_source()
+    assert "float* dst = dq_accum + (int64_t)row * D" in step and "for (int r = 0; r < 2; ++r)" in step
+    p, t = Problem(1, 1, 256, d, dtype="bf16"), Tiling(bm, 128, 8, 2)
+    reds = [op for op in _main_program(p, t) if isinstance(op, AtomicAdd)]
+    rows = int(warp_grids(d, t)[2].split("x")[0])
+    assert reds and all(op.chained == bm // rows // 8 == 4 for op in reds)
+    trace: list = []
+    simulate("v2-bwd", p, H200, t, sms=None, trace=trace)
+    ops = [(name, t0, t1) for track, name, t0, t1 in trace if track == "SM0.0 warps"]
+    dq_end = next(t1 for name, _, t1 in ops if name == "gemm dQ")
+    next_s = [t0 for name, t0, _ in ops if name == "gemm S"][1]
+    assert next_s - dq_end >= 4 * H200.l2_hit_latency_cycles

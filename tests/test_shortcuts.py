@@ -109,6 +109,23 @@ def test_periodic_skip_is_exact(algo, problem, profile, sms):
     _same(fast, plain)
 
 
+def test_periodic_skip_needs_periods_that_take_time():
+    """Blocks that start together several per SM end together: the intervals between rounds of blocks done
+    are 0 cycles and repeat, but leaving out periods of 0 cycles dropped most of the backward's preprocess
+    (D = rowsum(dO O), dQaccum zeroed: 4 blocks per SM), its time and its bytes."""
+    from flashsim.simulator.gpu import _repeats
+
+    assert not _repeats([0, 0, 0], 1) and _repeats([7, 0, 7, 0], 2)
+    problem = Problem(32, 32, 512, 64, dtype="bf16")  # 31 rounds of 4 blocks per SM
+    fast = simulate("v2-bwd", problem, H200)
+    plain = simulate("v2-bwd", problem, H200, extrapolate=False)
+    pre_fast, pre_plain = fast.kernels[0], plain.kernels[0]
+    assert pre_fast["name"] == "bwd_dot_do_o" and pre_fast["cycles"] == pre_plain["cycles"]
+    # it reads dO and O from HBM (its zeros may stay dirty in the L2): no faster than HBM streams them
+    read = problem.batch * problem.heads * problem.seqlen_q * problem.headdim * (2 + 2)
+    assert pre_fast["cycles"] / pre_fast["clock_hz"] > read / H200.hbm_bandwidth_bytes_per_s
+
+
 def test_periodic_skip_leaves_out_a_stretch_of_each_head():
     """Watching starts again after each stretch left out: four sampled heads of eight waves each."""
     problem = Problem(4, 16, 16384, 128)
