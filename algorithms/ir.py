@@ -501,7 +501,8 @@ Op = (
 
 @dataclass(frozen=True)
 class Role:
-    """A group of warps running one program: `program(cta)` yields ops."""
+    """A group of warps running one program: `program(cta)` yields ops (`program(cta, state)` in a kernel
+    with `carry`)."""
 
     name: str
     warps: int
@@ -527,6 +528,12 @@ class Kernel:
     uniform: bool = False
     # (batch, K/V head) a CTA works for; None: the CTA tuple starts (batch, query head, ...).
     kv_head_of: Callable[[tuple], tuple[int, int]] | None = None
+    # A persistent grid whose blocks run on from tile to tile: each role starts its part of the next tile as
+    # it ends its part of the last (the first role takes the tile), on the block's barriers, which keep
+    # their counts. carry(state, cta) is the block's state after tile `cta` given its state before it (None
+    # at the block's start); the roles' programs take (cta, state) and count their barrier targets and
+    # buffer slots from that state. Without it, every work tile starts afresh once the last has ended.
+    carry: Callable[[object, tuple], object] | None = None
 
     @property
     def warps(self) -> int:

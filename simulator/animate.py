@@ -115,7 +115,7 @@ def row_statistics(algo: str, problem: Problem, t: Tiling, seed: int = SEED) -> 
 
         return dataclasses.replace(role, program=program)
 
-    one = dataclasses.replace(kernel, ctas=[cta], roles=tuple(traced(r) for r in kernel.roles))
+    one = dataclasses.replace(kernel, ctas=[cta], roles=tuple(traced(r) for r in kernel.roles), carry=None)
     gen = torch.Generator().manual_seed(seed)
     shape_q = (problem.batch, problem.heads, problem.seqlen_q, problem.headdim)
     shape_kv = (problem.batch, problem.kv_heads, problem.seqlen_k, problem.headdim)

@@ -394,7 +394,8 @@ class Gpu:
         items = self.sample(kernel)
         wave = slots * self.n_sms
         total = len(items)
-        watch = extrapolate and kernel.uniform and total >= 4 * wave
+        # a block that runs on from tile to tile takes its next tile before the last has ended: no waves
+        watch = extrapolate and kernel.uniform and kernel.carry is None and total >= 4 * wave
         if watch:
             of = kernel.kv_head_of or (lambda c: (c[0], c[1] // self.group))
             heads = [of(c) for c in items]
@@ -459,7 +460,57 @@ class Gpu:
                     queue.append(items[run["next"]])
                     run["next"] += 1
 
+        def carried(sm: Sm, slot: int):
+            """A block whose roles run on from tile to tile (Kernel.carry): the first role takes the next tile
+            from the queue as it ends its part of the last one (as the kernel's producer takes it from the
+            grid's counter), the others follow it tile by tile; one set of barriers keeps its counts."""
+            if not queue:
+                return
+            yield env.timeout(p.cta_launch_cycles)
+            barriers = defaultdict(lambda: Barrier(env))
+            tiles = []  # (cta, the block's state before it) of each tile taken, in order
+            taken = [env.event()]  # taken[k] fires once tile k is taken or the queue was found empty
+            unfinished = []  # roles still running each tile
+
+            def part(role, k: int):
+                cta, state = tiles[k]
+                timer = RoleTimer(self, sm, barriers, self.trace, f"SM{sm.index}.{slot} {role.name}", slot)
+                yield from timer.run(role.program(cta, state))
+                unfinished[k] -= 1
+                if not unfinished[k]:
+                    block_done()
+
+            def lead(role):
+                state = None
+                while queue:
+                    cta = queue.popleft()
+                    if tiles:  # the next tile's index comes back from an atomic on the counter in the L2
+                        yield env.timeout(p.l2_hit_latency_cycles)
+                    tiles.append((cta, state))
+                    unfinished.append(len(kernel.roles))
+                    state = kernel.carry(state, cta)
+                    taken[-1].succeed()
+                    taken.append(env.event())
+                    yield from part(role, len(tiles) - 1)
+                taken[-1].succeed()
+
+            def follow(role):
+                k = 0
+                while True:
+                    if not taken[k].processed:
+                        yield taken[k]
+                    if k == len(tiles):
+                        return
+                    yield from part(role, k)
+                    k += 1
+
+            yield simpy.AllOf(env, [env.process(lead(kernel.roles[0]))]
+                              + [env.process(follow(role)) for role in kernel.roles[1:]])
+
         def worker(sm: Sm, slot: int):
+            if kernel.carry is not None:
+                yield from carried(sm, slot)
+                return
             first = True
             while queue:
                 cta = queue.popleft()

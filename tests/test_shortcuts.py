@@ -45,6 +45,7 @@ def _same(a, b) -> None:
         ("v2", Problem(2, 66, 512, 64), H100),
         ("v2", Problem(4, 66, 512, 128), BIG_L2),
         ("v3", Problem(4, 66, 512, 128), BIG_L2),
+        ("v3", Problem(4, 66, 512, 64), BIG_L2),  # blocks that run on from tile to tile (two Q buffers)
         ("v2", Problem(1, 66, 512, 64, causal=True), H100),  # one wave: unequal blocks still copies
     ],
 )

@@ -16,7 +16,7 @@ section of heads; causal problems with long heads run one CTA per tile): algorit
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from flashsim.errors import FlashsimError
 
@@ -75,6 +75,19 @@ def v3_launch_registers(consumers: int) -> int:
     """Registers per thread a V3 block launches with: setmaxnreg then moves them between warpgroups."""
     total = consumers * V3_CONSUMER_REGS.get(consumers, 0) + V3_PRODUCER_REGS.get(consumers, 0)
     return total // (consumers + 1)
+
+
+@dataclass(frozen=True)
+class BlockState:
+    """What a persistent block of the two-Q-buffer kernel carries from tile to tile: the tiles it ran
+    (tile n fills Q buffer n % 2), the K/V blocks it streamed through the ring (the ring's slot and fill
+    count run on across tiles), the Q slices loaded into each buffer for each consumer, and the ping-pong
+    passes each consumer's turn barrier received (turns run on across tiles)."""
+
+    tiles: int = 0
+    kv_blocks: int = 0
+    q_loads: tuple[tuple[int, ...], ...] = ()
+    turns: tuple[int, ...] = ()
 
 
 def warps_for(block_m: int) -> int:
@@ -141,10 +154,13 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
     dt = gemm_dtype(p)
     elem = 1 if fp8 else p.elem_bytes
     # The kernel with two Q buffers (algorithms/tile_order.prefetch): a persistent grid whose blocks take the
-    # next tile as they finish (as the simulator hands out work tiles), a second Q buffer in shared memory.
-    # Its producer loads the next tile's Q and first K/V blocks while the current tile runs; here each work
-    # tile stays its own program (its loads issued at its start), so that overlap is not modelled.
+    # next tile from a counter as their producer finishes loading the last one, a second Q buffer in shared
+    # memory. Its producer loads the next tile's Q, and its first K/V blocks as the ring frees, while the
+    # consumers finish the current tile: the block's roles run on from tile to tile (Kernel.carry), the ring's
+    # slots, the Q buffers and the ping-pong turns counted across tiles (BlockState).
     prefetch = not fp8 and splits == 1 and tile_order.prefetch(p.causal, p.seqlen_k, d, elem, bm, bn)
+    carried = prefetch and warp_specialization and pingpong and intra_overlap
+    start = BlockState(q_loads=((0,) * consumers,) * 2, turns=(0,) * consumers)
     q_src, k_src, v_src = ("Qq", "Kq", "Vq") if fp8 else ("Q", "K", "V")
 
     # ops the loops issue alike are made once and reused (ops are immutable values): a role's loop then
@@ -167,48 +183,80 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
         """Consumers with rows to compute in Q block i (the last block may be ragged)."""
         return min(consumers, cdiv(p.seqlen_q - i * bm, WG_ROWS))
 
-    def load_q(cta, c):
-        b, h, i = cta[:3]
-        yield Load(row_tile(p, q_src, b, h, i * bm + c * WG_ROWS, WG_ROWS), f"sQ{c}", SMEM, "tma", f"q{c}")
+    def q_buffer(c: int, at: BlockState) -> tuple[str, str]:
+        """(buffer, barrier) of consumer c's Q slice: tile n uses buffer n % 2 (the first alone without a
+        carried state)."""
+        q = at.tiles % 2
+        return (f"sQ{c}", f"q{c}") if not q else (f"sQ{c}'", f"q{c}'")
 
-    def kv_step(cta, j):
+    def load_q(cta, c, at: BlockState):
+        b, h, i = cta[:3]
+        buffer, barrier = q_buffer(c, at)
+        yield Load(row_tile(p, q_src, b, h, i * bm + c * WG_ROWS, WG_ROWS), buffer, SMEM, "tma", barrier)
+
+    def kv_step(cta, j, at: BlockState):
         """The K/V loads issued at step j: K_0 first, then K_j+1 and V_j, as the consumers need K_j+1 (for
-        S_j+1) before V_j (for P_j V_j); each into its ring slot once every consumer has released it."""
+        S_j+1) before V_j (for P_j V_j); each into its ring slot once every consumer has released it. The
+        ring's slot and fill count run on from the block's earlier tiles (`at`)."""
         b, h = cta[:2]
-        (first, n), c_act, hk = kv_range(p, t, cta), active(cta[2]), h // p.group
+        first, hk = kv_range(p, t, cta)[0], h // p.group
 
         def load(tensor, src, j):
-            s, use = j % stages, j // stages
-            if use:
-                yield wait(f"empty{tensor}{s}", c_act * use)
+            s, use = (at.kv_blocks + j) % stages, (at.kv_blocks + j) // stages
+            if use:  # each fill is released by every consumer warpgroup (the last with rows for the others)
+                yield wait(f"empty{tensor}{s}", consumers * use)
             yield Load(row_tile(p, src, b, h, (first + j) * bn, bn, kv=True), f"s{tensor}{s}", SMEM, "tma",
                        f"full{tensor}{s}")
             if fp8:  # the block scale travels with its tile, on the same barrier
                 yield Load(GTile(f"{tensor}scale", b, hk, first + j, 1, 0, 1, 4), f"{tensor.lower()}s{s}", SMEM, "tma",
                            f"full{tensor}{s}")
 
+        n = kv_range(p, t, cta)[1]
         if j == 0:
             yield from load("K", k_src, 0)
         if j + 1 < n:
             yield from load("K", k_src, j + 1)
         yield from load("V", v_src, j)
 
-    def producer(cta):
+    def producer(cta, state=None):
+        at = state or start
         n, c_act = kv_range(p, t, cta)[1], active(cta[2])
+        if carried and at.tiles >= 2:  # the buffer's last tile has released it (its last S GEMMs are done)
+            yield wait(f"qempty{at.tiles % 2}", consumers * (at.tiles // 2))
         for c in range(c_act if n or splits == 1 else 0):
-            yield from load_q(cta, c)
+            yield from load_q(cta, c, at)
         for j in range(n):
-            yield from kv_step(cta, j)
+            yield from kv_step(cta, j, at)
+
+    def carry(state, cta) -> BlockState:
+        """The block's state after tile `cta` (the counts its programs add to the ring, Q and turn barriers)."""
+        at = state or start
+        n, c_act = kv_range(p, t, cta)[1], active(cta[2])
+        q_loads = [list(x) for x in at.q_loads]
+        for c in range(c_act):
+            q_loads[at.tiles % 2][c] += 1
+        turns = list(at.turns)
+        if c_act > 1 and n:
+            for c in range(c_act):  # each consumer passes the turn once per K/V block and once for the last PV
+                turns[(c + 1) % c_act] += n + 1
+        return BlockState(at.tiles + 1, at.kv_blocks + n, tuple(map(tuple, q_loads)), tuple(turns))
 
     def consumer_program(c: int):
-        def program(cta):
+        def program(cta, state=None):
+            at = state or start
             b, h, i = cta[:3]
             if c >= active(i):
                 return
             row0 = i * bm + c * WG_ROWS
             first, n = kv_range(p, t, cta)
-            turns = iter(range(10**9))
+            turns = iter(range(at.turns[c], 10**9))  # passes this turn barrier received in earlier tiles
             c_act = active(i)
+            q_buf, q_bar = q_buffer(c, at)
+            # the ring's slot and fill of the tile's block j, counted from the block's earlier tiles
+            ring = at.kv_blocks
+            # every consumer warpgroup of the kernel releases each slot: the last one with rows here arrives
+            # for those without (only a ragged last query block has any)
+            weight = 1 + (consumers - c_act if c == c_act - 1 else 0)
             # Without a producer, each consumer loads its own Q slice and the first one issues the shared
             # K/V loads one step ahead, stalling on the ring's empty slots itself.
             loads_kv = not warp_specialization and c == 0
@@ -224,28 +272,30 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
             arrivals = 2 if fp8 else 1  # tile (+ its scale) per fill of a slot
 
             def wait_k(j):
-                yield wait(f"fullK{j % stages}", arrivals * (j // stages + 1))
+                yield wait(f"fullK{(ring + j) % stages}", arrivals * ((ring + j) // stages + 1))
 
             def qk(j):
-                s = j % stages
-                yield once(("qk", c, s), lambda: Gemm(
-                    "S", f"sQ{c}", f"sK{s}", WG_ROWS, bn, d, SMEM, SMEM, "wgmma", dt, 4, trans_b=True,
+                s = (ring + j) % stages
+                yield once(("qk", q_buf, s), lambda: Gemm(
+                    "S", q_buf, f"sK{s}", WG_ROWS, bn, d, SMEM, SMEM, "wgmma", dt, 4, trans_b=True,
                     a_scale="qs" if fp8 else None, b_scale=f"ks{s}" if fp8 else None, async_token="s"))
 
             def pv(j):
-                s = j % stages
-                yield wait(f"fullV{s}", arrivals * (j // stages + 1))
+                s = (ring + j) % stages
+                yield wait(f"fullV{s}", arrivals * ((ring + j) // stages + 1))
                 yield once(("pv", j % 2, s), lambda: Gemm(
                     "acc", f"P{j % 2}", f"sV{s}", WG_ROWS, d, bn, RMEM, SMEM, "wgmma", dt, 4,
                     accumulate=True, b_scale=f"vs{s}" if fp8 else None, async_token="o"))
 
             def wait_s(j):
+                s = (ring + j) % stages
                 yield once((GemmWait, "s"), lambda: GemmWait("s"))
-                yield once((Arrive, "emptyK", j % stages), lambda: Arrive(f"emptyK{j % stages}"))
+                yield once((Arrive, "emptyK", s, weight), lambda: Arrive(f"emptyK{s}", weight))
 
             def wait_o(j):
+                s = (ring + j) % stages
                 yield once((GemmWait, "o"), lambda: GemmWait("o"))
-                yield once((Arrive, "emptyV", j % stages), lambda: Arrive(f"emptyV{j % stages}"))
+                yield once((Arrive, "emptyV", s, weight), lambda: Arrive(f"emptyV{s}", weight))
 
             # K/V tiles ending at or before `visible` need no mask (tile_mask's test, made once per tile)
             visible = p.seqlen_k
@@ -264,12 +314,12 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
 
             def loads(j):
                 if loads_kv:
-                    yield from kv_step(cta, j)
+                    yield from kv_step(cta, j, at)
 
             if not warp_specialization and (n or splits == 1):
-                yield from load_q(cta, c)
+                yield from load_q(cta, c, at)
             if n or splits == 1:  # an empty split loads no Q: it only writes an empty partial
-                yield Wait(f"q{c}", 1)
+                yield Wait(q_bar, at.q_loads[at.tiles % 2][c] + 1)
             if fp8:
                 yield Load(GTile("Qscale", b, h, i, 1, 0, 1, 4), "qs", RMEM)
             yield Fill("acc", WG_ROWS, d, 0.0)
@@ -296,6 +346,8 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
                     if intra_overlap:
                         yield from wait_o(j - 1)
                     yield once((Rescale,), lambda: Rescale("acc", "corr", WG_ROWS, d, 4))
+            if carried:  # every S GEMM of the tile has read Q: its buffer may take the tile after next's
+                yield once((Arrive, "qempty", at.tiles % 2, weight), lambda: Arrive(f"qempty{at.tiles % 2}", weight))
             if n:
                 yield from take_turn()
                 yield from pv(n - 1)
@@ -322,7 +374,7 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
     kernel = Kernel(f"flash_fwd_{name}" + ("_splitkv" if splits > 1 else ""), ctas, roles, smem,
                     v3_launch_registers(consumers), classes=lambda c: c[2:],
                     persistent=prefetch or tile_order.persistent(p.causal, p.seqlen_k, p.headdim, elem, bm),
-                    uniform=not p.causal and not fp8 and splits == 1)
+                    uniform=not p.causal and not fp8 and splits == 1, carry=carry if carried else None)
     if splits == 1:
         return Schedule(algo, p, t, (kernel,))
     return Schedule(algo, p, t, (kernel, combine_kernel(p, splits)), shapes=workspace_shapes(p, splits))
