@@ -157,6 +157,24 @@ class L2Cache:
             if old is entry:  # a line larger than the whole cache: it streams through
                 break
 
+    def spread_dirty(self) -> None:
+        """Spread the dirty room evenly over the LRU order, as a streaming write leaves the H200's L2: its
+        newest lines all stay but only about half of them dirty, interleaved with clean ones, so a later
+        kernel's first misses already evict dirty lines in that proportion (the probe's short launches after
+        the flush pay those write-backs: experiments/results/h200/decode-hbm/hbm-probe.json, "fixed")."""
+        share = self.dirty_room / self.used if self.used else 0.0
+        for entry in self.dirty.values():
+            entry[1] = False
+        self.dirty.clear()
+        self.dirty_room = owed = 0.0
+        for key, entry in self.lines.items():
+            owed += share * entry[0]
+            if owed >= entry[0]:
+                owed -= entry[0]
+                entry[1] = True
+                self.dirty[key] = entry
+                self.dirty_room += entry[0]
+
     def take_evicted(self) -> float:
         """Dirty bytes evicted since the last call (the HBM writes to charge now), in sample units."""
         n = self.evicted_dirty_bytes - self._charged
