@@ -13,6 +13,7 @@ from flashsim.errors import FlashsimError
 from flashsim.experiments import validate, validate_compare, validate_ncu
 from flashsim.experiments import validate_store as store
 from flashsim.experiments.validate_metrics import pct_error, summarize, summarize_groups
+from flashsim.hw_profiles import load_profile
 
 # -- metrics ----------------------------------------------------------------------------------------------
 
@@ -277,6 +278,30 @@ def test_compare_predicts_again_after_a_model_change(tmp_path: Path, monkeypatch
     monkeypatch.setattr(validate_compare, "_simulate", lambda job: calls.append(job) or _fake_simulate(job))
     validate_compare.compare(tmp_path, measured, "h200", jobs=1, log=lambda _: None)
     assert len(calls) == 2  # our v2 (its kernel's tiles) and SDPA flash (the default, the same tiles) share one
+
+
+def test_compare_simulates_the_flushed_l2_it_measured_after_and_records_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """validate flushes L2 before each timed call, so predictions start from the flushed L2 unless asked for an
+    empty one; the report says which, and a report made with the other start is not reused."""
+    calls = []
+    monkeypatch.setattr(validate_compare, "_simulate", lambda job: calls.append(job) or _fake_simulate(job))
+    measured = _measured_file(tmp_path)
+    report = validate_compare.compare(tmp_path, measured, "h200", jobs=1, log=lambda _: None)
+    assert calls and all(job[6] is True for job in calls) and report["l2_start"] == "flushed"
+    assert "partly dirty L2" in (tmp_path / "validation.md").read_text()
+    n = len(calls)
+    report = validate_compare.compare(tmp_path, measured, "h200", jobs=1, log=lambda _: None, flushed_l2=False)
+    assert len(calls) == 2 * n and all(job[6] is False for job in calls[n:]) and report["l2_start"] == "empty"
+
+
+def test_a_job_simulates_the_flushed_l2_it_names() -> None:
+    """The flushed start reaches simulate: a decode reading more than the L2 writes the flush's dirty lines back."""
+    problem = {"batch": 64, "heads": 32, "kv_heads": 4, "seqlen_q": 1, "seqlen_k": 1024, "headdim": 128}
+    tiling = {"block_m": 64, "block_n": 64, "warps": 4, "stages": 3, "splits": 1}
+    empty, flushed = (validate_compare._simulate(("decode", problem, tiling, "h200", [], {}, f)) for f in (False, True))
+    written_back = flushed["predicted"]["hbm_write"] - empty["predicted"]["hbm_write"]
+    assert written_back == pytest.approx(load_profile("h200").l2_dirty_max_bytes, rel=0.02)
 
 
 def test_compare_simulates_the_default_tiles_once_with_the_same_tiles_named(
