@@ -15,7 +15,7 @@ import simpy
 from flashsim.algorithms.ir import GTile
 from flashsim.errors import FlashsimError
 
-from .l2 import L2Cache
+from .l2 import FLUSH, L2Cache
 from .loopskip import LoopSkip
 from .resources import Barrier, Port, QueueUnit, SharedUnit
 from .timing import RoleTimer
@@ -281,9 +281,10 @@ class Gpu:
         reads. The flush's own counts are not the launch's."""
         row_bytes = 1024
         rows = math.ceil(self.l2.capacity / self.private_copies / row_bytes)
-        self.l2.write(GTile("L2_FLUSH", 0, 0, 0, rows, 0, row_bytes, 1), self.private_copies)
+        self.l2.write(GTile(FLUSH, 0, 0, 0, rows, 0, row_bytes, 1), self.private_copies)
         self.l2.spread_dirty()
         self.l2.write_bytes, self.l2.evicted_dirty_bytes, self.l2._charged, self.l2.evictions = 0, 0.0, 0.0, 0
+        self.l2.flush_written_back = 0.0
 
     def _charge_evictions(self, now: int, flow: int) -> None:
         evicted = self.l2.take_evicted()
