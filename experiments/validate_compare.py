@@ -11,8 +11,9 @@ simulates only the new rows, and any change to the model predicts everything aga
 Every measured call starts after validate's L2 flush (make_flush: a large write), so by default each
 prediction starts from the full, partly dirty L2 that flush leaves (simulate(flushed_l2=True)) and pays the
 write-backs of the dirty lines its reads evict; flushed_l2=False (`--empty-l2`) starts from an empty L2. The
-report records which (`l2_start`). Byte counts come from Nsight Compute, which flushes the caches itself
-before each kernel: the predicted HBM writes they are compared with leave the flush's write-backs out.
+report records which (`l2_start`). Byte counts come from Nsight Compute, which flushes and invalidates the
+caches itself before each kernel it profiles (its default cache control): a row with measured bytes is
+simulated once more from an empty L2 for them.
 """
 
 from __future__ import annotations
@@ -51,6 +52,11 @@ QUANTITIES = {
     "hbm_write": ("HBM write", "HBM write", "MB", 1e-6),
     "l2_bytes": ("L2 read + write", "L2 read + write", "MB", 1e-6),
 }
+
+# The quantities Nsight Compute measures (after its own cache flush), not the timed calls.
+BYTES = {"hbm_read", "hbm_write", "l2_bytes"}
+# The simulated L2 at each call's start, by simulate's flushed_l2 (recorded in the report).
+L2_STARTS = {True: "flushed", False: "empty"}
 
 
 def ran_tiling(rec: dict) -> dict | None:
@@ -166,9 +172,7 @@ def _simulate(job: tuple) -> dict:
                 "time_s": d["time_s"],
                 "kernel_time_s": d["kernel_time_s"],
                 "hbm_read": b["hbm_read"],
-                # ncu flushes and invalidates the caches before each kernel it profiles (its default cache
-                # control), so the writes it counts hold none of validate's flush's write-backs
-                "hbm_write": b["hbm_write"] - b.get("hbm_write_flush", 0),
+                "hbm_write": b["hbm_write"],
                 "l2_bytes": b["l2_read"] + b["l2_write"],
             },
             "sim": {"bound_by": d["bound_by"], "tiling": d["tiling"], "wall_s": time.perf_counter() - t0},
@@ -219,7 +223,11 @@ def predict(rows: list[dict], hw: str, overrides: list[str], jobs: int, cached: 
             job_args[i] = (algo, problem, default, hw, overrides, swaps, flushed_l2)
     # Implementations that the model runs as the same schedule on the same tiles share one simulation; the
     # largest problems start first, so the last process to finish is not the one that drew the longest run.
-    unique = sorted({json.dumps(a, sort_keys=True): a for a in job_args}.values(), key=_work, reverse=True)
+    # ncu's bytes were counted from its own clean, empty L2: rows that have them are simulated from one for them
+    byte_args = {i: (*a[:6], False) for i, (a, r) in enumerate(zip(job_args, todo, strict=True))
+                 if flushed_l2 and BYTES & set(r["measured"])}  # fmt: skip
+    unique = sorted({json.dumps(a, sort_keys=True): a for a in [*job_args, *byte_args.values()]}.values(), key=_work,
+                    reverse=True)  # fmt: skip
     by_args = journal.done() if journal else {}
     pending = [a for a in unique if json.dumps(a, sort_keys=True) not in by_args]
     resumed = f", {len(unique) - len(pending)} resumed from an interrupted run" if len(pending) < len(unique) else ""
@@ -229,8 +237,11 @@ def predict(rows: list[dict], hw: str, overrides: list[str], jobs: int, cached: 
         by_args[key] = res
         if journal:
             journal.add(key, res)
-    for row, args in zip(todo, job_args, strict=True):
+    for i, (row, args) in enumerate(zip(todo, job_args, strict=True)):
         row.update(by_args[json.dumps(args, sort_keys=True)])
+        empty = by_args[json.dumps(byte_args[i], sort_keys=True)] if i in byte_args else {}
+        if "predicted" in row and "predicted" in empty:
+            row["predicted"] = {**row["predicted"], **{q: empty["predicted"][q] for q in BYTES}}
 
 
 def _run_all(jobs_args: list, jobs: int):
@@ -372,10 +383,6 @@ def compare(out_dir: Path, measured: Path, hw: str = "h200", overrides: list[str
     return report
 
 
-# The simulated L2 at each call's start, by simulate's flushed_l2 (recorded in the report).
-L2_STARTS = {True: "flushed", False: "empty"}
-
-
 def _display(hw: str) -> str:
     """A profile given by path is recorded by file name only (no machine paths in results)."""
     return Path(hw).name if ("/" in hw or os.sep in hw) else hw
@@ -423,8 +430,8 @@ def markdown(report: dict) -> str:
         "dram__bytes_read/write.sum and lts__t_bytes.sum (ncu counts L2 write-back after the kernel nowhere; the "
         "simulator's hbm_write leaves it out too). "
         + ("Each prediction starts from the full, partly dirty L2 the flush leaves and pays the write-backs "
-           "of the dirty lines its reads evict (left out of the HBM writes compared with ncu's, which flushes "
-           "the caches itself)." if report.get("l2_start") == "flushed" else
+           "of the dirty lines its reads evict; the bytes, which ncu counts after flushing the caches itself, "
+           "are predicted from an empty L2." if report.get("l2_start") == "flushed" else
            "Each prediction starts from an empty L2 (the flush's dirty lines not simulated)."),
         "",
         f"![predicted vs measured]({report['plot']})",
