@@ -74,6 +74,8 @@ def register(subparsers: Any) -> None:
         "--set", dest="hw_set", action="append", default=[], metavar="KEY=VALUE", help="override a profile parameter"
     )
     p.add_argument("--jobs", type=int, default=0, help="simulator processes (default: CPUs, at most 8)")
+    p.add_argument("--empty-l2", action="store_true",
+                   help="predict each call from an empty L2, not the full, partly dirty one the flush before it leaves")
     p.set_defaults(func=_validate)
 
     p = subparsers.add_parser(
@@ -162,7 +164,8 @@ def _validate(args: argparse.Namespace) -> int:
     from .validate_sets import DEV, SETS
 
     command = command_line(["validate", *argv_tail()[1:]])
-    reports = {s.name: compare(out_dir, out_dir / s.measured, args.hw, args.hw_set, args.jobs, command, data_set=s)
+    reports = {s.name: compare(out_dir, out_dir / s.measured, args.hw, args.hw_set, args.jobs, command, data_set=s,
+                               flushed_l2=not args.empty_l2)
                for s in SETS if (out_dir / s.measured).is_file()}  # fmt: skip
     if not reports:
         raise FlashsimError(f"no measurements in {out_dir}; run `flashsim validate` on a GPU first")

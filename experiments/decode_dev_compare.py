@@ -5,7 +5,8 @@ tiles and split count it ran (kernels/decode.py's tile table, the row's `splits`
 the record's own tiles and split heuristic (FA2's split-KV kernel, which packs a one-query GQA group the same
 way), and cuDNN the same (no record of its own: the decode record stands in). Compares the simulated kernel
 time with the GPU busy time and writes decode-dev-compare.json and .md (MAPE, bias and worst error per
-implementation).
+implementation). Each run starts from the L2 the benchmark's flush leaves (simulate(flushed_l2=True)), as
+every call was measured; `--empty-l2` starts from an empty one.
 
     python3 -m flashsim.experiments.decode_dev_compare [--bench FILE] [--out DIR] [--jobs N] [--impls ours,...]
 """
@@ -65,8 +66,9 @@ def summary(rows: list[dict]) -> dict:
 
 def markdown(report: dict) -> str:
     lines = [f"Decode development comparison: `{report['command']}` (profile {report['hw']}; measured "
-             f"{report['bench']}, GPU busy time with an L2 flush before each call; error = predicted / measured "
-             "- 1)", "", "| impl | n | MAPE % | bias % | worst % |", "|---|---|---|---|---|"]
+             f"{report['bench']}, GPU busy time with an L2 flush before each call; simulated from "
+             f"{'an empty L2' if report.get('l2_start') == 'empty' else 'the L2 the flush leaves'}; error = "
+             "predicted / measured - 1)", "", "| impl | n | MAPE % | bias % | worst % |", "|---|---|---|---|---|"]
     for impl, s in report["summary"].items():
         if s["n"]:
             lines.append(f"| {impl} | {s['n']} | {s['mape']:.1f} | {s['bias']:+.1f} | {s['max']:+.1f} |")
@@ -88,14 +90,14 @@ def main(argv=None) -> None:
     ap.add_argument("--hw", default="h200")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--impls", default=",".join(IMPLS))
-    ap.add_argument("--flushed-l2", action="store_true",
-                    help="start each run from the full, partly dirty L2 the benchmark's flush leaves")
+    ap.add_argument("--empty-l2", action="store_true",
+                    help="start each run from an empty L2, not the full, partly dirty one the benchmark's flush leaves")
     ap.add_argument("--stem", default="decode-dev-compare")
     args = ap.parse_args(argv)
     impls = args.impls.split(",")
     bench = json.loads(args.bench.read_text())
     rows = [dict(r) for r in bench["rows"] if r["impl"] in impls and r.get("gpu_us")]
-    jobs = [(problem_args(r), our_tiling(r) if r["impl"] == "ours" else None, args.hw, args.flushed_l2) for r in rows]
+    jobs = [(problem_args(r), our_tiling(r) if r["impl"] == "ours" else None, args.hw, not args.empty_l2) for r in rows]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         for row, res in zip(rows, pool.map(predict, jobs), strict=True):
             row.pop("kernels", None)
@@ -107,9 +109,10 @@ def main(argv=None) -> None:
                   f"{res.get('wall_s', '')}s", flush=True)
     command = ("python3 -m flashsim.experiments.decode_dev_compare"
                + (f" --impls {args.impls}" if args.impls != ",".join(IMPLS) else "")
-               + (" --flushed-l2" if args.flushed_l2 else "")
+               + (" --empty-l2" if args.empty_l2 else "")
                + (f" --stem {args.stem}" if args.stem != ap.get_default("stem") else ""))
     report = {"command": command, "hw": args.hw, "bench": args.bench.name,
+              "l2_start": "empty" if args.empty_l2 else "flushed",
               "summary": {i: summary([r for r in rows if r["impl"] == i]) for i in impls}, "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.stem}.json").write_text(json.dumps(report, indent=1) + "\n")

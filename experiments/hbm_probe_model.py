@@ -81,7 +81,7 @@ def main(argv=None) -> None:
     rows = json.loads(args.probe.read_text())["rows"]
     errs = []
     for r in rows:
-        if r["sweep"] not in args.sweeps.split(",") or not r["block_bytes"]:
+        if r["sweep"] not in args.sweeps.split(",") or not r["block_bytes"] or not r["blocks"]:
             continue
         us = predict(r, profile)
         err = us / r["gpu_us"] - 1

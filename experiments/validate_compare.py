@@ -7,6 +7,13 @@ max error / bias per implementation and quantity), <stem>.md (the same as tables
 (predicted against measured), stem "validation" or "testset". Needs no GPU. Predictions already in the
 report for the same profile and the same model sources are reused, so a rerun after a resumed sweep
 simulates only the new rows, and any change to the model predicts everything again.
+
+Every measured call starts after validate's L2 flush (make_flush: a large write), so by default each
+prediction starts from the full, partly dirty L2 that flush leaves (simulate(flushed_l2=True)) and pays the
+write-backs of the dirty lines its reads evict; flushed_l2=False (`--empty-l2`) starts from an empty L2. The
+report records which (`l2_start`). Byte counts come from Nsight Compute, which flushes and invalidates the
+caches itself before each kernel it profiles (its default cache control): a row with measured bytes is
+simulated once more from an empty L2 for them.
 """
 
 from __future__ import annotations
@@ -45,6 +52,11 @@ QUANTITIES = {
     "hbm_write": ("HBM write", "HBM write", "MB", 1e-6),
     "l2_bytes": ("L2 read + write", "L2 read + write", "MB", 1e-6),
 }
+
+# The quantities Nsight Compute measures (after its own cache flush), not the timed calls.
+BYTES = {"hbm_read", "hbm_write", "l2_bytes"}
+# The simulated L2 at each call's start, by simulate's flushed_l2 (recorded in the report).
+L2_STARTS = {True: "flushed", False: "empty"}
 
 
 def ran_tiling(rec: dict) -> dict | None:
@@ -126,9 +138,11 @@ def model_fingerprint(root: Path | None = None) -> str:
 def _simulate(job: tuple) -> dict:
     """One prediction (runs in a worker process): the simulator's time and bytes, or the error it raised.
     job: (algo, problem kwargs, tiling dict or None, profile name or path, --set overrides, and optionally
-    {profile key: profile key whose value it takes} for an implementation that runs on other units)."""
+    {profile key: profile key whose value it takes} for an implementation that runs on other units, and
+    whether the run starts from the flushed L2 (absent: an empty one))."""
     algo, problem, tiling, hw, overrides, *rest = job
     swaps = rest[0] if rest else {}
+    flushed = bool(rest[1]) if len(rest) > 1 else False
     from flashsim.algorithms.problem import Problem
     from flashsim.algorithms.tiling import Tiling
     from flashsim.hw_profiles import load_profile
@@ -150,7 +164,7 @@ def _simulate(job: tuple) -> dict:
             from flashsim.algorithms.tiling import fa1_splits
 
             tiling = {**tiling, "splits": fa1_splits(prob, Tiling(**tiling), profile)}
-        res = simulate(algo, prob, profile, Tiling(**tiling) if tiling else None)
+        res = simulate(algo, prob, profile, Tiling(**tiling) if tiling else None, flushed_l2=flushed)
         d = res.as_dict()
         b = d["bytes"]
         return {
@@ -168,9 +182,10 @@ def _simulate(job: tuple) -> dict:
 
 
 def predict(rows: list[dict], hw: str, overrides: list[str], jobs: int, cached: dict, log=print,
-            journal: Journal | None = None) -> None:
+            journal: Journal | None = None, flushed_l2: bool = True) -> None:
     """Fill row["predicted"] (or row["predict_error"]) for every row with a measurement. Each simulation is
-    written to the journal as it finishes, so an interrupted comparison resumes where it stopped."""
+    written to the journal as it finishes, so an interrupted comparison resumes where it stopped. flushed_l2:
+    each run starts from the L2 validate's flush leaves (else from an empty one)."""
     todo = []
     for row in rows:
         if not row["measured"]:
@@ -183,13 +198,14 @@ def predict(rows: list[dict], hw: str, overrides: list[str], jobs: int, cached: 
     if not todo:
         return
     job_args = [
-        (r["algo"], _problem_args(r["config"]), r.get("tiling"), hw, overrides, SIM_SWAPS.get(r["impl"], {}))
+        (r["algo"], _problem_args(r["config"]), r.get("tiling"), hw, overrides, SIM_SWAPS.get(r["impl"], {}),
+         flushed_l2)
         for r in todo
     ]
     # a row that names no tiles runs the model's default: named, it is one simulation with a row that names
     # the same tiles (SDPA flash and our v2); a default the model refuses stays None, to fail in _simulate
     profiles: dict = {}
-    for i, (algo, problem, tiling, _, _, swaps) in enumerate(job_args):
+    for i, (algo, problem, tiling, _, _, swaps, _) in enumerate(job_args):
         if tiling is None:
             try:
                 from flashsim.algorithms.problem import Problem
@@ -204,10 +220,14 @@ def predict(rows: list[dict], hw: str, overrides: list[str], jobs: int, cached: 
                 default = resolve_tiling(algo, Problem(**problem), profiles[key]).as_dict()
             except Exception:  # the simulation says why
                 continue
-            job_args[i] = (algo, problem, default, hw, overrides, swaps)
+            job_args[i] = (algo, problem, default, hw, overrides, swaps, flushed_l2)
     # Implementations that the model runs as the same schedule on the same tiles share one simulation; the
     # largest problems start first, so the last process to finish is not the one that drew the longest run.
-    unique = sorted({json.dumps(a, sort_keys=True): a for a in job_args}.values(), key=_work, reverse=True)
+    # ncu's bytes were counted from its own clean, empty L2: rows that have them are simulated from one for them
+    byte_args = {i: (*a[:6], False) for i, (a, r) in enumerate(zip(job_args, todo, strict=True))
+                 if flushed_l2 and BYTES & set(r["measured"])}  # fmt: skip
+    unique = sorted({json.dumps(a, sort_keys=True): a for a in [*job_args, *byte_args.values()]}.values(), key=_work,
+                    reverse=True)  # fmt: skip
     by_args = journal.done() if journal else {}
     pending = [a for a in unique if json.dumps(a, sort_keys=True) not in by_args]
     resumed = f", {len(unique) - len(pending)} resumed from an interrupted run" if len(pending) < len(unique) else ""
@@ -217,8 +237,11 @@ def predict(rows: list[dict], hw: str, overrides: list[str], jobs: int, cached: 
         by_args[key] = res
         if journal:
             journal.add(key, res)
-    for row, args in zip(todo, job_args, strict=True):
+    for i, (row, args) in enumerate(zip(todo, job_args, strict=True)):
         row.update(by_args[json.dumps(args, sort_keys=True)])
+        empty = by_args[json.dumps(byte_args[i], sort_keys=True)] if i in byte_args else {}
+        if "predicted" in row and "predicted" in empty:
+            row["predicted"] = {**row["predicted"], **{q: empty["predicted"][q] for q in BYTES}}
 
 
 def _run_all(jobs_args: list, jobs: int):
@@ -274,16 +297,17 @@ def _problem_args(config: dict) -> dict:
     return {k: config[k] for k in keys if k in config}
 
 
-def _cached(path: Path, fingerprint: str) -> dict:
-    """(impl, config_id, tiling) -> prediction fields from an earlier report made with the same profile and
-    model (a kernel re-measured with other tiles is predicted again)."""
+def _cached(path: Path, fingerprint: str, l2_start: str) -> dict:
+    """(impl, config_id, tiling) -> prediction fields from an earlier report made with the same profile,
+    model and L2 start (a kernel re-measured with other tiles is predicted again)."""
     if not path.is_file():
         return {}
     try:
         old = json.loads(path.read_text())
     except json.JSONDecodeError:
         return {}
-    if old.get("profile", {}).get("fingerprint") != fingerprint or old.get("model_fingerprint") != model_fingerprint():
+    if (old.get("profile", {}).get("fingerprint") != fingerprint or old.get("model_fingerprint") != model_fingerprint()
+            or old.get("l2_start", "empty") != l2_start):
         return {}
     out = {}
     for r in old.get("rows", []):
@@ -298,9 +322,10 @@ def _cache_key(row: dict) -> tuple:
 
 
 def compare(out_dir: Path, measured: Path, hw: str = "h200", overrides: list[str] | None = None, jobs: int = 0,
-            command: str = "", log=print, data_set: DataSet = DEV) -> dict:  # fmt: skip
+            command: str = "", log=print, data_set: DataSet = DEV, flushed_l2: bool = True) -> dict:  # fmt: skip
     """Predict, score and write the set's report (validation.json / .md / .png for the development set,
-    testset.* for the test set) into out_dir. Returns the report."""
+    testset.* for the test set) into out_dir. flushed_l2: simulate each call from the L2 validate's flush
+    leaves, as it was measured (False: from an empty L2). Returns the report."""
     from flashsim.hw_profiles import load_profile
 
     from .calibrate_gpu import today
@@ -314,7 +339,8 @@ def compare(out_dir: Path, measured: Path, hw: str = "h200", overrides: list[str
     jobs = jobs or max(1, min(8, (os.cpu_count() or 1)))
     json_path, md_path, png_path = (out_dir / f"{data_set.stem}{ext}" for ext in (".json", ".md", ".png"))
     journal = Journal(out_dir / f".{data_set.stem}-predictions.jsonl", fingerprint)
-    predict(rows, hw, overrides or [], jobs, _cached(json_path, fingerprint), log, journal)
+    l2_start = L2_STARTS[flushed_l2]
+    predict(rows, hw, overrides or [], jobs, _cached(json_path, fingerprint, l2_start), log, journal, flushed_l2)
     scored = [r for r in rows if r.get("predicted")]
     summary = summarize_groups(scored, "impl", QUANTITIES)
     by_algo = summarize_groups(scored, "algo", QUANTITIES)
@@ -329,6 +355,7 @@ def compare(out_dir: Path, measured: Path, hw: str = "h200", overrides: list[str
         },
         "profile": {"name": profile.name, "hw": _display(hw), "fingerprint": fingerprint},
         "model_fingerprint": model_fingerprint(),
+        "l2_start": l2_start,
         "quantities": {q: {"label": lab, "unit": unit} for q, (lab, _, unit, _) in QUANTITIES.items()},
         "impl_algo": {r["impl"]: r["algo"] for r in rows},
         "summary": summary,
@@ -401,7 +428,11 @@ def markdown(report: dict) -> str:
         "before each call, and the GPU busy time of a call (its kernels' durations, from the CUDA profiler) is "
         "compared with the simulated time less its launch overheads. Bytes are Nsight Compute's "
         "dram__bytes_read/write.sum and lts__t_bytes.sum (ncu counts L2 write-back after the kernel nowhere; the "
-        "simulator's hbm_write leaves it out too).",
+        "simulator's hbm_write leaves it out too). "
+        + ("Each prediction starts from the full, partly dirty L2 the flush leaves and pays the write-backs "
+           "of the dirty lines its reads evict; the bytes, which ncu counts after flushing the caches itself, "
+           "are predicted from an empty L2." if report.get("l2_start") == "flushed" else
+           "Each prediction starts from an empty L2 (the flush's dirty lines not simulated)."),
         "",
         f"![predicted vs measured]({report['plot']})",
         "",

@@ -142,7 +142,8 @@ def simulate(
     max_events: stop with EventLimitReached (a FlashsimError) after scheduling that many events (each V1 probe
     has the limit of its own). progress: called with the fraction of the run's blocks done, as they finish.
     options: the record's build options (V3's ablation switches, v2-bwd's dq); one it does not take is refused.
-    flushed_l2: start from the full, partly dirty L2 a flush leaves (Gpu.flushed_l2), not an empty one."""
+    flushed_l2: start from the full, partly dirty L2 a flush leaves (Gpu.flushed_l2), not an empty one; bytes
+    then holds hbm_write_flush, the part of hbm_write that is the flush's dirty lines written back."""
     rec = catalog.get(algo)
     options = dict(options or {})
     unknown = sorted(set(options) - set(rec.options))
@@ -219,6 +220,8 @@ def simulate(
             "hbm_read": round(totals["hbm_read"]),
             "hbm_write": round(totals["hbm_write"]),
             "hbm_write_back_after": round(dirty_end),
+            # of hbm_write, the flush's dirty lines that this launch's misses evicted
+            **({"hbm_write_flush": round(totals["hbm_write_flush"])} if flushed_l2 else {}),
             "l2_read": round(totals["l2_read"]),
             "l2_write": round(totals["l2_write"]),
             **({"l2_atomic": round(totals["l2_atomic"])} if totals["l2_atomic"] else {}),
@@ -379,6 +382,7 @@ def _counters(gpu: Gpu) -> dict:
         "busy_hbm": gpu.hbm.busy_cycles(now),
         "hbm_read": gpu.l2.miss_bytes,
         "hbm_write": gpu.hbm_write_bytes,
+        "hbm_write_flush": gpu.l2.flush_written_back,
         "l2_read": gpu.l2.read_bytes,
         "l2_write": gpu.l2.write_bytes,
         "l2_atomic": gpu.atomic_bytes,

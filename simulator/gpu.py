@@ -15,7 +15,7 @@ import simpy
 from flashsim.algorithms.ir import GTile
 from flashsim.errors import FlashsimError
 
-from .l2 import L2Cache
+from .l2 import FLUSH, L2Cache
 from .loopskip import LoopSkip
 from .resources import Barrier, Port, QueueUnit, SharedUnit
 from .timing import RoleTimer
@@ -276,12 +276,15 @@ class Gpu:
 
     def flushed_l2(self) -> None:
         """Start from the L2 a large write leaves (validate's L2 flush before each timed call): every line
-        taken, the newest l2_dirty_max_bytes of them dirty, so the launch's reads evict them and pay their
-        write-backs. The flush's own counts are not the launch's."""
+        taken, l2_dirty_max_bytes of them dirty and spread among the clean ones (L2Cache.spread_dirty), so
+        the launch's misses evict dirty lines from the first one on and pay their write-backs beside its
+        reads. The flush's own counts are not the launch's."""
         row_bytes = 1024
         rows = math.ceil(self.l2.capacity / self.private_copies / row_bytes)
-        self.l2.write(GTile("L2_FLUSH", 0, 0, 0, rows, 0, row_bytes, 1), self.private_copies)
+        self.l2.write(GTile(FLUSH, 0, 0, 0, rows, 0, row_bytes, 1), self.private_copies)
+        self.l2.spread_dirty()
         self.l2.write_bytes, self.l2.evicted_dirty_bytes, self.l2._charged, self.l2.evictions = 0, 0.0, 0.0, 0
+        self.l2.flush_written_back = 0.0
 
     def _charge_evictions(self, now: int, flow: int) -> None:
         evicted = self.l2.take_evicted()

@@ -148,14 +148,22 @@ def test_ring_and_math_shapes_equal_reference(nq, group, stages):
     assert err < 2e-3
 
 
-def test_a_flushed_l2_makes_long_reads_pay_the_flushs_write_backs():
+def test_a_flushed_l2_makes_reads_pay_the_flushs_write_backs():
     """simulate(flushed_l2=True) starts from the L2 a flush leaves: a decode reading more than the L2 evicts
-    its dirty lines (their write-backs share HBM with the reads); one reading little evicts only the older,
-    clean lines."""
+    all its dirty lines (their write-backs share HBM with the reads); one reading a few MB evicts dirty lines
+    in the share the flush leaves them among the clean ones (l2_dirty_max_bytes / l2_bytes)."""
     t = Tiling(64, 64, 4, 3, splits=1)
     long = Problem(64, 32, 1, 128, seqlen_k=1024, kv_heads=4)
     empty, flushed = (simulate("decode", long, H200, t, flushed_l2=f) for f in (False, True))
     assert flushed.bytes["hbm_write"] - empty.bytes["hbm_write"] == pytest.approx(H200.l2_dirty_max_bytes, rel=0.02)
+    assert flushed.bytes["hbm_write_flush"] == pytest.approx(H200.l2_dirty_max_bytes, rel=0.02)
+    assert "hbm_write_flush" not in empty.bytes
     assert flushed.kernel_time_s > empty.kernel_time_s
     short = Problem(1, 32, 1, 128, seqlen_k=1024, kv_heads=4)
-    assert simulate("decode", short, H200, t, flushed_l2=True).bytes["hbm_write"] < 1e6
+    empty, flushed = (simulate("decode", short, H200, t, flushed_l2=f) for f in (False, True))
+    share = H200.l2_dirty_max_bytes / H200.l2_bytes
+    written_back = flushed.bytes["hbm_write"] - empty.bytes["hbm_write"]
+    assert written_back == pytest.approx(share * flushed.bytes["hbm_read"], rel=0.1)
+    assert flushed.bytes["hbm_write_flush"] == pytest.approx(written_back, rel=0.01)
+    # its four blocks draw far below HBM's rate (each at its requester cap): the write-backs cost them nothing
+    assert flushed.kernel_time_s == pytest.approx(empty.kernel_time_s, rel=1e-3)

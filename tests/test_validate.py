@@ -13,6 +13,7 @@ from flashsim.errors import FlashsimError
 from flashsim.experiments import validate, validate_compare, validate_ncu
 from flashsim.experiments import validate_store as store
 from flashsim.experiments.validate_metrics import pct_error, summarize, summarize_groups
+from flashsim.hw_profiles import load_profile
 
 # -- metrics ----------------------------------------------------------------------------------------------
 
@@ -291,7 +292,47 @@ def test_compare_predicts_again_after_a_model_change(tmp_path: Path, monkeypatch
     monkeypatch.setattr(validate_compare, "model_fingerprint", lambda: "changed")
     monkeypatch.setattr(validate_compare, "_simulate", lambda job: calls.append(job) or _fake_simulate(job))
     validate_compare.compare(tmp_path, measured, "h200", jobs=1, log=lambda _: None)
-    assert len(calls) == 2  # our v2 (its kernel's tiles) and SDPA flash (the default, the same tiles) share one
+    # our v2 (its kernel's tiles) and SDPA flash (the default, the same tiles) share one, and each configuration
+    # with ncu's bytes runs once more from an empty L2 for them
+    assert len(calls) == 4 and sorted(job[6] for job in calls) == [False, False, True, True]
+
+
+def test_compare_simulates_the_flushed_l2_it_measured_after_and_records_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """validate flushes L2 before each timed call, so times are predicted from the flushed L2 unless asked for an
+    empty one; ncu's bytes, counted after ncu's own cache flush, from an empty L2. The report says which start
+    the times had, and a report made with the other start is not reused."""
+    calls = []
+
+    def by_start(job):
+        calls.append(job)
+        flushed = job[6]
+        return {"predicted": {"time_s": 2e-4, "kernel_time_s": 1e-4 if flushed else 3e-4,
+                              "hbm_read": 9e5 if flushed else 8e5, "hbm_write": 1e5, "l2_bytes": 3e6},
+                "sim": {"bound_by": "hbm"}}  # fmt: skip
+
+    monkeypatch.setattr(validate_compare, "_simulate", by_start)
+    measured = _measured_file(tmp_path)
+    report = validate_compare.compare(tmp_path, measured, "h200", jobs=1, log=lambda _: None)
+    assert report["l2_start"] == "flushed" and {job[6] for job in calls} == {True, False}
+    rows = [r for r in report["rows"] if r.get("predicted")]
+    assert rows and all(r["predicted"]["kernel_time_s"] == 1e-4 and r["predicted"]["hbm_read"] == 8e5 for r in rows)
+    assert "partly dirty L2" in (tmp_path / "validation.md").read_text()
+    n = len(calls)
+    report = validate_compare.compare(tmp_path, measured, "h200", jobs=1, log=lambda _: None, flushed_l2=False)
+    assert len(calls) > n and all(job[6] is False for job in calls[n:]) and report["l2_start"] == "empty"
+    assert all(r["predicted"]["kernel_time_s"] == 3e-4 for r in report["rows"] if r.get("predicted"))
+
+
+def test_a_job_simulates_the_flushed_l2_it_names() -> None:
+    """The flushed start reaches simulate: a decode reading more than the L2 writes the flush's dirty lines back
+    beside its reads and takes longer."""
+    problem = {"batch": 64, "heads": 32, "kv_heads": 4, "seqlen_q": 1, "seqlen_k": 1024, "headdim": 128}
+    tiling = {"block_m": 64, "block_n": 64, "warps": 4, "stages": 3, "splits": 1}
+    empty, flushed = (validate_compare._simulate(("decode", problem, tiling, "h200", [], {}, f)) for f in (False, True))
+    assert flushed["predicted"]["kernel_time_s"] > 1.05 * empty["predicted"]["kernel_time_s"]
+    written_back = flushed["predicted"]["hbm_write"] - empty["predicted"]["hbm_write"]
+    assert written_back == pytest.approx(load_profile("h200").l2_dirty_max_bytes, rel=0.02)
 
 
 def test_compare_simulates_the_default_tiles_once_with_the_same_tiles_named(
@@ -300,7 +341,7 @@ def test_compare_simulates_the_default_tiles_once_with_the_same_tiles_named(
     calls = []
     monkeypatch.setattr(validate_compare, "_simulate", lambda job: calls.append(job) or _fake_simulate(job))
     report = validate_compare.compare(tmp_path, _measured_file(tmp_path), "h200", jobs=1, log=lambda _: None)
-    v2 = [job for job in calls if job[0] == "v2"]
+    v2 = [job for job in calls if job[0] == "v2" and job[6]]
     assert len(v2) == 1 and v2[0][2] == {"block_m": 128, "block_n": 128, "warps": 4, "stages": 2, "splits": 1}
     rows = {r["impl"]: r for r in report["rows"] if r["algo"] == "v2"}
     assert rows["v2"]["predicted"] == rows["sdpa-flash"]["predicted"]
@@ -319,7 +360,8 @@ def test_compare_predicts_again_a_kernel_measured_with_other_tiles(tmp_path: Pat
     calls = []
     monkeypatch.setattr(validate_compare, "_simulate", lambda job: calls.append(job) or _fake_simulate(job))
     validate_compare.compare(tmp_path, measured, "h200", jobs=1, log=lambda _: None)
-    assert [job[0] for job in calls] == ["v2"] and calls[0][2]["block_m"] == 64
+    timed = [job for job in calls if job[6]]  # the timed rows' runs (the others are ncu's bytes, from an empty L2)
+    assert [job[0] for job in timed] == ["v2"] and timed[0][2]["block_m"] == 64
 
 
 def test_model_fingerprint_follows_the_sources(tmp_path: Path) -> None:
