@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import multiprocessing
 import os
 import sys
@@ -95,12 +94,12 @@ def measure_pool(out_dir: str, jobs: int, extra_sms: tuple[int, ...] = (), limit
     todo = [(name, sms, hw, algo, p) for name, sms in modes for hw, algo, p in grid()
             if f"{hw} {algo} {p.describe()}" not in done[name]]
     todo.sort(key=lambda t: -_cost(before.get(f"{t[2]} {t[3]} {t[4].describe()}"), t[1] is None, t[1] or 0))
-    deadline = time.monotonic() + (limit if limit is not None else math.inf)
+    deadline = time.monotonic() + limit if limit is not None else None
     with multiprocessing.Pool(jobs) as pool:  # leaving the block terminates the runs still going
         results = pool.imap_unordered(_run_task, todo)
         for _ in todo:
             try:
-                name, row = results.next(timeout=max(0.0, deadline - time.monotonic()))
+                name, row = results.next(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
             except multiprocessing.TimeoutError:
                 print(f"stopped at the limit of {limit:.0f} s: runs not finished were left out", file=sys.stderr)
                 break
