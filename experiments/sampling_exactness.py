@@ -1,13 +1,15 @@
 """Sampled default runs against --full on the FA2 grid (h100, h200: v2 and v3; a100: v2).
 
-    python -m flashsim.experiments.sampling_exactness measure DIR [--jobs N] [--sms 8 16 ...] [--limit S]
+    python -m flashsim.experiments.sampling_exactness measure DIR [--jobs N] [--sms 16 ...] [--probe chip-ratio]
+        [--limit S]
     python -m flashsim.experiments.sampling_exactness full.jsonl default.jsonl [before.jsonl] > sampling-exactness.json
 
 `measure` runs every point on the whole chip (DIR/full.jsonl) and with the default sample (DIR/default.jsonl),
 and with each --sms asked of the sample beside (DIR/sms<N>.jsonl: the smallest representative sample from N
-SMs up), in a pool of N processes, the longest runs first; each line is written as its run finishes, so a
-run cut off at --limit seconds keeps what it did and a second call resumes it. Then DIR/table.json (and
-DIR/table-sms<N>.json) pair the points run so far.
+SMs up) and with each --probe's change to the default sample (DIR/probe-<name>.jsonl), in a pool of N
+processes, the longest runs first; each line is written as its run finishes, so a run cut off at --limit
+seconds keeps what it did and a second call resumes it. Then DIR/table.json (and DIR/table-<name>.json for
+the others, the default beside) pair the points run so far.
 
 Each input holds one JSON object a line, {"key", "cycles", "tflops", "sms_simulated", "cpu_s"} (and the
 default runs' "sample": simulator/sampling.py's choice and check), written by `measure` (one process, so the
@@ -24,6 +26,7 @@ import multiprocessing
 import os
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from flashsim.algorithms.problem import Problem
@@ -43,13 +46,33 @@ def command(hw: str, algo: str, p: Problem, full: bool) -> str:
             f"-d {p.headdim}{' --causal' if p.causal else ''}{' --full' if full else ''} --json")
 
 
-def run_point(hw: str, algo: str, p: Problem, sms: int | None) -> dict:
-    """One grid point: the whole chip (sms None) or the sample chosen from `sms` SMs up."""
+@contextmanager
+def _probe(name: str | None):
+    """A sampled machine changed for a probe: "chip-ratio" makes each sampled SM and line stand for the chip's
+    SMs per simulated SM (S/n) at the ports and in the L2, not for the chip's heads per sampled head (G/g)."""
+    if name is None:
+        yield
+        return
+    if name != "chip-ratio":
+        raise ValueError(f"no probe {name}")
+    from flashsim.simulator import api
+
+    gpu = api.Gpu
+    api.Gpu = lambda *a, copies=None, **k: gpu(*a, **k)
+    try:
+        yield
+    finally:
+        api.Gpu = gpu
+
+
+def run_point(hw: str, algo: str, p: Problem, sms: int | None, probe: str | None = None) -> dict:
+    """One grid point: the whole chip (sms None) or the sample chosen from `sms` SMs up (with a probe's change)."""
     from flashsim.hw_profiles import load_profile
     from flashsim.simulator import simulate
 
     t0 = time.process_time()
-    r = simulate(algo, p, load_profile(hw), sms=sms)
+    with _probe(probe):
+        r = simulate(algo, p, load_profile(hw), sms=sms)
     return {"key": f"{hw} {algo} {p.describe()}", "cycles": r.cycles, "tflops": r.tflops,
             "sms_simulated": r.sim["sms_simulated"], "cpu_s": time.process_time() - t0,
             **({"sample": r.sim["sample"]} if "sample" in r.sim else {})}
@@ -67,7 +90,7 @@ def measure(out_path: str, full: bool) -> None:
 
 def _run_task(task: tuple) -> tuple[str, dict]:
     name, sms, hw, algo, p = task
-    return name, run_point(hw, algo, p, sms)
+    return name, run_point(hw, algo, p, sms, name.removeprefix("probe-") if name.startswith("probe-") else None)
 
 
 def _cost(row: dict | None, full: bool, sms: int) -> float:
@@ -77,8 +100,10 @@ def _cost(row: dict | None, full: bool, sms: int) -> float:
     return row["full"]["cpu_s"] if full else row["default"]["cpu_s"] * sms / 8
 
 
-def measure_pool(out_dir: str, jobs: int, extra_sms: tuple[int, ...] = (), limit: float | None = None) -> dict:
-    """Every grid point on the whole chip, with the default sample and with each of `extra_sms`, in `jobs`
+def measure_pool(out_dir: str, jobs: int, extra_sms: tuple[int, ...] = (), limit: float | None = None,
+                 probes: tuple[str, ...] = ()) -> dict:
+    """Every grid point on the whole chip, with the default sample, with each of `extra_sms` and with the
+    default sample changed by each of `probes` (_probe; DIR/probe-<name>.jsonl), in `jobs`
     processes; appends to DIR/<name>.jsonl as runs finish (points already there are not run again). At
     `limit` seconds it stops, the runs still going killed. Returns {name: points done}."""
     from flashsim.simulator.api import DEFAULT_SAMPLE_SMS
@@ -87,7 +112,8 @@ def measure_pool(out_dir: str, jobs: int, extra_sms: tuple[int, ...] = (), limit
     out.mkdir(parents=True, exist_ok=True)
     committed = Path(__file__).parent / "results" / "sampling-exactness.json"
     before = {r["key"]: r for r in json.loads(committed.read_text())["rows"]} if committed.exists() else {}
-    modes = [("full", None), ("default", DEFAULT_SAMPLE_SMS)] + [(f"sms{n}", n) for n in extra_sms]
+    modes = ([("full", None), ("default", DEFAULT_SAMPLE_SMS)] + [(f"sms{n}", n) for n in extra_sms]
+             + [(f"probe-{name}", DEFAULT_SAMPLE_SMS) for name in probes])
     for name, _ in modes:
         (out / f"{name}.jsonl").touch()
     done = {name: set(load(out / f"{name}.jsonl")) for name, _ in modes}
@@ -170,9 +196,10 @@ def main(argv: list[str]) -> None:
     ap.add_argument("dir")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--sms", type=int, nargs="*", default=[], help="samples asked from these SMs up, beside")
-    ap.add_argument("--limit", type=float, default=None, help="seconds after which no run is started")
+    ap.add_argument("--probe", nargs="*", default=[], choices=["chip-ratio"], help="default samples changed so")
+    ap.add_argument("--limit", type=float, default=None, help="seconds after which the runs still going stop")
     args = ap.parse_args(argv[1:])
-    counts = measure_pool(args.dir, args.jobs, tuple(args.sms), args.limit)
+    counts = measure_pool(args.dir, args.jobs, tuple(args.sms), args.limit, tuple(args.probe))
     out = Path(args.dir)
     for name in counts:
         if name == "full" or not counts["full"] or not counts[name]:
