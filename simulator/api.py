@@ -175,11 +175,15 @@ def simulate(
     totals = dict.fromkeys(_counters(gpu), 0.0)
     kernel_s = 0.0
     factor_last = 1.0
+    sample = getattr(gpu, "head_sample", None)
     for i, kernel in enumerate(schedule.kernels):
         if progress is not None:
             n = len(schedule.kernels)
             gpu.on_block = lambda done, total, i=i, n=n: progress((i + done / total) / n)
         k_cycles, simulated, delta = gpu.run_kernel(kernel, lambda: _counters(gpu), extrapolate)
+        if sample is not None and sample.time_scale != 1.0:  # the sample's share of the work, not the chip's
+            fixed = gpu.launch_fixed_cycles()
+            k_cycles = fixed + round((k_cycles - fixed) * sample.time_scale)
         factor = len(kernel.ctas) / max(1, simulated)  # bytes of the sample -> bytes of the whole grid
         factor_last = factor
         for key in totals:

@@ -48,6 +48,15 @@ class HeadSample:
     groups: int
     sm_count: int
     whole_waves: bool  # its waves hold whole heads (or whole rows of each section), as the chip's do
+    interleaved: bool = False  # the launch deals a row of every head of a section before the next row
+
+    @property
+    def time_scale(self) -> float:
+        """The chip's cycles per sampled cycle: with heads interleaved in sections (v3's causal order) every
+        SM's blocks come from every head of its section, so the time follows the work per SM and the sample,
+        with (1 + share_error) times the chip's work per SM, takes that much longer; elsewhere 1 (heads one
+        after another: the time follows waves of whole heads, not the share; experiments/sampling_exactness.py)."""
+        return 1 / (1 + self.share_error) if self.interleaved else 1.0
 
     @property
     def share_error(self) -> float:
@@ -94,7 +103,8 @@ def head_sample(groups: int, sm_count: int, sms: int, blocks_per_group: int = 0,
 
     def make(g: int, n: int) -> HeadSample:
         return HeadSample(g, n, groups, sm_count,
-                          _whole_waves(g, n, groups, blocks_per_group, slots, section) and same_waves(g, n))
+                          _whole_waves(g, n, groups, blocks_per_group, slots, section) and same_waves(g, n),
+                          section > 1)
 
     def work(g: int) -> float:
         return g * blocks_per_group * steps_per_block
@@ -138,6 +148,6 @@ def sample_info(choice: HeadSample) -> dict:
     """The sample as the output reports it (--json: sim.sample), with the bound its kind has shown."""
     return {"heads": choice.g, "of_heads": choice.groups, "sms": choice.n, "of_sms": choice.sm_count,
             "share_error": round(choice.share_error, 6), "whole_waves": choice.whole_waves,
-            "representative": choice.representative,
+            "representative": choice.representative, "time_scale": round(choice.time_scale, 6),
             "bound": REPRESENTATIVE_BOUND if choice.representative else OTHER_BOUND,
             "describe": choice.describe()}
