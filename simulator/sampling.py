@@ -75,8 +75,9 @@ class HeadSample:
     def describe(self) -> str:
         why = "representative" if self.representative else (
             "waves cut heads" if not self.whole_waves else "head share off")
+        scaled = "; time scaled by the share" if self.time_scale != 1.0 else ""
         return (f"{self.g} of {self.groups} heads on {self.n} of {self.sm_count} SMs "
-                f"(share {100 * self.share_error:+.1f}%, {why})")
+                f"(share {100 * self.share_error:+.1f}%, {why}{scaled})")
 
 
 def _waves(blocks: int, sms: int, slots: int) -> int:
