@@ -337,7 +337,7 @@ def _machine(profile, problem: Problem, schedule, sms: int | None, trace, small_
     t = schedule.tiling
     steps = max(1, problem.seqlen_k // t.block_n) if t is not None and getattr(t, "block_n", 0) else 1
     choice = head_sample(groups, profile.sm_count, sms, len(kernel.ctas) // groups, blocks_per_sm(kernel, profile),
-                         _section(kernel.ctas, of), steps / 2 if problem.causal else steps)
+                         _section(kernel.ctas, of), steps / 2 if problem.causal else steps, problem.causal)
     if choice.g >= groups:
         return Gpu(profile, None, trace)
     pairs = [(b, h) for b in range(problem.batch) for h in range(problem.kv_heads)]

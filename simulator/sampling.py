@@ -17,12 +17,13 @@ and whose waves hold whole heads (or whole section rows): the check `HeadSample.
 while the sample simulates no more block steps than REPRESENTATIVE_WORK (or the asked sample's own, if
 larger) on at most a quarter of the chip. Where none is that cheap (heads longer than a wave of a quarter
 of the chip), it falls back to the nearest share with the chip's wave count and says it is not
-representative. Where the launch interleaves heads in sections, the sample's cycles are scaled by its share
-error (`HeadSample.time_scale`). What none of this sees (the bounds below): the L2's write-backs, which
-cost a sample more than the chip on some short-head points (exact when they are free); a sample's fewer
-slots dealing a head's blocks further apart than the chip's, so they find K/V lines landed where the chip's
-wait for them in flight; and whole-chip runs that are bistable (their blocks in lockstep, or the two
-blocks of each SM staggered once the L2 starts evicting), which a sample may resolve the other way.
+representative. Where the launch interleaves heads in sections and the blocks differ (v3's causal order),
+the sample's cycles are scaled by its share error (`HeadSample.time_scale`). What none of this sees (the
+bounds below): the L2's write-backs, which cost a sample more than the chip on some short-head points
+(exact when they are free); a sample's fewer slots dealing a head's blocks further apart than the chip's,
+so they find K/V lines landed where the chip's wait for them in flight; and whole-chip runs that are
+bistable (their blocks in lockstep, or the two blocks of each SM staggered once the L2 starts evicting),
+which a sample may resolve the other way.
 """
 
 from __future__ import annotations
@@ -53,15 +54,18 @@ class HeadSample:
     groups: int
     sm_count: int
     whole_waves: bool  # its waves hold whole heads (or whole rows of each section), as the chip's do
-    interleaved: bool = False  # the launch deals a row of every head of a section before the next row
+    # its time follows its work per SM: blocks of unequal length (causal) from heads interleaved in sections
+    follows_work: bool = False
 
     @property
     def time_scale(self) -> float:
-        """The chip's cycles per sampled cycle: with heads interleaved in sections (v3's causal order) every
-        SM's blocks come from every head of its section, so the time follows the work per SM and the sample,
-        with (1 + share_error) times the chip's work per SM, takes that much longer; elsewhere 1 (heads one
-        after another: the time follows waves of whole heads, not the share; experiments/sampling_exactness.py)."""
-        return 1 / (1 + self.share_error) if self.interleaved else 1.0
+        """The chip's cycles per sampled cycle. Where the launch deals a row of every head of a section before
+        the next row and the blocks differ in length (v3's causal order), every SM's blocks come from every
+        head of its section and are dealt to whichever slot frees first, so the time follows the work per SM:
+        the sample, with (1 + share_error) times the chip's work per SM, takes that much longer. Elsewhere 1:
+        heads launched one after another, or equal blocks in waves, follow their waves, not the share
+        (experiments/sampling_exactness.py)."""
+        return 1 / (1 + self.share_error) if self.follows_work else 1.0
 
     @property
     def share_error(self) -> float:
@@ -96,10 +100,10 @@ def _whole_waves(g: int, n: int, groups: int, blocks_per_group: int, slots: int,
 
 
 def head_sample(groups: int, sm_count: int, sms: int, blocks_per_group: int = 0, slots: int = 1,
-                section: int = 1, steps_per_block: float = 1.0) -> HeadSample:
+                section: int = 1, steps_per_block: float = 1.0, unequal_blocks: bool = False) -> HeadSample:
     """The sample for a grid of `groups` K/V head groups of `blocks_per_group` blocks each (`slots` per SM,
-    each of about `steps_per_block` K/V steps), from `sms` SMs up: the smallest representative one within
-    the work budget, else the fallback (see the module's docstring)."""
+    each of about `steps_per_block` K/V steps; `unequal_blocks`: causal ones), from `sms` SMs up: the
+    smallest representative one within the work budget, else the fallback (see the module's docstring)."""
     chip_waves = _waves(groups * blocks_per_group, sm_count, slots) if blocks_per_group else 0
     if chip_waves > SAME_WAVES_UP_TO:
         chip_waves = 0
@@ -110,7 +114,7 @@ def head_sample(groups: int, sm_count: int, sms: int, blocks_per_group: int = 0,
     def make(g: int, n: int) -> HeadSample:
         return HeadSample(g, n, groups, sm_count,
                           _whole_waves(g, n, groups, blocks_per_group, slots, section) and same_waves(g, n),
-                          section > 1)
+                          section > 1 and unequal_blocks)
 
     def work(g: int) -> float:
         return g * blocks_per_group * steps_per_block

@@ -52,7 +52,7 @@ def test_default_run_within_2pct_of_full_on_fast_fa2_points(hw, algo, problem):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("hw", ["h100", "h200"])
-def test_interleaved_heads_sample_is_timed_by_its_share(hw):
+def test_a_v3_causal_sample_is_timed_by_its_share(hw):
     """v3's causal order interleaves heads in sections: 48 of 256 heads on 25 of 132 SMs do 1% less work per SM
     than the chip, which their time follows; scaled by it, the sample is within 0.5% of the whole chip
     (unscaled it was 1.0% and 0.8% off; the table's 24 v3 causal points are within 0.7%)."""
