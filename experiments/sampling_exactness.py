@@ -1,8 +1,15 @@
 """Sampled default runs against --full on the FA2 grid (h100, h200: v2 and v3; a100: v2).
 
-    python -c "from flashsim.experiments.sampling_exactness import measure; measure('full.jsonl', True)"
-    python -c "from flashsim.experiments.sampling_exactness import measure; measure('default.jsonl', False)"
+    python -m flashsim.experiments.sampling_exactness measure DIR [--jobs N] [--sms 16 ...] [--probe chip-ratio]
+        [--limit S]
     python -m flashsim.experiments.sampling_exactness full.jsonl default.jsonl [before.jsonl] > sampling-exactness.json
+
+`measure` runs every point on the whole chip (DIR/full.jsonl) and with the default sample (DIR/default.jsonl),
+and with each --sms asked of the sample beside (DIR/sms<N>.jsonl: the smallest representative sample from N
+SMs up) and with each --probe's change to the default sample (DIR/probe-<name>.jsonl), in a pool of N
+processes, the longest runs first; each line is written as its run finishes, so a run cut off at --limit
+seconds keeps what it did and a second call resumes it. Then DIR/table.json (and DIR/table-<name>.json for
+the others, the default beside) pair the points run so far.
 
 Each input holds one JSON object a line, {"key", "cycles", "tflops", "sms_simulated", "cpu_s"} (and the
 default runs' "sample": simulator/sampling.py's choice and check), written by `measure` (one process, so the
@@ -13,9 +20,14 @@ differences from the same --full runs are listed beside.
 
 from __future__ import annotations
 
+import argparse
 import json
+import multiprocessing
+import os
 import sys
 import time
+from contextlib import contextmanager
+from pathlib import Path
 
 from flashsim.algorithms.problem import Problem
 
@@ -34,19 +46,92 @@ def command(hw: str, algo: str, p: Problem, full: bool) -> str:
             f"-d {p.headdim}{' --causal' if p.causal else ''}{' --full' if full else ''} --json")
 
 
-def measure(out_path: str, full: bool) -> None:
-    """Run every grid point (the default sample, or the whole chip) and append one line per point."""
+@contextmanager
+def _probe(name: str | None):
+    """A sampled machine changed for a probe: "chip-ratio" makes each sampled SM and line stand for the chip's
+    SMs per simulated SM (S/n) at the ports and in the L2, not for the chip's heads per sampled head (G/g)."""
+    if name is None:
+        yield
+        return
+    if name != "chip-ratio":
+        raise ValueError(f"no probe {name}")
+    from flashsim.simulator import api
+
+    gpu = api.Gpu
+    api.Gpu = lambda *a, copies=None, **k: gpu(*a, **k)
+    try:
+        yield
+    finally:
+        api.Gpu = gpu
+
+
+def run_point(hw: str, algo: str, p: Problem, sms: int | None, probe: str | None = None) -> dict:
+    """One grid point: the whole chip (sms None) or the sample chosen from `sms` SMs up (with a probe's change)."""
     from flashsim.hw_profiles import load_profile
     from flashsim.simulator import simulate
 
+    t0 = time.process_time()
+    with _probe(probe):
+        r = simulate(algo, p, load_profile(hw), sms=sms)
+    return {"key": f"{hw} {algo} {p.describe()}", "cycles": r.cycles, "tflops": r.tflops,
+            "sms_simulated": r.sim["sms_simulated"], "cpu_s": time.process_time() - t0,
+            **({"sample": r.sim["sample"]} if "sample" in r.sim else {})}
+
+
+def measure(out_path: str, full: bool) -> None:
+    """Run every grid point (the default sample, or the whole chip) and append one line per point."""
+    from flashsim.simulator.api import DEFAULT_SAMPLE_SMS
+
     with open(out_path, "a") as out:
         for hw, algo, p in grid():
-            t0 = time.process_time()
-            r = simulate(algo, p, load_profile(hw), sms=None) if full else simulate(algo, p, load_profile(hw))
-            out.write(json.dumps({"key": f"{hw} {algo} {p.describe()}", "cycles": r.cycles, "tflops": r.tflops,
-                                  "sms_simulated": r.sim["sms_simulated"], "cpu_s": time.process_time() - t0,
-                                  **({"sample": r.sim["sample"]} if "sample" in r.sim else {})}) + "\n")
+            out.write(json.dumps(run_point(hw, algo, p, None if full else DEFAULT_SAMPLE_SMS)) + "\n")
             out.flush()
+
+
+def _run_task(task: tuple) -> tuple[str, dict]:
+    name, sms, hw, algo, p = task
+    return name, run_point(hw, algo, p, sms, name.removeprefix("probe-") if name.startswith("probe-") else None)
+
+
+def _cost(row: dict | None, full: bool, sms: int) -> float:
+    """Expected CPU seconds of a run, from the committed table (the longest are started first)."""
+    if row is None:
+        return 0.0
+    return row["full"]["cpu_s"] if full else row["default"]["cpu_s"] * sms / 8
+
+
+def measure_pool(out_dir: str, jobs: int, extra_sms: tuple[int, ...] = (), limit: float | None = None,
+                 probes: tuple[str, ...] = ()) -> dict:
+    """Every grid point on the whole chip, with the default sample, with each of `extra_sms` and with the
+    default sample changed by each of `probes` (_probe; DIR/probe-<name>.jsonl), in `jobs`
+    processes; appends to DIR/<name>.jsonl as runs finish (points already there are not run again). At
+    `limit` seconds it stops, the runs still going killed. Returns {name: points done}."""
+    from flashsim.simulator.api import DEFAULT_SAMPLE_SMS
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    committed = Path(__file__).parent / "results" / "sampling-exactness.json"
+    before = {r["key"]: r for r in json.loads(committed.read_text())["rows"]} if committed.exists() else {}
+    modes = ([("full", None), ("default", DEFAULT_SAMPLE_SMS)] + [(f"sms{n}", n) for n in extra_sms]
+             + [(f"probe-{name}", DEFAULT_SAMPLE_SMS) for name in probes])
+    for name, _ in modes:
+        (out / f"{name}.jsonl").touch()
+    done = {name: set(load(out / f"{name}.jsonl")) for name, _ in modes}
+    todo = [(name, sms, hw, algo, p) for name, sms in modes for hw, algo, p in grid()
+            if f"{hw} {algo} {p.describe()}" not in done[name]]
+    todo.sort(key=lambda t: -_cost(before.get(f"{t[2]} {t[3]} {t[4].describe()}"), t[1] is None, t[1] or 0))
+    deadline = time.monotonic() + limit if limit is not None else None
+    with multiprocessing.Pool(jobs) as pool:  # leaving the block terminates the runs still going
+        results = pool.imap_unordered(_run_task, todo)
+        for _ in todo:
+            try:
+                name, row = results.next(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+            except multiprocessing.TimeoutError:
+                print(f"stopped at the limit of {limit:.0f} s: runs not finished were left out", file=sys.stderr)
+                break
+            with open(out / f"{name}.jsonl", "a") as f:
+                f.write(json.dumps(row) + "\n")
+    return {name: len(load(out / f"{name}.jsonl")) for name, _ in modes}
 
 
 def load(path: str) -> dict:
@@ -71,11 +156,14 @@ def _kind(row: dict) -> str:
 
 
 def table(full_path: str, default_path: str, before_path: str | None = None) -> dict:
+    """The points both files hold (all 120 for a committed table), in grid order."""
     full, default = load(full_path), load(default_path)
     before = load(before_path) if before_path else {}
     rows = []
     for hw, algo, p in grid():
         k = f"{hw} {algo} {p.describe()}"
+        if k not in full or k not in default:
+            continue
         row = {"key": k, "full": full[k], "default": default[k],
                "difference": default[k]["cycles"] / full[k]["cycles"] - 1,
                "commands": [command(hw, algo, p, False), command(hw, algo, p, True)]}
@@ -99,6 +187,32 @@ def table(full_path: str, default_path: str, before_path: str | None = None) -> 
     return {"summary": summary, "rows": rows}
 
 
+def main(argv: list[str]) -> None:
+    if not argv or argv[0] != "measure":
+        json.dump(table(*argv[:3]), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return
+    ap = argparse.ArgumentParser(prog="sampling_exactness measure")
+    ap.add_argument("dir")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--sms", type=int, nargs="*", default=[], help="samples asked from these SMs up, beside")
+    ap.add_argument("--probe", nargs="*", default=[], choices=["chip-ratio"], help="default samples changed so")
+    ap.add_argument("--limit", type=float, default=None, help="seconds after which the runs still going stop")
+    args = ap.parse_args(argv[1:])
+    counts = measure_pool(args.dir, args.jobs, tuple(args.sms), args.limit, tuple(args.probe))
+    out = Path(args.dir)
+    for name in counts:
+        if name == "full" or not counts["full"] or not counts[name]:
+            continue
+        doc = table(str(out / "full.jsonl"), str(out / f"{name}.jsonl"),
+                    str(out / "default.jsonl") if name != "default" else None)
+        (out / ("table.json" if name == "default" else f"table-{name}.json")).write_text(json.dumps(doc, indent=1))
+        s = doc["summary"]
+        print(f"{name}: {s['within_2pct']} of {s['points']} within 2%, worst "
+              + ", ".join(f"{k} {100 * v['difference']:+.1f}%" for k, v in s["worst"].items())
+              + f"; CPU {s['default_cpu_s']:.0f} s (full {s['full_cpu_s']:.0f} s)")
+    print(json.dumps(counts))
+
+
 if __name__ == "__main__":
-    json.dump(table(*sys.argv[1:4]), sys.stdout, indent=1)
-    sys.stdout.write("\n")
+    main(sys.argv[1:])

@@ -176,11 +176,15 @@ def simulate(
     totals = dict.fromkeys(_counters(gpu), 0.0)
     kernel_s = 0.0
     factor_last = 1.0
+    sample = getattr(gpu, "head_sample", None)
     for i, kernel in enumerate(schedule.kernels):
         if progress is not None:
             n = len(schedule.kernels)
             gpu.on_block = lambda done, total, i=i, n=n: progress((i + done / total) / n)
         k_cycles, simulated, delta = gpu.run_kernel(kernel, lambda: _counters(gpu), extrapolate)
+        if sample is not None and sample.time_scale != 1.0:  # the sample's share of the work, not the chip's
+            fixed = gpu.launch_fixed_cycles()
+            k_cycles = fixed + round((k_cycles - fixed) * sample.time_scale)
         factor = len(kernel.ctas) / max(1, simulated)  # bytes of the sample -> bytes of the whole grid
         factor_last = factor
         for key in totals:
@@ -336,7 +340,7 @@ def _machine(profile, problem: Problem, schedule, sms: int | None, trace, small_
     t = schedule.tiling
     steps = max(1, problem.seqlen_k // t.block_n) if t is not None and getattr(t, "block_n", 0) else 1
     choice = head_sample(groups, profile.sm_count, sms, len(kernel.ctas) // groups, blocks_per_sm(kernel, profile),
-                         _section(kernel.ctas, of), steps / 2 if problem.causal else steps)
+                         _section(kernel.ctas, of), steps / 2 if problem.causal else steps, problem.causal)
     if choice.g >= groups:
         return Gpu(profile, None, trace)
     pairs = [(b, h) for b in range(problem.batch) for h in range(problem.kv_heads)]

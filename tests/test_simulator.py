@@ -11,6 +11,7 @@ from flashsim.algorithms.problem import Problem
 from flashsim.hw_profiles import load_profile
 from flashsim.simulator import simulate
 from flashsim.simulator.api import head_sample
+from flashsim.simulator.sampling import HeadSample
 
 H100 = load_profile("h100")
 A100 = load_profile("a100")
@@ -84,6 +85,21 @@ def test_head_sample_of_long_heads_says_it_is_not_representative():
     s = head_sample(16, 132, 8, 128, 2, steps_per_block=128)
     assert (s.g, s.n) == (1, 8) and not s.representative and not s.whole_waves
     assert "waves cut heads" in s.describe()
+
+
+def test_a_sample_whose_time_follows_its_work_is_timed_by_its_share():
+    """Heads interleaved in sections, causal blocks (v3's causal order): the time follows the work per SM, so
+    a sample with 4 of 32 heads on 17 of 132 SMs (2.9% less work per SM than the chip) is stretched by the
+    chip's work per SM over its own; otherwise (heads one after another, or equal blocks in waves) the cycles
+    stay as simulated."""
+    follows = HeadSample(4, 17, 32, 132, whole_waves=False, follows_work=True)
+    assert follows.share_error == pytest.approx(4 * 132 / (17 * 32) - 1)
+    assert follows.time_scale == pytest.approx(17 * 32 / (4 * 132)) and follows.time_scale > 1
+    assert HeadSample(4, 17, 32, 132, whole_waves=False).time_scale == 1.0
+    # only sections of causal blocks follow their work
+    assert head_sample(64, 132, 8, 32, 1, 8, 16.0, unequal_blocks=True).follows_work
+    assert not head_sample(64, 132, 8, 32, 1, 8, 16.0).follows_work
+    assert not head_sample(64, 132, 8, 32, 1, 1, 16.0, unequal_blocks=True).follows_work
 
 
 def test_the_sample_and_its_bound_are_reported(capsys):
