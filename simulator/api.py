@@ -244,6 +244,7 @@ def simulate(
             "blocks_extrapolated": gpu.extrapolated_blocks,
             "periodic_skips": gpu.periodic_skips,
             "loop_skip": dict(gpu.loop_skips),
+            **({"unit_skip": dict(gpu.unit_skips)} if gpu.unit_skips["skips"] else {}),
             "launch_overhead_s": launch_s,
         },
     )

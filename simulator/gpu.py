@@ -19,6 +19,7 @@ from .l2 import L2Cache
 from .loopskip import LoopSkip
 from .resources import Barrier, Port, QueueUnit, SharedUnit
 from .timing import RoleTimer
+from .unitskip import UnitSkip
 
 # Periodic skip (Gpu.run_kernel): periods of up to PERIOD_MAX waves within a head, launch patterns of up to
 # PATTERN_MAX waves across heads are recognised.
@@ -205,6 +206,7 @@ class Gpu:
         self.dirty_scale = 1.0  # dirty lines at the end of the last launch per dirty line simulated
         self.extrapolated_blocks = 0
         self.periodic_skips = 0  # stretches of blocks left out
+        self.unit_skips = {"skips": 0, "units_left_out": 0, "worst": 0.0}  # whole heads left out (unitskip.py)
         self.loop_skip = None  # the running launch's LoopSkip (None: every op is simulated)
         self.loop_skips = {"skips": 0, "ops_left_out": 0, "cycles_left_out": 0, "mismatch_bytes": 0.0}
         self.skipped_cycles = 0  # cycles of loop periods left out, all launches so far
@@ -395,10 +397,14 @@ class Gpu:
         wave = slots * self.n_sms
         total = len(items)
         watch = extrapolate and kernel.uniform and total >= 4 * wave
+        of = kernel.kv_head_of or (lambda c: (c[0], c[1] // self.group))
         if watch:
-            of = kernel.kv_head_of or (lambda c: (c[0], c[1] // self.group))
             heads = [of(c) for c in items]
-        queue = deque(items[:wave] if watch else items)
+        units = UnitSkip(items, wave, of) if extrapolate and self.trace is None and self.heads is not None else None
+        if units is not None and not units.ok:
+            units = None
+        # blocks are queued as they are dispatched where a skip may leave some out
+        queue = deque(items[:wave] if watch or units else items)
         before = counters()
         run = {"done": 0, "next": len(queue), "skip": None, "left_out": 0, "filling": 0, "from": 0}
         skips: list[tuple[int, int]] = []  # (first block, blocks) of each stretch of blocks left out
@@ -433,13 +439,39 @@ class Gpu:
             marks.clear()
             l2_marks.clear()
 
+        def leave_out_units(at: int) -> None:
+            """At a head's first block: leave out the heads after it that the last two say are copies."""
+            unit = units.unit_at(at)
+            if unit is None:
+                return
+            plan = units.mark(unit, env.now + self.skipped_cycles, counters(), self._l2_state(), self.l2)
+            if plan is None:
+                return
+            self.skipped_cycles += plan["cycles"] * plan["units"]
+            for key, value in plan["delta"].items():
+                self.skipped[key] = self.skipped.get(key, 0.0) + value * plan["units"]
+            if plan["filling"]:
+                run["filling"] += plan["blocks"]
+            skips.append((at, plan["blocks"]))
+            run["next"] += plan["blocks"]
+            run["left_out"] += plan["blocks"]
+            self.extrapolated_blocks += plan["blocks"]
+            self.unit_skips["skips"] += 1
+            self.unit_skips["units_left_out"] += plan["units"]
+            self.unit_skips["worst"] = max(self.unit_skips["worst"], units.worst)
+            if watch:  # the periodic skip watches again from the next whole round
+                run["skip"] = None
+                run["from"] = run["done"] + self.n_sms - run["done"] % self.n_sms
+                marks.clear()
+                l2_marks.clear()
+
         def block_done() -> None:
             run["done"] += 1
             if self.on_block is not None:
                 self.on_block(run["done"] + run["left_out"], total)
-            if not watch:
+            if not watch and not units:
                 return
-            if run["skip"] is None and run["done"] % self.n_sms == 0 and run["done"] >= run["from"]:
+            if watch and run["skip"] is None and run["done"] % self.n_sms == 0 and run["done"] >= run["from"]:
                 marks.append((env.now + self.skipped_cycles, counters()))
                 l2_marks.append(self._l2_state())
                 first = run["from"]
@@ -452,9 +484,11 @@ class Gpu:
                     run["skip"] = plan
             plan = run["skip"]
             # the finishing worker takes the next block from the queue (one that finds it empty is done)
-            if not queue and run["next"] < total:
+            if (watch or units) and not queue and run["next"] < total:
                 if plan and plan["at"] == run["next"]:
                     leave_out(plan)
+                if units is not None and run["next"] < total:
+                    leave_out_units(run["next"])
                 if run["next"] < total:
                     queue.append(items[run["next"]])
                     run["next"] += 1
