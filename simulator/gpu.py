@@ -403,10 +403,12 @@ class Gpu:
         units = UnitSkip(items, wave, of) if extrapolate and self.trace is None and self.heads is not None else None
         if units is not None and not units.ok:
             units = None
-        # blocks are queued as they are dispatched where a skip may leave some out
-        queue = deque(items[:wave] if watch or units else items)
+        # the periodic skip queues blocks as they are dispatched; otherwise the queue holds them all, and the
+        # unit skip leaves out heads from its front when a worker asks whether any block is left
+        queue = deque(items[:wave]) if watch else _Dispatch(items, lambda index: units_from(index)) if units \
+            else deque(items)
         before = counters()
-        run = {"done": 0, "next": len(queue), "skip": None, "left_out": 0, "filling": 0, "from": 0}
+        run = {"done": 0, "next": len(queue), "skip": None, "left_out": 0, "filling": 0, "from": 0, "unit": -1}
         skips: list[tuple[int, int]] = []  # (first block, blocks) of each stretch of blocks left out
         marks: list[tuple[int, dict]] = [(start, before)]  # (cycle, counters) each time n_sms more blocks are done
         l2_marks = [self._l2_state()]
@@ -439,21 +441,24 @@ class Gpu:
             marks.clear()
             l2_marks.clear()
 
-        def leave_out_units(at: int) -> None:
-            """At a head's first block: leave out the heads after it that the last two say are copies."""
+        def units_from(at: int) -> int:
+            """Before block `at` is dispatched: if it is a head's first, the blocks of the heads from it on
+            that the last two heads say are copies (unitskip.py), left out; how many."""
             unit = units.unit_at(at)
-            if unit is None:
-                return
+            if unit is None or unit <= run["unit"]:
+                return 0
+            run["unit"] = unit  # marked once, however often the queue is asked
             plan = units.mark(unit, env.now + self.skipped_cycles, counters(), self._l2_state(), self.l2)
             if plan is None:
-                return
+                return 0
             self.skipped_cycles += plan["cycles"] * plan["units"]
             for key, value in plan["delta"].items():
                 self.skipped[key] = self.skipped.get(key, 0.0) + value * plan["units"]
             if plan["filling"]:
                 run["filling"] += plan["blocks"]
             skips.append((at, plan["blocks"]))
-            run["next"] += plan["blocks"]
+            if watch:
+                run["next"] += plan["blocks"]
             run["left_out"] += plan["blocks"]
             self.extrapolated_blocks += plan["blocks"]
             self.unit_skips["skips"] += 1
@@ -464,12 +469,13 @@ class Gpu:
                 run["from"] = run["done"] + self.n_sms - run["done"] % self.n_sms
                 marks.clear()
                 l2_marks.clear()
+            return plan["blocks"]
 
         def block_done() -> None:
             run["done"] += 1
             if self.on_block is not None:
                 self.on_block(run["done"] + run["left_out"], total)
-            if not watch and not units:
+            if not watch:
                 return
             if watch and run["skip"] is None and run["done"] % self.n_sms == 0 and run["done"] >= run["from"]:
                 marks.append((env.now + self.skipped_cycles, counters()))
@@ -484,11 +490,11 @@ class Gpu:
                     run["skip"] = plan
             plan = run["skip"]
             # the finishing worker takes the next block from the queue (one that finds it empty is done)
-            if (watch or units) and not queue and run["next"] < total:
+            if not queue and run["next"] < total:
                 if plan and plan["at"] == run["next"]:
                     leave_out(plan)
                 if units is not None and run["next"] < total:
-                    leave_out_units(run["next"])
+                    units_from(run["next"])
                 if run["next"] < total:
                     queue.append(items[run["next"]])
                     run["next"] += 1
@@ -523,6 +529,22 @@ class Gpu:
             self.loop_skip = None
         self.dirty_scale = total / (total - run["filling"])
         return cycles, total, delta
+
+
+class _Dispatch(deque):
+    """A launch's blocks in launch order, taken from the front by workers that first ask whether any is left
+    (`while queue`): asking lets `first(index)` leave out blocks from the front one (launch index `index`)
+    on; it returns how many. A block is left out before any worker takes it, wherever workers take blocks."""
+
+    def __init__(self, items: list, first):
+        super().__init__(items)
+        self.total, self.first = len(items), first
+
+    def __bool__(self) -> bool:
+        if len(self):
+            for _ in range(self.first(self.total - len(self))):
+                self.popleft()
+        return len(self) > 0
 
 
 def _skip_plan(heads: list, step: int, slots: int, times: list[int], queued: int, block_of=lambda n: n) -> dict | None:
