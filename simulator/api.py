@@ -166,6 +166,7 @@ def simulate(
     schedule = build(algo, problem, t, **options)
     wall = time.perf_counter()
     gpu = _machine(profile, problem, schedule, sms, trace, small_whole_chip)
+    gpu.kv_head_bytes = 2 * problem.seqlen_k * problem.headdim * problem.elem_bytes
     if flushed_l2:
         gpu.flushed_l2()
     if max_events is not None:

@@ -83,6 +83,7 @@ class LoopSkip:
         self.pending = False  # a skip waits for the end of the cycle (_defer)
         self.evicting = evicting  # stretches that evict lines may be left out too (EVICTING_TOL)
         self.skips = 0
+        self.evicting_skips = 0  # of them, skips of stretches that evict (within EVICTING_TOL)
         self.ops_left_out = 0
         self.cycles_left_out = 0
         self.mismatch_bytes = 0.0
@@ -232,9 +233,14 @@ class LoopSkip:
             role.drop(reps * n)
         skipped = gpu.skipped
         for key, value in delta.items():
-            skipped[key] = skipped.get(key, 0.0) + (written if key == "hbm_write" and evicted else reps * value)
+            if evicted and key == "hbm_write":  # the dirty lines the replay evicted, written back once
+                value = written
+            else:
+                value *= reps
+            skipped[key] = skipped.get(key, 0.0) + value
         gpu.skipped_cycles += reps * cycles
         self.skips += 1
+        self.evicting_skips += bool(evicted)
         self.ops_left_out += reps * sum(ops.values())
         self.cycles_left_out += reps * cycles
         return True

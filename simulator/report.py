@@ -11,6 +11,7 @@ from typing import IO
 from flashsim.errors import FlashsimError
 from flashsim.units import format_bytes, format_time
 
+from .loopskip import EVICTING_TOL
 from .unitskip import UNIT_BOUND
 
 
@@ -127,6 +128,10 @@ def detail_table(r):
     skip = r.sim.get("loop_skip") or {}
     if skip.get("skips"):
         exact = "premise held" if not skip["mismatch_bytes"] else f"L2 off by {skip['mismatch_bytes']:,.0f} B"
+        evicting = skip.get("evicting_skips")
+        if evicting:
+            exact += (f"; {evicting} of them in an evicting L2, within {100 * EVICTING_TOL:g}% of the watched "
+                      "stretch's HBM bytes")
         shortcuts.append(f"{skip['ops_left_out']:,} tile ops in {skip['skips']} loop stretches left out "
                          f"(loop skip, {exact})")
     if "outer_steps_simulated" in r.sim:
