@@ -48,7 +48,7 @@ CASES = [
     ("v3-fp8 8k", "v3-fp8", Problem(1, 16, 8192, 128, dtype="fp8"), "h100"),
     # the unit skip's (tests/test_shortcut_tolerance.py)
     ("v3 causal 8k b4 units", "v3", Problem(4, 32, 8192, 128, causal=True), "h200"),
-    ("v2 b16 4k units", "v2", Problem(16, 32, 4096, 128), "h100"),
+    ("v2 b4 16k units", "v2", Problem(4, 16, 16384, 128), "h100"),
 ]
 
 # The speed targets' large problems (simulator-speed.json) with a plain run of minutes.
