@@ -167,6 +167,7 @@ def simulate(
     schedule = build(algo, problem, t, **options)
     wall = time.perf_counter()
     gpu = _machine(profile, problem, schedule, sms, trace, small_whole_chip)
+    gpu.kv_head_bytes = 2 * problem.seqlen_k * problem.headdim * problem.elem_bytes
     if flushed_l2:
         gpu.flushed_l2()
     if max_events is not None:
@@ -251,6 +252,7 @@ def simulate(
             "blocks_extrapolated": gpu.extrapolated_blocks,
             "periodic_skips": gpu.periodic_skips,
             "loop_skip": dict(gpu.loop_skips),
+            **({"unit_skip": dict(gpu.unit_skips)} if gpu.unit_skips["skips"] else {}),
             "launch_overhead_s": launch_s,
         },
     )

@@ -19,6 +19,7 @@ from .l2 import FLUSH, L2Cache
 from .loopskip import LoopSkip
 from .resources import Barrier, Port, QueueUnit, SharedUnit
 from .timing import RoleTimer
+from .unitskip import UnitSkip
 
 # Periodic skip (Gpu.run_kernel): periods of up to PERIOD_MAX waves within a head, launch patterns of up to
 # PATTERN_MAX waves across heads are recognised.
@@ -205,10 +206,13 @@ class Gpu:
         self.dirty_scale = 1.0  # dirty lines at the end of the last launch per dirty line simulated
         self.extrapolated_blocks = 0
         self.periodic_skips = 0  # stretches of blocks left out
+        self.unit_skips = {"skips": 0, "units_left_out": 0, "worst": 0.0}  # whole heads left out (unitskip.py)
         self.loop_skip = None  # the running launch's LoopSkip (None: every op is simulated)
-        self.loop_skips = {"skips": 0, "ops_left_out": 0, "cycles_left_out": 0, "mismatch_bytes": 0.0}
+        self.loop_skips = {"skips": 0, "ops_left_out": 0, "cycles_left_out": 0, "mismatch_bytes": 0.0,
+                           "evicting_skips": 0}
         self.skipped_cycles = 0  # cycles of loop periods left out, all launches so far
         self.skipped: dict[str, float] = {}  # counter increments of the loop periods left out
+        self.kv_head_bytes = 0.0  # K and V of one K/V head (the evicting loop skip's premise; 0: unknown)
         self.on_block = None  # progress: on_block(blocks done or left out, blocks) after each block of a launch
 
     # -- memory --------------------------------------------------------------------------------------
@@ -390,21 +394,31 @@ class Gpu:
         env, p = self.env, self.profile
         self.set_clock(p.clock_hz(self.tensor_instr(kernel)))
         start = env.now + self.skipped_cycles  # cycles on the virtual clock (with the loop periods left out)
-        if extrapolate and self.trace is None:
-            self.loop_skip = LoopSkip(self, counters)
         slots = blocks_per_sm(kernel, p)
         self.copies = self.sharing(kernel, slots)
+        if extrapolate and self.trace is None:
+            # the evicting loop skip only where a K/V head, in the room its lines take, overflows the L2: its
+            # K/V stream through it, and which lines survive does not hang on the exact order of reads
+            # (where they partly fit, a run left 2-4% fewer HBM bytes than its plain run)
+            room = self.kv_head_bytes * max(self.copies.values(), default=1.0)
+            self.loop_skip = LoopSkip(self, counters, evicting=room > self.l2.capacity)
         items = self.sample(kernel)
         wave = slots * self.n_sms
         total = len(items)
         # a block that runs on from tile to tile takes its next tile before the last has ended: no waves
         watch = extrapolate and kernel.uniform and kernel.carry is None and total >= 4 * wave
+        of = kernel.kv_head_of or (lambda c: (c[0], c[1] // self.group))
         if watch:
-            of = kernel.kv_head_of or (lambda c: (c[0], c[1] // self.group))
             heads = [of(c) for c in items]
-        queue = deque(items[:wave] if watch else items)
+        units = UnitSkip(items, wave, of) if extrapolate and self.trace is None and self.heads is not None else None
+        if units is not None and not units.ok:
+            units = None
+        # the periodic skip queues blocks as they are dispatched; otherwise the queue holds them all, and the
+        # unit skip leaves out heads from its front when a worker asks whether any block is left
+        queue = deque(items[:wave]) if watch else _Dispatch(items, lambda index: units_from(index)) if units \
+            else deque(items)
         before = counters()
-        run = {"done": 0, "next": len(queue), "skip": None, "left_out": 0, "filling": 0, "from": 0}
+        run = {"done": 0, "next": len(queue), "skip": None, "left_out": 0, "filling": 0, "from": 0, "unit": -1}
         skips: list[tuple[int, int]] = []  # (first block, blocks) of each stretch of blocks left out
         marks: list[tuple[int, dict]] = [(start, before)]  # (cycle, counters) each time n_sms more blocks are done
         l2_marks = [self._l2_state()]
@@ -437,13 +451,43 @@ class Gpu:
             marks.clear()
             l2_marks.clear()
 
+        def units_from(at: int) -> int:
+            """Before block `at` is dispatched: if it is a head's first, the blocks of the heads from it on
+            that the last two heads say are copies (unitskip.py), left out; how many."""
+            unit = units.unit_at(at)
+            if unit is None or unit <= run["unit"]:
+                return 0
+            run["unit"] = unit  # marked once, however often the queue is asked
+            plan = units.mark(unit, env.now + self.skipped_cycles, counters(), self._l2_state(), self.l2)
+            if plan is None:
+                return 0
+            self.skipped_cycles += plan["cycles"] * plan["units"]
+            for key, value in plan["delta"].items():
+                self.skipped[key] = self.skipped.get(key, 0.0) + value * plan["units"]
+            if plan["filling"]:
+                run["filling"] += plan["blocks"]
+            skips.append((at, plan["blocks"]))
+            if watch:
+                run["next"] += plan["blocks"]
+            run["left_out"] += plan["blocks"]
+            self.extrapolated_blocks += plan["blocks"]
+            self.unit_skips["skips"] += 1
+            self.unit_skips["units_left_out"] += plan["units"]
+            self.unit_skips["worst"] = max(self.unit_skips["worst"], units.worst)
+            if watch:  # the periodic skip watches again from the next whole round
+                run["skip"] = None
+                run["from"] = run["done"] + self.n_sms - run["done"] % self.n_sms
+                marks.clear()
+                l2_marks.clear()
+            return plan["blocks"]
+
         def block_done() -> None:
             run["done"] += 1
             if self.on_block is not None:
                 self.on_block(run["done"] + run["left_out"], total)
             if not watch:
                 return
-            if run["skip"] is None and run["done"] % self.n_sms == 0 and run["done"] >= run["from"]:
+            if watch and run["skip"] is None and run["done"] % self.n_sms == 0 and run["done"] >= run["from"]:
                 marks.append((env.now + self.skipped_cycles, counters()))
                 l2_marks.append(self._l2_state())
                 first = run["from"]
@@ -459,6 +503,8 @@ class Gpu:
             if not queue and run["next"] < total:
                 if plan and plan["at"] == run["next"]:
                     leave_out(plan)
+                if units is not None and run["next"] < total:
+                    units_from(run["next"])
                 if run["next"] < total:
                     queue.append(items[run["next"]])
                     run["next"] += 1
@@ -538,11 +584,28 @@ class Gpu:
         if self.loop_skip is not None:
             done = self.loop_skip
             for key, value in (("skips", done.skips), ("ops_left_out", done.ops_left_out),
-                               ("cycles_left_out", done.cycles_left_out), ("mismatch_bytes", done.mismatch_bytes)):
+                               ("cycles_left_out", done.cycles_left_out), ("mismatch_bytes", done.mismatch_bytes),
+                               ("evicting_skips", done.evicting_skips)):
                 self.loop_skips[key] += value
             self.loop_skip = None
         self.dirty_scale = total / (total - run["filling"])
         return cycles, total, delta
+
+
+class _Dispatch(deque):
+    """A launch's blocks in launch order, taken from the front by workers that first ask whether any is left
+    (`while queue`): asking lets `first(index)` leave out blocks from the front one (launch index `index`)
+    on; it returns how many. A block is left out before any worker takes it, wherever workers take blocks."""
+
+    def __init__(self, items: list, first):
+        super().__init__(items)
+        self.total, self.first = len(items), first
+
+    def __bool__(self) -> bool:
+        if len(self):
+            for _ in range(self.first(self.total - len(self))):
+                self.popleft()
+        return len(self) > 0
 
 
 def _skip_plan(heads: list, step: int, slots: int, times: list[int], queued: int, block_of=lambda n: n) -> dict | None:

@@ -43,6 +43,10 @@ HISTORY = 1024
 REL_TOL = 1e-9
 # Left-out stretches, from the last, whose lines take the state of the lines they stand for.
 MIRRORED = 2
+# The evicting skip: stretches in which the L2 evicts (a head's K/V larger than it) are left out too, once
+# the watched ones evicted alike; their loads are replayed into the L2, which evicts as they go, and the
+# replay stops after the first stretch whose HBM bytes differ from the watched one's by more than this.
+EVICTING_TOL = 1e-3
 LINE_BYTES = 2048  # a line's size at 16 bits, to express a line evicted by a replay in bytes
 
 
@@ -67,7 +71,7 @@ def signature(op):
 class LoopSkip:
     """One launch's loop skip; RoleTimers register with it and the reference role calls step()."""
 
-    def __init__(self, gpu, counters):
+    def __init__(self, gpu, counters, evicting: bool = True):
         self.gpu, self.counters = gpu, counters
         self.roles: dict = {}  # running RoleTimers, in start order
         self.ref = None
@@ -77,7 +81,9 @@ class LoopSkip:
         self.marks: list = []  # (virtual cycle, {role: ops pulled}, counters) every `body` reference ops
         self.stuck: frozenset | None = None  # running roles when a skip last found nothing to leave out
         self.pending = False  # a skip waits for the end of the cycle (_defer)
+        self.evicting = evicting  # stretches that evict lines may be left out too (EVICTING_TOL)
         self.skips = 0
+        self.evicting_skips = 0  # of them, skips of stretches that evict (within EVICTING_TOL)
         self.ops_left_out = 0
         self.cycles_left_out = 0
         self.mismatch_bytes = 0.0
@@ -136,24 +142,27 @@ class LoopSkip:
             if len(marks) < 2 * period + 1:
                 break
             a, b, c = marks[-1 - 2 * period], marks[-1 - period], marks[-1]
-            if b[0] - a[0] != c[0] - b[0] or not a[1].keys() == b[1].keys() == c[1].keys() or a[3] != c[3]:
-                continue  # another length, other roles, or lines evicted: the L2 is not in a steady state
+            if b[0] - a[0] != c[0] - b[0] or not a[1].keys() == b[1].keys() == c[1].keys():
+                continue  # another length, or other roles
+            evicted = c[3] - b[3]
+            if evicted != b[3] - a[3] or evicted and not self.evicting:
+                continue  # lines evicted unevenly (or at all, without the evicting skip): no steady L2
             ops = {r: c[1][r][0] - b[1][r][0] for r in c[1]}
             if any(ops[r] != b[1][r][0] - a[1][r][0] or ops[r] <= 0 or not a[1][r][1] == b[1][r][1] == c[1][r][1]
                    for r in ops):
                 continue
             delta = {key: c[2][key] - b[2][key] for key in c[2]}
             if all(math.isclose(delta[key], b[2][key] - a[2][key], rel_tol=REL_TOL, abs_tol=1e-6) for key in delta):
-                self._defer(c[0] - b[0], ops, delta)
+                self._defer(c[0] - b[0], ops, delta, evicted)
                 return
 
-    def _settle(self, cycles: int, ops: dict, delta: dict) -> None:
-        if self._skip(cycles, ops, delta):
+    def _settle(self, cycles: int, ops: dict, delta: dict, evicted: int) -> None:
+        if self._skip(cycles, ops, delta, evicted):
             self.marks.clear()
         else:
             self.stuck = frozenset(self.roles)
 
-    def _defer(self, cycles: int, ops: dict, delta: dict) -> None:
+    def _defer(self, cycles: int, ops: dict, delta: dict, evicted: int) -> None:
         """Skip once the cycle is over. The reference role has just taken its op; other SMs' roles doing the
         same work take theirs later in the same cycle. Left out now, the reference's op would run against the
         L2 state of the stretch left out (a line its twins' left-out loads brought in at once), putting its
@@ -164,7 +173,7 @@ class LoopSkip:
         def skip(_event) -> None:
             self.pending = False
             if set(ops) == set(self.roles):  # no block began or ended meanwhile
-                self._settle(cycles, ops, delta)
+                self._settle(cycles, ops, delta, evicted)
 
         event = simpy.Event(env)
         event._ok, event._value = True, None
@@ -172,8 +181,9 @@ class LoopSkip:
         env.schedule(event, simpy.core.URGENT, 1)
 
     # -- skipping ------------------------------------------------------------------------------------
-    def _skip(self, cycles: int, ops: dict, delta: dict) -> bool:
-        """Leave out as many whole stretches as every role's program repeats; False if none."""
+    def _skip(self, cycles: int, ops: dict, delta: dict, evicted: int = 0) -> bool:
+        """Leave out as many whole stretches as every role's program repeats; False if none. `evicted`: lines
+        each watched stretch evicted (the evicting skip, EVICTING_TOL)."""
         reps = None
         memo: dict = {}
         for role, n in ops.items():
@@ -189,16 +199,24 @@ class LoopSkip:
         for i in range(reps):
             loads = [op for role, n, at in places for op in role.loads(i * n, at)]
             stretches.append((_last_moves(loads), len(loads)))
-        reps = _fits(l2, stretches, delta["hbm_read"], copies, default)
-        if not reps:
-            return False
+        if not evicted:
+            reps = _fits(l2, stretches, delta["hbm_read"], copies, default)
+            if not reps:
+                return False
         now = gpu.env._now
         before = (l2.read_bytes, l2.miss_bytes, l2.evictions)
-        for loads, _ in stretches[:reps]:
+        for n, (loads, _) in enumerate(stretches[:reps]):
+            missed_before = l2.miss_bytes
             for op in loads:
                 _, _, _, missed = l2.read(op.src, now, copies.get(op.src.tensor, default))
                 for entry in missed:
                     entry[2] = now
+            if evicted and not math.isclose(l2.miss_bytes - missed_before, delta["hbm_read"], rel_tol=EVICTING_TOL):
+                reps = n + 1  # the L2 left its steady state: this stretch is the last left out
+                break
+        # the dirty lines the replay evicted are written back once: their bytes, not the watched stretch's
+        # (the dirty lines are the finished tiles' outputs, evicted once, not a per-stretch flow)
+        written = l2.take_evicted() if evicted else None
         # after the skip, the lines of the last stretches' tiles are where those of the tiles they stand
         # for are now: still on their way from HBM, or landing at a later cycle (a block one step behind
         # another reads them next)
@@ -209,15 +227,20 @@ class LoopSkip:
             role.arrivals(n, reps)
         # the L2's own count of the left-out bytes against the watched stretch's (0 while the premise holds)
         self.mismatch_bytes += abs(l2.miss_bytes - before[1] - reps * delta["hbm_read"])
-        self.mismatch_bytes += (l2.evictions - before[2]) * LINE_BYTES
+        self.mismatch_bytes += abs(l2.evictions - before[2] - reps * evicted) * LINE_BYTES
         l2.read_bytes, l2.miss_bytes = before[0], before[1]
         for role, n in ops.items():
             role.drop(reps * n)
         skipped = gpu.skipped
         for key, value in delta.items():
-            skipped[key] = skipped.get(key, 0.0) + reps * value
+            if evicted and key == "hbm_write":  # the dirty lines the replay evicted, written back once
+                value = written
+            else:
+                value *= reps
+            skipped[key] = skipped.get(key, 0.0) + value
         gpu.skipped_cycles += reps * cycles
         self.skips += 1
+        self.evicting_skips += bool(evicted)
         self.ops_left_out += reps * sum(ops.values())
         self.cycles_left_out += reps * cycles
         return True

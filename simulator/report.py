@@ -11,6 +11,9 @@ from typing import IO
 from flashsim.errors import FlashsimError
 from flashsim.units import format_bytes, format_time
 
+from .loopskip import EVICTING_TOL
+from .unitskip import UNIT_BOUND
+
 
 def results_table(results, title: str):
     """One row per result; the profile and problem columns appear only when they vary."""
@@ -115,11 +118,20 @@ def detail_table(r):
     if sample:
         shortcuts.append(f"head sample: {sample['describe']}; such samples came within {100 * sample['bound']:.1f}% "
                          "of --full on the FA2 grid (v2, v3 forward)")
+    units = r.sim.get("unit_skip")
+    if units:
+        shortcuts.append(f"{units['units_left_out']} heads left out in {units['skips']} stretches (unit skip: the "
+                         f"last two heads alike within {100 * units['worst']:.2f}%; came within "
+                         f"{100 * UNIT_BOUND:.1f}% of the plain run)")
     if r.sim.get("blocks_extrapolated"):
-        shortcuts.append(f"{r.sim['blocks_extrapolated']:,} blocks left out (periodic skip)")
+        shortcuts.append(f"{r.sim['blocks_extrapolated']:,} blocks left out (periodic and unit skips)")
     skip = r.sim.get("loop_skip") or {}
     if skip.get("skips"):
         exact = "premise held" if not skip["mismatch_bytes"] else f"L2 off by {skip['mismatch_bytes']:,.0f} B"
+        evicting = skip.get("evicting_skips")
+        if evicting:
+            exact += (f"; {evicting} of them in an evicting L2, within {100 * EVICTING_TOL:g}% of the watched "
+                      "stretch's HBM bytes")
         shortcuts.append(f"{skip['ops_left_out']:,} tile ops in {skip['skips']} loop stretches left out "
                          f"(loop skip, {exact})")
     if "outer_steps_simulated" in r.sim:

@@ -107,6 +107,10 @@ def combine(fwd, bwd):
            for key in ("wall_s", "events", "ops", "blocks_extrapolated", "launch_overhead_s")}
     sim["sms_simulated"] = max(fwd.sim["sms_simulated"], bwd.sim["sms_simulated"])
     sim["loop_skip"] = added(fwd.sim.get("loop_skip", {}), bwd.sim.get("loop_skip", {}))
+    units = [r.sim["unit_skip"] for r in (fwd, bwd) if "unit_skip" in r.sim]
+    if units:
+        sim["unit_skip"] = {"skips": sum(u["skips"] for u in units), "worst": max(u["worst"] for u in units),
+                            "units_left_out": sum(u["units_left_out"] for u in units)}
     sim["pass_time_s"] = {"fwd": fwd.time_s, "bwd": bwd.time_s}
     sim["pass_tflops"] = {"fwd": fwd.tflops, "bwd": bwd.tflops}
     sim["algos"] = {"fwd": fwd.algo, "bwd": bwd.algo}

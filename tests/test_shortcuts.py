@@ -8,7 +8,9 @@
 - V1 outer steps: a line through loops of n-1 and n steps, once two step costs in a row are equal.
 - Loop skip: leaving out whole stretches of the inner loops every running block is in is exact once the
   machine repeats them (times, each role's ops and phase, counters) and the L2 answers the left-out loads
-  as it answered the watched ones without evicting (the skip checks both first).
+  as it answered the watched ones without evicting (the skip checks both first). Stretches that evict
+  alike, and whole heads that repeat (unit skip), are left out within a tolerance:
+  tests/test_shortcut_tolerance.py.
 
 Where the premise fails (causal grids whose blocks differ, sampled runs whose L2 evicts), the bounded
 tests in test_simulator.py apply.
@@ -215,20 +217,23 @@ def test_loop_skip_is_exact(problem, profile, sms):
     fast = simulate("v2", problem, profile, sms=sms)
     plain = simulate("v2", problem, profile, sms=sms, extrapolate=False)
     skip = fast.sim["loop_skip"]
-    assert skip["skips"] > 0 and skip["ops_left_out"] > 0 and skip["mismatch_bytes"] == 0
+    # the L2's replay of left-out loads counts what the watched stretch missed, unless the L2 evicts (the
+    # evicting skip replays with evictions, and its count may differ)
+    assert skip["skips"] > 0 and skip["ops_left_out"] > 0 and (skip["mismatch_bytes"] == 0 or skip["evicting_skips"])
     assert plain.sim["loop_skip"]["skips"] == 0 and fast.sim["ops"] < plain.sim["ops"]
     _same(fast, plain)
     assert fast.utilization == pytest.approx(plain.utilization, rel=1e-9)
 
 
-def test_loop_skip_waits_while_the_l2_evicts():
-    """K/V streaming through a small L2 evicts in every stretch: nothing is left out then, and the run is
-    the plain one."""
+def test_loop_skip_leaves_out_stretches_that_evict_alike():
+    """K/V streaming through a small L2 evicts in every stretch: once two stretches evicted alike, the
+    evicting skip leaves out the next ones, replaying their loads into the L2 (which evicts as they go);
+    here that gives the plain run's cycles and bytes."""
     small = H100.with_overrides({"l2_bytes": 4 * 2**20, "l2_dirty_max_bytes": 2 * 2**20})
     problem = Problem(1, 16, 16384, 128)
     fast = simulate("v2", problem, small)
     plain = simulate("v2", problem, small, extrapolate=False)
-    assert fast.sim["loop_skip"]["skips"] == 0
+    assert fast.sim["loop_skip"]["skips"] > 0 and plain.sim["loop_skip"]["skips"] == 0
     _same(fast, plain)
 
 

@@ -1,0 +1,102 @@
+"""Shortcuts taken within a tolerance come within 0.5% of the plain run (every op of every sampled block
+interpreted), on problems small enough to run both.
+
+- Unit skip (simulator/unitskip.py): whole query heads left out once the last two took the same cycles
+  and bytes within UNIT_TOL; GQA groups apart.
+- Evicting loop skip (simulator/loopskip.py): loop stretches left out while the L2 evicts, once two
+  stretches evicted alike.
+"""
+
+from __future__ import annotations
+
+import pytest
+from flashsim.algorithms.problem import Problem
+from flashsim.hw_profiles import load_profile
+from flashsim.simulator import simulate
+from flashsim.simulator.unitskip import UNIT_TOL, UnitSkip
+
+H100 = load_profile("h100")
+H200 = load_profile("h200")
+BOUND = 5e-3
+
+
+def _within(fast, plain) -> None:
+    assert fast.cycles == pytest.approx(plain.cycles, rel=BOUND)
+    for key, value in plain.bytes.items():
+        assert fast.bytes[key] == pytest.approx(value, rel=BOUND), key
+
+
+@pytest.mark.parametrize(
+    "algo,problem,profile",
+    [
+        ("v3", Problem(4, 32, 8192, 128, causal=True), H200),  # 8 causal heads, longest tiles first
+        ("v2", Problem(4, 16, 16384, 128), H100),  # 4 heads: the periodic skip leaves out a stretch of each
+    ],
+)
+def test_unit_skip_within_the_bound(algo, problem, profile):
+    fast = simulate(algo, problem, profile)
+    plain = simulate(algo, problem, profile, extrapolate=False)
+    units = fast.sim["unit_skip"]
+    assert units["skips"] > 0 and units["units_left_out"] > 0 and units["worst"] <= UNIT_TOL
+    assert "unit_skip" not in plain.sim and fast.sim["ops"] < plain.sim["ops"]
+    _within(fast, plain)
+
+
+@pytest.mark.parametrize(
+    "algo,problem,profile",
+    [
+        # one causal head whose K/V stream through an L2 of 3 MiB
+        ("v3", Problem(1, 8, 16384, 128, causal=True), H100.with_overrides({"l2_bytes": 3 * 2**20})),
+        ("v2", Problem(1, 16, 16384, 128), H100.with_overrides({"l2_bytes": 4 * 2**20, "l2_dirty_max_bytes": 2**21})),
+    ],
+)
+def test_evicting_loop_skip_within_the_bound(algo, problem, profile):
+    fast = simulate(algo, problem, profile)
+    plain = simulate(algo, problem, profile, extrapolate=False)
+    assert fast.sim["loop_skip"]["skips"] > 0 and fast.sim["ops"] < plain.sim["ops"]
+    _within(fast, plain)
+
+
+def _marks(skip: UnitSkip, times: list[int], first: int = 0):
+    """Feed unit starts `first`, first + 1, ... with the given cycles and equal byte increments; the
+    last plan (or None)."""
+    plan = None
+    for n, t in enumerate(times):
+        unit = first + n
+        counters = {"hbm_read": 100.0 * unit, "busy_tensor": 7.0 * unit}
+        plan = skip.mark(unit, t, counters, (0.0, 0.0, 0, 0.0), _FakeL2())
+    return plan
+
+
+class _FakeL2:
+    capacity = dirty_max = 1e12
+
+
+def _units(kv_heads: list, size: int = 64) -> UnitSkip:
+    items = [(0, h, i) for h in range(len(kv_heads)) for i in range(size)]
+    return UnitSkip(items, 16, lambda cta: kv_heads[cta[1]])
+
+
+def test_unit_skip_leaves_out_the_heads_after_two_alike():
+    skip = _units(list(range(8)))
+    plan = _marks(skip, [0, 1000, 2000, 3000])
+    assert plan == {"at": 3 * 64, "blocks": 5 * 64, "units": 5, "cycles": 1000,
+                    "delta": {"hbm_read": 100.0, "busy_tensor": 7.0}, "filling": True}
+
+
+def test_unit_skip_needs_heads_alike_within_its_tolerance():
+    skip = _units(list(range(8)))
+    assert _marks(skip, [0, 1000, 2000 + 1000 * 2 * UNIT_TOL]) is None
+
+
+def test_unit_skip_keeps_to_a_gqa_group_and_watches_none_of_its_first_heads():
+    # two K/V heads of four query heads each: the group's first head fetched the K/V the others find in L2
+    skip = _units([0, 0, 0, 0, 1, 1, 1, 1])
+    assert _marks(skip, [0, 1000, 2000]) is None  # heads 0 and 1 watched: 0 is the group's first
+    plan = _marks(skip, [3000], first=3)  # heads 1 and 2 watched: head 3 left out, not the next group
+    assert plan is not None and plan["units"] == 1 and plan["at"] == 3 * 64
+
+
+def test_unit_skip_needs_equal_heads_of_two_waves():
+    assert not UnitSkip([(0, h, i) for h in range(8) for i in range(16)], 16, lambda c: c[1]).ok  # one wave
+    assert not UnitSkip([(0, h, i) for h in range(8) for i in range(32 + h)], 16, lambda c: c[1]).ok
