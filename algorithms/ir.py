@@ -534,6 +534,9 @@ class Kernel:
     # at the block's start); the roles' programs take (cta, state) and count their barrier targets and
     # buffer slots from that state. Without it, every work tile starts afresh once the last has ended.
     carry: Callable[[object, tuple], object] | None = None
+    # With carry: the blocks take their tiles from a counter in global memory (an L2 atomic per tile);
+    # otherwise each block works out its own tiles (block b: b, b + grid, ...), which costs no memory access.
+    tile_counter: bool = True
 
     @property
     def warps(self) -> int:

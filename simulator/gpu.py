@@ -533,7 +533,7 @@ class Gpu:
                 state = None
                 while queue:
                     cta = queue.popleft()
-                    if tiles:  # the next tile's index comes back from an atomic on the counter in the L2
+                    if tiles and kernel.tile_counter:  # the next tile's index: an atomic on the L2's counter
                         yield env.timeout(p.l2_hit_latency_cycles)
                     tiles.append((cta, state))
                     unfinished.append(len(kernel.roles))

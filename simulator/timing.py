@@ -99,11 +99,14 @@ class RoleTimer:
             self.trace.append((self.track, name, start, end))
 
     def _until(self, reqs, extra: int = 0):
-        """Sleep until every (unit, request) is served, plus `extra` cycles of latency. Shared units can
-        only push an estimate later, so wake at the estimate and ask again."""
+        """Sleep until every (unit, request) is served, plus `extra` cycles of latency counted from the last
+        one's end: a wait for work that ended long enough ago (an asynchronous GEMM waited for after the
+        softmax it overlapped) does not sleep. Shared units can only push an estimate later, so wake at the
+        estimate and ask again."""
         env = self.env
         while True:
-            now = t = env._now  # simpy's `now` property, read directly: this loop runs for most ops
+            now = env._now  # simpy's `now` property, read directly: this loop runs for most ops
+            t = now if not reqs else 0
             for unit, rid in reqs:
                 finish = unit.estimate(now, rid)
                 if finish > t:

@@ -1,7 +1,8 @@
-"""V3's two-Q-buffer kernel runs each persistent block's tiles back to back (Kernel.carry): the producer loads
-the next tile's Q and first K/V blocks while the consumers finish the current one, the K/V ring's slots, the Q
-buffers and the ping-pong turns counted on across tiles. The numeric interpreter chains a block's tiles as the
-simulator does, so a barrier target or ring slot counted wrong deadlocks or reads another tile's data."""
+"""V3's persistent blocks run their tiles back to back (Kernel.carry): the producer loads the next tile's Q
+(once its buffer is released) and first K/V blocks while the consumers finish the current one, the K/V ring's
+slots, the Q buffers and the ping-pong turns counted on across tiles. The numeric interpreter chains a
+block's tiles as the simulator does, so a barrier target or ring slot counted wrong deadlocks or reads
+another tile's data."""
 
 from __future__ import annotations
 
@@ -52,6 +53,9 @@ CASES = [
     (Problem(2, 3, 90, 128, seqlen_k=300, causal=True, dtype="bf16"), Tiling(128, 64, 12, 2)),
     (Problem(2, 2, 260, 64, dtype="bf16"), Tiling(192, 64, 16, 2)),
     (Problem(1, 2, 130, 64, seqlen_k=40, causal=True, dtype="bf16"), Tiling(64, 16, 8, 2)),
+    # one Q buffer: d96 (no two-Q-buffer kernel), non-causal, so a persistent grid
+    (Problem(2, 3, 200, 96, seqlen_k=150, dtype="bf16"), Tiling(128, 48, 12, 2)),
+    (Problem(2, 2, 150, 96, seqlen_k=200, kv_heads=1, dtype="bf16"), Tiling(64, 32, 8, 3)),
 ]
 
 
@@ -84,15 +88,21 @@ def test_a_carry_that_loses_the_ring_position_is_caught():
         run_numeric(_with_carry(schedule, lambda state, cta: None), x)
 
 
-def test_only_the_two_q_buffer_kernel_carries():
-    """16-bit d64/d128 with every FA3 technique on; fp8, split K/V, d128 non-causal (no room for a second Q
-    buffer) and the ablations run each tile afresh."""
+def test_every_persistent_block_carries():
+    """Persistent grids carry, with one Q buffer (d128 non-causal's 128x176, fp8, d96) or two; split K/V, the
+    ablations and grids of one block per tile (causal d256) run each tile afresh. Only the two-Q-buffer kernel
+    takes its tiles from a counter in memory; the others deal them by block index."""
     causal = Problem(4, 8, 1024, 128, causal=True, dtype="bf16")
-    assert build("v3", causal, Tiling(128, 128, 12, 2)).kernels[0].carry is not None
+    kernel = build("v3", causal, Tiling(128, 128, 12, 2)).kernels[0]
+    assert kernel.carry is not None and kernel.tile_counter
     assert build("v3", causal, Tiling(128, 128, 12, 2), pingpong=False).kernels[0].carry is None
     assert build("v3", causal, Tiling(128, 128, 12, 2, splits=2)).kernels[0].carry is None
-    assert build("v3", Problem(4, 8, 1024, 128, dtype="bf16"), Tiling(128, 176, 12, 2)).kernels[0].carry is None
-    assert build("v3-fp8", Problem(4, 8, 1024, 128, dtype="fp8"), Tiling(128, 224, 12, 2)).kernels[0].carry is None
+    one_q = build("v3", Problem(4, 8, 1024, 128, dtype="bf16"), Tiling(128, 176, 12, 2)).kernels[0]
+    assert one_q.carry is not None and not one_q.tile_counter
+    fp8 = build("v3-fp8", Problem(4, 8, 1024, 128, dtype="fp8"), Tiling(128, 224, 12, 2)).kernels[-1]
+    assert fp8.carry is not None and not fp8.tile_counter
+    per_tile = build("v3", Problem(4, 8, 1024, 256, causal=True, dtype="bf16"), Tiling(128, 80, 12, 2)).kernels[0]
+    assert not per_tile.persistent and per_tile.carry is None
 
 
 def test_the_next_tile_starts_under_the_current_one(monkeypatch):

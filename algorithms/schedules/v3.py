@@ -79,10 +79,10 @@ def v3_launch_registers(consumers: int) -> int:
 
 @dataclass(frozen=True)
 class BlockState:
-    """What a persistent block of the two-Q-buffer kernel carries from tile to tile: the tiles it ran
-    (tile n fills Q buffer n % 2), the K/V blocks it streamed through the ring (the ring's slot and fill
-    count run on across tiles), the Q slices loaded into each buffer for each consumer, and the ping-pong
-    passes each consumer's turn barrier received (turns run on across tiles)."""
+    """What a persistent block carries from tile to tile: the tiles it ran (tile n fills Q buffer n % 2 in
+    the two-Q-buffer kernel, the one buffer otherwise), the K/V blocks it streamed through the ring (the
+    ring's slot and fill count run on across tiles), the Q slices loaded into each buffer for each consumer,
+    and the ping-pong passes each consumer's turn barrier received (turns run on across tiles)."""
 
     tiles: int = 0
     kv_blocks: int = 0
@@ -159,7 +159,12 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
     # consumers finish the current tile: the block's roles run on from tile to tile (Kernel.carry), the ring's
     # slots, the Q buffers and the ping-pong turns counted across tiles (BlockState).
     prefetch = not fp8 and splits == 1 and tile_order.prefetch(p.causal, p.seqlen_k, d, elem, bm, bn)
-    carried = prefetch and warp_specialization and pingpong and intra_overlap
+    persistent = prefetch or tile_order.persistent(p.causal, p.seqlen_k, p.headdim, elem, bm)
+    q_bufs = 2 if prefetch else 1
+    # Every persistent block runs on from tile to tile, one Q buffer or two: its producer waits only for the
+    # Q buffer's release (the consumers' last S GEMMs of the tile that used it last) and the ring's slots, so
+    # the next tile's Q and first K/V blocks load under the current tile's last PV GEMM and epilogue.
+    carried = persistent and splits == 1 and warp_specialization and pingpong and intra_overlap
     start = BlockState(q_loads=((0,) * consumers,) * 2, turns=(0,) * consumers)
     q_src, k_src, v_src = ("Qq", "Kq", "Vq") if fp8 else ("Q", "K", "V")
 
@@ -184,9 +189,9 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
         return min(consumers, cdiv(p.seqlen_q - i * bm, WG_ROWS))
 
     def q_buffer(c: int, at: BlockState) -> tuple[str, str]:
-        """(buffer, barrier) of consumer c's Q slice: tile n uses buffer n % 2 (the first alone without a
-        carried state)."""
-        q = at.tiles % 2
+        """(buffer, barrier) of consumer c's Q slice: tile n uses buffer n % q_bufs (the first alone without
+        a carried state)."""
+        q = at.tiles % q_bufs
         return (f"sQ{c}", f"q{c}") if not q else (f"sQ{c}'", f"q{c}'")
 
     def load_q(cta, c, at: BlockState):
@@ -221,8 +226,8 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
     def producer(cta, state=None):
         at = state or start
         n, c_act = kv_range(p, t, cta)[1], active(cta[2])
-        if carried and at.tiles >= 2:  # the buffer's last tile has released it (its last S GEMMs are done)
-            yield wait(f"qempty{at.tiles % 2}", consumers * (at.tiles // 2))
+        if carried and at.tiles >= q_bufs:  # the buffer's last tile has released it (its last S GEMMs are done)
+            yield wait(f"qempty{at.tiles % q_bufs}", consumers * (at.tiles // q_bufs))
         for c in range(c_act if n or splits == 1 else 0):
             yield from load_q(cta, c, at)
         for j in range(n):
@@ -234,7 +239,7 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
         n, c_act = kv_range(p, t, cta)[1], active(cta[2])
         q_loads = [list(x) for x in at.q_loads]
         for c in range(c_act):
-            q_loads[at.tiles % 2][c] += 1
+            q_loads[at.tiles % q_bufs][c] += 1
         turns = list(at.turns)
         if c_act > 1 and n:
             for c in range(c_act):  # each consumer passes the turn once per K/V block and once for the last PV
@@ -319,7 +324,7 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
             if not warp_specialization and (n or splits == 1):
                 yield from load_q(cta, c, at)
             if n or splits == 1:  # an empty split loads no Q: it only writes an empty partial
-                yield Wait(q_bar, at.q_loads[at.tiles % 2][c] + 1)
+                yield Wait(q_bar, at.q_loads[at.tiles % q_bufs][c] + 1)
             if fp8:
                 yield Load(GTile("Qscale", b, h, i, 1, 0, 1, 4), "qs", RMEM)
             yield Fill("acc", WG_ROWS, d, 0.0)
@@ -346,8 +351,9 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
                     if intra_overlap:
                         yield from wait_o(j - 1)
                     yield once((Rescale,), lambda: Rescale("acc", "corr", WG_ROWS, d, 4))
-            if carried:  # every S GEMM of the tile has read Q: its buffer may take the tile after next's
-                yield once((Arrive, "qempty", at.tiles % 2, weight), lambda: Arrive(f"qempty{at.tiles % 2}", weight))
+            if carried:  # every S GEMM of the tile has read Q: its buffer may take the next tile that uses it
+                buf = at.tiles % q_bufs
+                yield once((Arrive, "qempty", buf, weight), lambda: Arrive(f"qempty{buf}", weight))
             if n:
                 yield from take_turn()
                 yield from pv(n - 1)
@@ -373,8 +379,8 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
     smem = smem_bytes(p, t) + (bm * d * p.elem_bytes if prefetch else 0)  # the second Q buffer
     kernel = Kernel(f"flash_fwd_{name}" + ("_splitkv" if splits > 1 else ""), ctas, roles, smem,
                     v3_launch_registers(consumers), classes=lambda c: c[2:],
-                    persistent=prefetch or tile_order.persistent(p.causal, p.seqlen_k, p.headdim, elem, bm),
-                    uniform=not p.causal and not fp8 and splits == 1, carry=carry if carried else None)
+                    persistent=persistent, uniform=not p.causal and not fp8 and splits == 1,
+                    carry=carry if carried else None, tile_counter=prefetch)
     if splits == 1:
         return Schedule(algo, p, t, (kernel,))
     return Schedule(algo, p, t, (kernel, combine_kernel(p, splits)), shapes=workspace_shapes(p, splits))
