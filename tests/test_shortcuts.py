@@ -97,17 +97,22 @@ def test_port_shares_between_sms_and_keeps_each_sms_order():
 # -- periodic skip ------------------------------------------------------------------------------------------
 
 
+# V3's blocks run on from tile to tile (no waves to skip) unless an ablation switch is off: without ping-pong
+# each persistent tile starts afresh once the last has ended.
+NO_PINGPONG = {"pingpong": False}
+
+
 @pytest.mark.parametrize(
-    "algo,problem,profile,sms",
+    "algo,problem,profile,sms,options",
     [
-        ("v2", Problem(1, 8, 2048, 64), FOUR_SMS, None),  # whole chip, a period of one wave within a head
-        ("v3", Problem(1, 8, 2048, 128), FOUR_SMS, None),  # persistent tiles, whole heads left out
-        ("v3", Problem(8, 16, 2048, 128), H200, 8),  # sampled, the L2 evicting throughout
+        ("v2", Problem(1, 8, 2048, 64), FOUR_SMS, None, None),  # whole chip, a period of one wave within a head
+        ("v3", Problem(1, 8, 2048, 128), FOUR_SMS, None, NO_PINGPONG),  # persistent tiles, whole heads left out
+        ("v3", Problem(8, 16, 2048, 128), H200, 8, NO_PINGPONG),  # sampled, the L2 evicting throughout
     ],
 )
-def test_periodic_skip_is_exact(algo, problem, profile, sms):
-    fast = simulate(algo, problem, profile, sms=sms)
-    plain = simulate(algo, problem, profile, sms=sms, extrapolate=False)
+def test_periodic_skip_is_exact(algo, problem, profile, sms, options):
+    fast = simulate(algo, problem, profile, sms=sms, options=options)
+    plain = simulate(algo, problem, profile, sms=sms, extrapolate=False, options=options)
     assert fast.sim["blocks_extrapolated"] > 0 and plain.sim["blocks_extrapolated"] == 0
     _same(fast, plain)
 
@@ -143,8 +148,8 @@ def test_periodic_skip_waits_while_the_l2_fills(problem, profile):
     """A run whose L2 fills after the times have settled must not leave out the filling: leaving it out
     would keep the L2 emptier for every block after it. Nor may it skip on times from before its
     write-backs slowed it (the second case evicts from the third round on and slows from the fifth)."""
-    fast = simulate("v3", problem, profile)
-    plain = simulate("v3", problem, profile, extrapolate=False)
+    fast = simulate("v3", problem, profile, options=NO_PINGPONG)
+    plain = simulate("v3", problem, profile, extrapolate=False, options=NO_PINGPONG)
     assert fast.sim["blocks_extrapolated"] > 0
     _same(fast, plain)
 
