@@ -56,6 +56,8 @@ from ..splitkv import (
     workspace_shapes,
 )
 
+# K/V load ops a V3 schedule keeps for reuse (its tiles of a head issue the same ones)
+KV_LOADS_KEPT = 1 << 16
 WG_ROWS = 64  # rows of a wgmma accumulator: one warpgroup's share of block_m
 # Register budgets after setmaxnreg (FA3): consumers 240 / producer 24 with 1-2 consumer warpgroups,
 # 160 / 32 with 3.
@@ -198,29 +200,42 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
     ring_names = {(tensor, s): (f"empty{tensor}{s}", f"s{tensor}{s}", f"full{tensor}{s}")
                   for tensor in ("K", "V") for s in range(stages)}
 
-    def kv_step(cta, j, at: BlockState, first: int, n: int):
+    # A head's K/V loads recur in every tile of the head, by ring slot: made once (ops are immutable values),
+    # at most KV_LOADS_KEPT at a time
+    kv_loads: dict = {}
+
+    def kv_step(cta, j, at: BlockState, first: int, n: int) -> list:
         """The K/V loads issued at step j of a tile's `n` K/V blocks from `first` on: K_0 first, then K_j+1
         and V_j, as the consumers need K_j+1 (for S_j+1) before V_j (for P_j V_j); each into its ring slot
         once every consumer has released it. The ring's slot and fill count run on from the block's earlier
         tiles (`at`)."""
         b, h = cta[:2]
         hk = h // p.group
+        ops = []
 
         def load(tensor, src, j):
             s, use = (at.kv_blocks + j) % stages, (at.kv_blocks + j) // stages
             empty, buffer, full = ring_names[tensor, s]
             if use:  # each fill is released by every consumer warpgroup (the last with rows for the others)
-                yield wait(empty, consumers * use)
-            yield Load(row_tile(p, src, b, h, (first + j) * bn, bn, kv=True), buffer, SMEM, "tma", full)
+                ops.append(wait(empty, consumers * use))
+            key = (src, b, hk, first + j, s)
+            op = kv_loads.get(key)
+            if op is None:
+                if len(kv_loads) >= KV_LOADS_KEPT:
+                    kv_loads.clear()
+                op = kv_loads[key] = Load(row_tile(p, src, b, h, (first + j) * bn, bn, kv=True), buffer, SMEM,
+                                          "tma", full)
+            ops.append(op)
             if fp8:  # the block scale travels with its tile, on the same barrier
-                yield Load(GTile(f"{tensor}scale", b, hk, first + j, 1, 0, 1, 4), f"{tensor.lower()}s{s}", SMEM, "tma",
-                           full)
+                ops.append(Load(GTile(f"{tensor}scale", b, hk, first + j, 1, 0, 1, 4), f"{tensor.lower()}s{s}", SMEM,
+                                "tma", full))
 
         if j == 0:
-            yield from load("K", k_src, 0)
+            load("K", k_src, 0)
         if j + 1 < n:
-            yield from load("K", k_src, j + 1)
-        yield from load("V", v_src, j)
+            load("K", k_src, j + 1)
+        load("V", v_src, j)
+        return ops
 
     def producer(cta, state=None):
         at = state or start
