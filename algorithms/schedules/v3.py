@@ -16,6 +16,7 @@ section of heads; causal problems with long heads run one CTA per tile): algorit
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from dataclasses import dataclass, replace
 
 from flashsim.errors import FlashsimError
@@ -169,10 +170,13 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
     # costs no allocation per step
     made: dict = {}
 
+    waits: dict = defaultdict(dict)  # barrier -> target -> its Wait
+
     def wait(barrier: str, target: int) -> Wait:
-        op = made.get((Wait, barrier, target))
+        of = waits[barrier]
+        op = of.get(target)
         if op is None:
-            op = made[Wait, barrier, target] = Wait(barrier, target)
+            op = of[target] = Wait(barrier, target)
         return op
 
     def once(key: tuple, make):
