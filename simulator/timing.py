@@ -292,8 +292,7 @@ class RoleTimer:
             if end > len(ahead):  # take the next periods' ops from the program, a few periods at a time
                 more = list(islice(self.source, end - len(ahead) + 15 * n))
                 ahead.extend(more)
-                sigs.extend([op if type(op) not in KEYED else memo[id(op)] if id(op) in memo
-                             else memo.setdefault(id(op), signature(op)) for op in more])
+                _signatures(more, sigs, memo)
                 if end > len(ahead):
                     break
             if sigs[end - n:end] != (last if reps == 0 else sigs[end - 2 * n:end - n]):
@@ -351,6 +350,20 @@ class RoleTimer:
             action()
 
         return landed
+
+
+def _signatures(ops: list, out: list, memo: dict) -> None:
+    """Append each op's signature (loopskip.signature) to `out`, those of keyed ops memoised by op id."""
+    append, known = out.append, memo.get
+    for op in ops:
+        if type(op) in KEYED:
+            key = id(op)
+            sig = known(key)
+            if sig is None:
+                sig = memo[key] = signature(op)
+            append(sig)
+        else:
+            append(op)
 
 
 def _ldsm_unhidden(tensor: float, smem_bytes: int, share: float, p) -> tuple[float, int]:

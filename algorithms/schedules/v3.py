@@ -16,6 +16,7 @@ section of heads; causal problems with long heads run one CTA per tile): algorit
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from dataclasses import dataclass, replace
 
 from flashsim.errors import FlashsimError
@@ -56,6 +57,8 @@ from ..splitkv import (
     workspace_shapes,
 )
 
+# K/V load ops a V3 schedule keeps for reuse (its tiles of a head issue the same ones)
+KV_LOADS_KEPT = 1 << 16
 WG_ROWS = 64  # rows of a wgmma accumulator: one warpgroup's share of block_m
 # Register budgets after setmaxnreg (FA3): consumers 240 / producer 24 with 1-2 consumer warpgroups,
 # 160 / 32 with 3.
@@ -172,10 +175,13 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
     # costs no allocation per step
     made: dict = {}
 
+    waits: dict = defaultdict(dict)  # barrier -> target -> its Wait
+
     def wait(barrier: str, target: int) -> Wait:
-        op = made.get((Wait, barrier, target))
+        of = waits[barrier]
+        op = of.get(target)
         if op is None:
-            op = made[Wait, barrier, target] = Wait(barrier, target)
+            op = of[target] = Wait(barrier, target)
         return op
 
     def once(key: tuple, make):
@@ -199,39 +205,57 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
         buffer, barrier = q_buffer(c, at)
         yield Load(row_tile(p, q_src, b, h, i * bm + c * WG_ROWS, WG_ROWS), buffer, SMEM, "tma", barrier)
 
-    def kv_step(cta, j, at: BlockState):
-        """The K/V loads issued at step j: K_0 first, then K_j+1 and V_j, as the consumers need K_j+1 (for
-        S_j+1) before V_j (for P_j V_j); each into its ring slot once every consumer has released it. The
-        ring's slot and fill count run on from the block's earlier tiles (`at`)."""
+    # barrier and buffer names of the ring's slots, made once
+    ring_names = {(tensor, s): (f"empty{tensor}{s}", f"s{tensor}{s}", f"full{tensor}{s}")
+                  for tensor in ("K", "V") for s in range(stages)}
+
+    # A head's K/V loads recur in every tile of the head, by ring slot: made once (ops are immutable values),
+    # at most KV_LOADS_KEPT at a time
+    kv_loads: dict = {}
+
+    def kv_step(cta, j, at: BlockState, first: int, n: int) -> list:
+        """The K/V loads issued at step j of a tile's `n` K/V blocks from `first` on: K_0 first, then K_j+1
+        and V_j, as the consumers need K_j+1 (for S_j+1) before V_j (for P_j V_j); each into its ring slot
+        once every consumer has released it. The ring's slot and fill count run on from the block's earlier
+        tiles (`at`)."""
         b, h = cta[:2]
-        first, hk = kv_range(p, t, cta)[0], h // p.group
+        hk = h // p.group
+        ops = []
 
         def load(tensor, src, j):
             s, use = (at.kv_blocks + j) % stages, (at.kv_blocks + j) // stages
+            empty, buffer, full = ring_names[tensor, s]
             if use:  # each fill is released by every consumer warpgroup (the last with rows for the others)
-                yield wait(f"empty{tensor}{s}", consumers * use)
-            yield Load(row_tile(p, src, b, h, (first + j) * bn, bn, kv=True), f"s{tensor}{s}", SMEM, "tma",
-                       f"full{tensor}{s}")
+                ops.append(wait(empty, consumers * use))
+            key = (src, b, hk, first + j, s)
+            op = kv_loads.get(key)
+            if op is None:
+                if len(kv_loads) >= KV_LOADS_KEPT:
+                    kv_loads.clear()
+                op = kv_loads[key] = Load(row_tile(p, src, b, h, (first + j) * bn, bn, kv=True), buffer, SMEM,
+                                          "tma", full)
+            ops.append(op)
             if fp8:  # the block scale travels with its tile, on the same barrier
-                yield Load(GTile(f"{tensor}scale", b, hk, first + j, 1, 0, 1, 4), f"{tensor.lower()}s{s}", SMEM, "tma",
-                           f"full{tensor}{s}")
+                ops.append(Load(GTile(f"{tensor}scale", b, hk, first + j, 1, 0, 1, 4), f"{tensor.lower()}s{s}", SMEM,
+                                "tma", full))
 
-        n = kv_range(p, t, cta)[1]
         if j == 0:
-            yield from load("K", k_src, 0)
+            load("K", k_src, 0)
         if j + 1 < n:
-            yield from load("K", k_src, j + 1)
-        yield from load("V", v_src, j)
+            load("K", k_src, j + 1)
+        load("V", v_src, j)
+        return ops
 
     def producer(cta, state=None):
         at = state or start
-        n, c_act = kv_range(p, t, cta)[1], active(cta[2])
+        first, n = kv_range(p, t, cta)
+        c_act = active(cta[2])
         if carried and at.tiles >= q_bufs:  # the buffer's last tile has released it (its last S GEMMs are done)
             yield wait(f"qempty{at.tiles % q_bufs}", consumers * (at.tiles // q_bufs))
         for c in range(c_act if n or splits == 1 else 0):
             yield from load_q(cta, c, at)
         for j in range(n):
-            yield from kv_step(cta, j, at)
+            yield from kv_step(cta, j, at, first, n)
 
     def carry(state, cta) -> BlockState:
         """The block's state after tile `cta` (the counts its programs add to the ring, Q and turn barriers)."""
@@ -266,41 +290,30 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
             # K/V loads one step ahead, stalling on the ring's empty slots itself.
             loads_kv = not warp_specialization and c == 0
 
-            def take_turn():
-                if pingpong and c_act > 1:
-                    yield wait(f"turn{c}", next(turns) + (1 if c else 0))
-
-            def pass_turn():
-                if pingpong and c_act > 1:
-                    yield once((Arrive, c, c_act), lambda: Arrive(f"turn{(c + 1) % c_act}"))
-
+            # the loop's ops that do not move with the step, made once: by ring slot (and P buffer)
+            pingponged = pingpong and c_act > 1
+            pass_op = once((Arrive, c, c_act), lambda: Arrive(f"turn{(c + 1) % c_act}")) if pingponged else None
             arrivals = 2 if fp8 else 1  # tile (+ its scale) per fill of a slot
-
-            def wait_k(j):
-                yield wait(f"fullK{(ring + j) % stages}", arrivals * ((ring + j) // stages + 1))
-
-            def qk(j):
-                s = (ring + j) % stages
-                yield once(("qk", q_buf, s), lambda: Gemm(
-                    "S", q_buf, f"sK{s}", WG_ROWS, bn, d, SMEM, SMEM, "wgmma", dt, 4, trans_b=True,
-                    a_scale="qs" if fp8 else None, b_scale=f"ks{s}" if fp8 else None, async_token="s"))
+            full_k, full_v = [f"fullK{s}" for s in range(stages)], [f"fullV{s}" for s in range(stages)]
+            qk_ops = [once(("qk", q_buf, s), lambda s=s: Gemm(
+                "S", q_buf, f"sK{s}", WG_ROWS, bn, d, SMEM, SMEM, "wgmma", dt, 4, trans_b=True,
+                a_scale="qs" if fp8 else None, b_scale=f"ks{s}" if fp8 else None, async_token="s"))
+                for s in range(stages)]
+            pv_ops = [[once(("pv", x, s), lambda x=x, s=s: Gemm(
+                "acc", f"P{x}", f"sV{s}", WG_ROWS, d, bn, RMEM, SMEM, "wgmma", dt, 4,
+                accumulate=True, b_scale=f"vs{s}" if fp8 else None, async_token="o")) for s in range(stages)]
+                for x in range(2)]
+            s_done, o_done = once((GemmWait, "s"), lambda: GemmWait("s")), once((GemmWait, "o"), lambda: GemmWait("o"))
+            empty_k = [once((Arrive, "emptyK", s, weight), lambda s=s: Arrive(f"emptyK{s}", weight))
+                       for s in range(stages)]
+            empty_v = [once((Arrive, "emptyV", s, weight), lambda s=s: Arrive(f"emptyV{s}", weight))
+                       for s in range(stages)]
+            rescale = once((Rescale,), lambda: Rescale("acc", "corr", WG_ROWS, d, 4))
 
             def pv(j):
                 s = (ring + j) % stages
-                yield wait(f"fullV{s}", arrivals * ((ring + j) // stages + 1))
-                yield once(("pv", j % 2, s), lambda: Gemm(
-                    "acc", f"P{j % 2}", f"sV{s}", WG_ROWS, d, bn, RMEM, SMEM, "wgmma", dt, 4,
-                    accumulate=True, b_scale=f"vs{s}" if fp8 else None, async_token="o"))
-
-            def wait_s(j):
-                s = (ring + j) % stages
-                yield once((GemmWait, "s"), lambda: GemmWait("s"))
-                yield once((Arrive, "emptyK", s, weight), lambda: Arrive(f"emptyK{s}", weight))
-
-            def wait_o(j):
-                s = (ring + j) % stages
-                yield once((GemmWait, "o"), lambda: GemmWait("o"))
-                yield once((Arrive, "emptyV", s, weight), lambda: Arrive(f"emptyV{s}", weight))
+                yield wait(full_v[s], arrivals * ((ring + j) // stages + 1))
+                yield pv_ops[j % 2][s]
 
             # K/V tiles ending at or before `visible` need no mask (tile_mask's test, made once per tile)
             visible = p.seqlen_k
@@ -315,11 +328,7 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
                     return OnlineSoftmax("S", f"P{j % 2}", "m", "l", WG_ROWS, bn, p.scale, mask, dt, acc="acc",
                                          acc_cols=d, corr="corr", warps=4)
 
-                yield make() if mask is not None else once((OnlineSoftmax, j % 2), make)
-
-            def loads(j):
-                if loads_kv:
-                    yield from kv_step(cta, j, at)
+                return make() if mask is not None else once((OnlineSoftmax, j % 2), make)
 
             if not warp_specialization and (n or splits == 1):
                 yield from load_q(cta, c, at)
@@ -331,34 +340,44 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
             yield Fill("m", WG_ROWS, 1, -math.inf)
             yield Fill("l", WG_ROWS, 1, 0.0)
             for j in range(n):
-                yield from loads(j)
-                yield from wait_k(j)
-                yield from take_turn()
+                s = (ring + j) % stages
+                if loads_kv:
+                    yield from kv_step(cta, j, at, first, n)
+                yield wait(full_k[s], arrivals * ((ring + j) // stages + 1))
+                if pingponged:  # take the turn
+                    yield wait(f"turn{c}", next(turns) + (1 if c else 0))
                 if not j:
-                    yield from qk(0)
+                    yield qk_ops[s]
                 elif intra_overlap:  # S_j's softmax will run while P_j-1 V_j-1 does
-                    yield from qk(j)
+                    yield qk_ops[s]
                     yield from pv(j - 1)
                 else:  # S_j after P_j-1 V_j-1 on the in-order tensor pipe: its softmax overlaps nothing
                     yield from pv(j - 1)
-                    yield from qk(j)
-                yield from pass_turn()
+                    yield qk_ops[s]
+                if pingponged:
+                    yield pass_op
                 if j and not intra_overlap:
-                    yield from wait_o(j - 1)
-                yield from wait_s(j)
-                yield from softmax(j)
+                    yield o_done
+                    yield empty_v[(ring + j - 1) % stages]
+                yield s_done
+                yield empty_k[s]
+                yield softmax(j)
                 if j:
                     if intra_overlap:
-                        yield from wait_o(j - 1)
-                    yield once((Rescale,), lambda: Rescale("acc", "corr", WG_ROWS, d, 4))
+                        yield o_done
+                        yield empty_v[(ring + j - 1) % stages]
+                    yield rescale
             if carried:  # every S GEMM of the tile has read Q: its buffer may take the next tile that uses it
                 buf = at.tiles % q_bufs
                 yield once((Arrive, "qempty", buf, weight), lambda: Arrive(f"qempty{buf}", weight))
             if n:
-                yield from take_turn()
+                if pingponged:
+                    yield wait(f"turn{c}", next(turns) + (1 if c else 0))
                 yield from pv(n - 1)
-                yield from pass_turn()
-                yield from wait_o(n - 1)
+                if pingponged:
+                    yield pass_op
+                yield o_done
+                yield empty_v[(ring + n - 1) % stages]
             if splits > 1:
                 yield from partial_epilogue(p, b, h, row0, WG_ROWS, cta[3], "acc", "m", "l", 4)
             else:
