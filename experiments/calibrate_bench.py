@@ -709,7 +709,9 @@ def launch(b: Bench) -> dict:
     for sm in np.unique(ct["smid"]):
         sel = np.sort(ct[ct["smid"] == sm], order="clk0")
         gaps.extend((sel["clk0"][1:] - sel["clk1"][:-1]).tolist())
+    pair = _dispatch_pair(b, cta)
     return {
+        **pair,
         "launch_overhead_s": per_launch_ns * 1e-9,
         "launch_overhead_events_s": events_s,
         "host_enqueue_s": host_s / n,
@@ -717,6 +719,37 @@ def launch(b: Bench) -> dict:
         "how": f"stamp: {n} empty 1-block kernels queued behind a 0.3 s spin, start-to-start by %globaltimer "
         f"(mean over the first {n // 2}); cta_stamp: {blocks} blocks of 128 threads, {smem // 1024} KiB dynamic "
         "SMEM (one block per SM), median end-to-next-start gap per SM in clock64 cycles",
+    }
+
+
+def _dispatch_pair(b: Bench, cta) -> dict:
+    """Whether an SM starts the blocks of one wave together or one after another: cta_stamp blocks sized to
+    two per SM (by their dynamic shared memory), one wave of them (2 x SMs), launched after a warm-up; on each
+    SM the cycles from its first block's start to its second's (clock64, one counter per SM)."""
+    cp = b.cp
+    # a third of the SM each (plus the per-block reservation): two fit, three do not
+    smem = b.gpu.smem_per_block_optin_bytes // 3 + 1024
+    cta.max_dynamic_shared_size_bytes = smem
+    blocks = 2 * b.gpu.sm_count
+    gaps, pairs = [], 0
+    for _ in range(5):
+        buf = b.times(blocks)
+        cta((blocks,), (128,), (buf,), shared_mem=smem)
+        cp.cuda.Device().synchronize()
+        t = block_times(buf)
+        for sm in np.unique(t["smid"]):
+            starts = np.sort(t[t["smid"] == sm]["clk0"])
+            if len(starts) >= 2:
+                gaps.append(int(starts[1] - starts[0]))
+                pairs += len(starts) == 2
+    q = np.percentile(gaps, [10, 50, 90]).tolist() if gaps else [float("nan")] * 3
+    return {
+        "dispatch_pair_gap_cycles": q[1],
+        "dispatch_pair_gap_p10_p90": [q[0], q[2]],
+        "dispatch_pair_sms": len(gaps),
+        "dispatch_pair_sms_with_two": pairs,
+        "dispatch_pair_how": f"cta_stamp: one wave of {blocks} blocks of 128 threads, {smem // 1024} KiB dynamic "
+        "SMEM (two per SM), 5 launches; per SM, second block's start minus first's in clock64 cycles",
     }
 
 
