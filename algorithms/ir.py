@@ -58,6 +58,13 @@ class Load:
     # Place the tile at this row of dst (None: dst is the tile). Packed GQA tiles gather several heads' rows
     # into one buffer, and a combine gathers every split's partial; the loads stay separate requests.
     dst_row: int | None = None
+    # Warp instructions each of `warps` issuing warps spends on this copy: the copy instructions and the
+    # address arithmetic before them, counted in the kernel's SASS (0: the profile's per-copy issue cost).
+    issue: float = 0.0
+    warps: int = 1
+    # Plain loads into parts of one buffer (dst_row set) kept in flight together: a load waits for the one
+    # `in_flight` parts before it to land (1: each waits for the previous, its register reused at once).
+    in_flight: int = 1
 
     @property
     def nbytes(self) -> int:

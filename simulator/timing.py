@@ -93,6 +93,7 @@ class RoleTimer:
         self.ahead_sigs: list = []
         self.at = 0
         self.source = None
+        self.windows: dict[str, deque] = {}  # buffer -> its parts' plain loads still holding registers
 
     def _mark(self, name: str, start: int, end: int) -> None:
         if self.trace is not None and end > start:
@@ -201,6 +202,13 @@ class RoleTimer:
                 if op.via == "ld":
                     # plain loads are in flight together; the warp stalls at the first op that reads one
                     event = env.event()
+                    if op.in_flight > 1 and op.dst_row is not None:
+                        # parts of one buffer rotating through in_flight registers: wait for the part that
+                        # held this one's register
+                        window = self.windows.setdefault(op.dst, deque(maxlen=op.in_flight))
+                        if len(window) == op.in_flight and not window[0].processed:
+                            yield window[0]
+                        window.append(event)
                     earlier = inflight.get(op.dst) if op.dst_row is not None else None
                     # parts of one buffer: a reader waits for all of them
                     inflight[op.dst] = event if earlier is None else env.all_of([earlier, event])
@@ -212,7 +220,13 @@ class RoleTimer:
                                            f"SM{sm.index} {op.via}")
                     gpu.load(op.src, now, to_smem, sm, landed, p.tma_latency_cycles if tma else 0,
                              None if tma else self.flow)
-                    yield env.timeout(p.tma_issue_cycles if tma else p.cp_async_issue_cycles)
+                    if op.issue and not tma:
+                        # the warps issue the copy's instructions and their address arithmetic, sharing
+                        # the SM's warp schedulers with other blocks' copies
+                        share = pipe_share(op.warps, p.sub_partitions_per_sm)
+                        yield from self._until([(sm.issue, sm.issue.submit(now, op.issue * op.warps, share))])
+                    else:
+                        yield env.timeout(p.tma_issue_cycles if tma else p.cp_async_issue_cycles)
             elif kind in _ELEMENTWISE:
                 share = pipe_share(op.warps, p.sub_partitions_per_sm)
                 if p.issue_model:
@@ -400,7 +414,12 @@ def _waits(op, kind, inflight: dict) -> list:
         events = list(inflight.values())
         inflight.clear()
         return events
-    names = [op.dst] if kind is Load else [getattr(op, f) for f in _str_fields(kind)]
+    if kind is Load:
+        if op.in_flight > 1 and op.dst_row is not None:
+            return []  # a part of a buffer waits for its register's earlier part (RoleTimer.run)
+        names = [op.dst]
+    else:
+        names = [getattr(op, f) for f in _str_fields(kind)]
     return [e for e in (inflight.pop(name, None) for name in names) if e is not None]
 
 
