@@ -393,6 +393,17 @@ class SyncThreads:
     """__syncthreads among the role's warps (a single role in V1, V2 and standard)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Code:
+    """The role's warps go on to a stretch of the kernel's SASS: `nbytes` of code (the 128-byte lines they run,
+    counted in the kernel's executed instructions), named so that the SM knows it again. A stretch not in the
+    SM's instruction cache is fetched before its ops run; the block's warps share the fetch. Only where a
+    kernel's code is known: a schedule without Code ops runs as if its code were always there."""
+
+    name: str
+    nbytes: int
+
+
 # -- the backward pass ------------------------------------------------------------------------------
 
 
@@ -501,7 +512,7 @@ class SoftmaxGrad:
 
 Op = (
     Load | Store | Gemm | GemmWait | OnlineSoftmax | Rescale | RescaleMerge | WarpReduce | Normalize | MergeSplits
-    | RowSoftmax | Quantize | Fill | Arrive | Wait | SyncThreads | AtomicAdd | StoreShared | RowDot | LseExp
+    | RowSoftmax | Quantize | Fill | Arrive | Wait | SyncThreads | Code | AtomicAdd | StoreShared | RowDot | LseExp
     | SoftmaxGrad
 )
 

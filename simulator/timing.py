@@ -17,6 +17,7 @@ from flashsim.algorithms.ir import (
     SMEM,
     Arrive,
     AtomicAdd,
+    Code,
     Fill,
     Gemm,
     GemmWait,
@@ -280,6 +281,8 @@ class RoleTimer:
                 gpu.atomic(op.dst, now, tma, sm, self._landing(event.succeed, f"atomic {op.dst.tensor}", now),
                            None if tma else self.flow)
                 yield env.timeout(p.tma_issue_cycles if tma else max(1, op.chained * p.l2_hit_latency_cycles))
+            elif kind is Code:
+                yield from self._fetch(op, now)
             else:
                 raise TypeError(f"timing interpreter has no rule for {kind.__name__}")
         for event in [*inflight.values(), *reductions]:
@@ -287,6 +290,13 @@ class RoleTimer:
                 yield event
         if skip is not None:
             skip.leave(self)
+
+    def _fetch(self, op: Code, now: int):
+        """The warps go on to a stretch of code: wait until the SM has it (simulator/icache.py)."""
+        ready = self.sm.code.fetch(op.name, op.nbytes, now)
+        if ready > now:
+            yield self.env.timeout(ready - now)
+            self._mark(f"fetch {op.name}", now, ready)
 
     # -- loop skip (simulator/loopskip.py) -----------------------------------------------------------
     def repeats_ahead(self, n: int, most: int | None, memo: dict) -> int:

@@ -31,6 +31,7 @@ from ..ir import FP32_BYTES as F32
 from ..ir import (
     RMEM,
     SMEM,
+    Code,
     Fill,
     Gemm,
     GTile,
@@ -80,6 +81,17 @@ MERGE = "warp merge"  # the key-split warps' partial O, max and sum (shared memo
 KV_COPY_ISSUE = 16
 Q_COPY_ISSUE = 72
 PAGE_FETCH_ISSUE = {False: 2, True: 11}
+# The 128-byte lines of SASS a block's warps run in each stretch of our kernel (ir.Code; the SM fetches those
+# it does not keep): the distinct lines of the instructions Nsight Compute saw executed
+# (experiments/results/h200/decode-fid/ncu/, d128 fwd, -sass.txt: SASS rows before 3360, 3360-5096 and
+# after): the prologue 28; a step 106 (the launch of one K/V block), and 192 with the refill and page fetch
+# (16 blocks); the epilogue 89 (87 with the split's partial stores). The d64 kernel is within 3% in size.
+CODE_LINES = {"prologue": 28, "step": 106, "refill": 192 - 106, "epilogue": 89}
+CODE_LINE_BYTES = 128
+
+
+def code(d: int, stretch: str) -> Code:
+    return Code(f"decode d{d} {stretch}", CODE_LINES[stretch] * CODE_LINE_BYTES)
 
 
 def check_problem(p: Problem) -> None:
@@ -205,8 +217,11 @@ def build(p: Problem, t: Tiling) -> Schedule:
             loads = [*kv_loads(ps, "K", f"sK{stage}", b, hk, col0, "kv"),
                      *kv_loads(ps, "V", f"sV{stage}", b, hk, col0, "kv")]
             through.append((through[-1] if through else 0) + len(loads))
-            return [replace(ld, issue=kv_issue / len(loads), warps=w) for ld in loads]
+            issued = [replace(ld, issue=kv_issue / len(loads), warps=w) for ld in loads]
+            # a refill in the loop runs code of its own (the prologue's copies are the prologue's)
+            return [code(d, "refill"), *issued] if jj >= stages - 1 else issued
 
+        yield code(d, "prologue")
         if n or splits == 1:
             if table is not None and n:
                 yield Load(paged.table_tile(p, b, first * bn, n * bn), "pages", RMEM)
@@ -227,6 +242,7 @@ def build(p: Problem, t: Tiling) -> Schedule:
             col0, stage = (first + jj) * bn, jj % stages
             yield Wait("kv", through[jj])
             yield SyncThreads()  # block jj landed for every warp; all are done with block jj - 1's stage
+            yield code(d, "step")
             if jj + stages - 1 < n:  # refill that stage, stages - 1 blocks ahead of the math
                 yield from copy_block(jj + stages - 1)
             yield Gemm("S", "sQ", f"sK{stage}", mr, bn, d, SMEM, SMEM, "mma_sync", dt, mw, trans_b=True, split=split)
@@ -235,6 +251,7 @@ def build(p: Problem, t: Tiling) -> Schedule:
                                 dt, acc="acc", acc_cols=d, warps=mw)
             yield Gemm("acc", "P", f"sV{stage}", mr, d, bn, RMEM, SMEM, "mma_sync", dt, mw, accumulate=True,
                        split=split)
+        yield code(d, "epilogue")
         if split == "n":  # each warp's running max, sum and O through shared memory to warp 0
             yield SyncThreads()
             yield StoreShared("acc", "merge", bm, d + 2, F32, MERGE)
