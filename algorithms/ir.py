@@ -58,6 +58,13 @@ class Load:
     # Place the tile at this row of dst (None: dst is the tile). Packed GQA tiles gather several heads' rows
     # into one buffer, and a combine gathers every split's partial; the loads stay separate requests.
     dst_row: int | None = None
+    # Warp instructions each of `warps` issuing warps spends on this copy: the copy instructions and the
+    # address arithmetic before them, counted in the kernel's SASS (0: the profile's per-copy issue cost).
+    issue: float = 0.0
+    warps: int = 1
+    # Plain loads into parts of one buffer (dst_row set) kept in flight together: a load waits for the one
+    # `in_flight` parts before it to land (1: each waits for the previous, its register reused at once).
+    in_flight: int = 1
 
     @property
     def nbytes(self) -> int:
@@ -386,6 +393,17 @@ class SyncThreads:
     """__syncthreads among the role's warps (a single role in V1, V2 and standard)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Code:
+    """The role's warps go on to a stretch of the kernel's SASS: `nbytes` of code (the 128-byte lines they run,
+    counted in the kernel's executed instructions), named so that the SM knows it again. A stretch not in the
+    SM's instruction cache is fetched before its ops run; the block's warps share the fetch. Only where a
+    kernel's code is known: a schedule without Code ops runs as if its code were always there."""
+
+    name: str
+    nbytes: int
+
+
 # -- the backward pass ------------------------------------------------------------------------------
 
 
@@ -494,7 +512,7 @@ class SoftmaxGrad:
 
 Op = (
     Load | Store | Gemm | GemmWait | OnlineSoftmax | Rescale | RescaleMerge | WarpReduce | Normalize | MergeSplits
-    | RowSoftmax | Quantize | Fill | Arrive | Wait | SyncThreads | AtomicAdd | StoreShared | RowDot | LseExp
+    | RowSoftmax | Quantize | Fill | Arrive | Wait | SyncThreads | Code | AtomicAdd | StoreShared | RowDot | LseExp
     | SoftmaxGrad
 )
 

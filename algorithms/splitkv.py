@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from . import closed_form as cf
 from .ir import FP32_BYTES as F32
-from .ir import RMEM, GTile, Kernel, Load, MergeSplits, Normalize, Role, Store
+from .ir import RMEM, GTile, Kernel, Load, MergeSplits, Normalize, Role, Store, SyncThreads
 from .parts import cdiv, out_bytes, row_tile
 from .problem import Problem
 
@@ -85,9 +85,13 @@ def combine_rows(d: int) -> int:
     return 4 if d % 128 == 0 else 8 if d % 64 == 0 else 16
 
 
-def combine_kernel(p: Problem, splits: int) -> Kernel:
+def combine_kernel(p: Problem, splits: int, ours: bool = False) -> Kernel:
     """One block per (batch, head, combine_rows queries): load every split's LSE and O of those rows, merge,
-    write O and LSE."""
+    write O and LSE. Each split's O partial waits for the one before: our combine's loop (kernels/decode.cu)
+    keeps about one in flight (its split sweep, experiments/results/h200/decode-hbm/decode-splits.md, adds
+    0.14-0.17 us per split from 8 to 66 splits, one L2 round trip each). ours: our combine's LSE_s are one
+    lane's load each, all in flight together, and a barrier publishes the weights before the O loop;
+    otherwise (FA2's combine, not measured apart) each LSE_s load also waits for the one before."""
     rb, d = combine_rows(p.headdim), p.headdim
 
     def program(cta):
@@ -97,7 +101,9 @@ def combine_kernel(p: Problem, splits: int) -> Kernel:
         rows = min(rb, nq - row0)
         for s in range(splits):
             yield Load(GTile(LSE_PARTS, b, h, s * p.seqlen_q + row0, rows, 0, 1, F32), "lse_parts", RMEM,
-                       dst_row=s * rows)
+                       dst_row=s * rows, in_flight=splits if ours else 1)
+        if ours:  # the weights e^(LSE_s - LSE) go through shared memory before the O loop reads them
+            yield SyncThreads()
         for s in range(splits):
             yield Load(GTile(O_PARTS, b, h, s * p.seqlen_q + row0, rows, 0, d, F32), "o_parts", RMEM,
                        dst_row=s * rows)

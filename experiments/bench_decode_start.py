@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -75,18 +74,12 @@ def timed(fn, prepare, prefix: str, per_call: int, calls: int = CALLS) -> list[d
     """Per call, the busy microseconds of the first `per_call` kernels named prefix... after the marker (the
     timed launch's own kernels: not the fills or copies around them), by name."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
+
+    from .validate import profiled_events
 
     fn()
     torch.cuda.synchronize()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(calls):
-                prepare()
-                fn()
-            torch.cuda.synchronize()
-    events = sorted((e for e in prof.events() if str(e.device_type).endswith("CUDA")), key=lambda e: e.time_range.start)
+    events = profiled_events(fn, prepare, calls)
     return after_marker([(e.name.split("(")[0].strip(), e.time_range.elapsed_us()) for e in events], prefix, per_call)
 
 

@@ -156,9 +156,9 @@ def time_call(fn: Callable[[], object], flush, min_reps: int, max_reps: int, bud
     return samples
 
 
-def gpu_calls(fn: Callable[[], object], flush: Callable[[], None], calls: int = 3) -> list[list]:
-    """The GPU work (kernels, copies, memsets as profiler events, in start order) of each of `calls` calls,
-    read by the CUDA profiler (CUPTI), each call after an L2 flush whose kernel separates them."""
+def profiled_events(fn: Callable[[], object], prepare: Callable[[], None], calls: int) -> list:
+    """The GPU work (kernels, copies, memsets as profiler events, in start order) of `calls` rounds of
+    prepare() then fn(), read by the CUDA profiler (CUPTI)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -166,12 +166,17 @@ def gpu_calls(fn: Callable[[], object], flush: Callable[[], None], calls: int = 
         warnings.simplefilter("ignore")  # the profiler warns about its own event buffering
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(calls):
-                flush()
+                prepare()
                 fn()
             torch.cuda.synchronize()
-    events = sorted((e for e in prof.events() if str(e.device_type).endswith("CUDA")), key=lambda e: e.time_range.start)
+    return sorted((e for e in prof.events() if str(e.device_type).endswith("CUDA")), key=lambda e: e.time_range.start)
+
+
+def gpu_calls(fn: Callable[[], object], flush: Callable[[], None], calls: int = 3) -> list[list]:
+    """The GPU work of each of `calls` calls (profiled_events), each call after an L2 flush whose kernel
+    separates them."""
     calls_work: list[list] = []
-    for e in events:
+    for e in profiled_events(fn, flush, calls):
         if e.name.split("(")[0].strip() == FLUSH_KERNEL:
             calls_work.append([])
         elif calls_work:

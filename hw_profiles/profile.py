@@ -34,7 +34,8 @@ PROVENANCES = {
 OVERRIDE_KIND = "override"
 WARP = 32
 # Keys for which zero is a meaningful value (a what-if without the per-block reservation).
-ZERO_ALLOWED = frozenset({"smem_reserved_per_block_bytes", "issue_model", "mma_sync_ldsm_unhidden_fraction"})
+ZERO_ALLOWED = frozenset({"smem_reserved_per_block_bytes", "issue_model", "mma_sync_ldsm_unhidden_fraction",
+                           "icache_miss_cycles_per_line"})
 
 # Unit of a key, read from its name's suffix (longest suffixes first). No suffix: a plain count.
 _UNIT_SUFFIXES = (
@@ -133,6 +134,10 @@ class Profile:
     cp_async_issue_cycles: int = _p(int)
     launch_overhead_s: float = _p(float)
     cta_launch_cycles: int = _p(int)
+    # instruction fetch: the SASS an SM's instruction caches keep, and what each 128-byte line of code not kept
+    # there adds to the time of the instructions on it (0: code is always there)
+    icache_bytes_per_sm: int = _p(int)
+    icache_miss_cycles_per_line: float = _p(float)
     # a launch's GPU busy time beyond its blocks' span: the kernel's start, the first dispatch, its end
     kernel_busy_overhead_s: float = _p(float)
     # Hopper only

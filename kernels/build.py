@@ -39,6 +39,7 @@ MICROBENCH_TARGETS: dict[str, tuple[str, ...]] = {
     "tma": ("sm_90a",),
     "wgmma": ("sm_90a",),
     "hbm_probe": ("sm_80", "sm_90a"),
+    "ifetch": ("sm_80", "sm_90a"),
 }
 NVCC_FLAGS = ("-O3", "-std=c++17", "-lineinfo", "-Xptxas", "-v")
 

@@ -15,6 +15,7 @@ import simpy
 from flashsim.algorithms.ir import GTile
 from flashsim.errors import FlashsimError
 
+from .icache import CodeCache
 from .l2 import FLUSH, L2Cache
 from .loopskip import LoopSkip
 from .resources import Barrier, Port, QueueUnit, SharedUnit
@@ -146,6 +147,7 @@ class Sm:
                                 profile.sub_partitions_per_sm * profile.warp_issue_per_clk_per_sub_partition)
         self.int_alu = SharedUnit(f"SM{index}.int_alu", profile.alu_ops_per_clk_per_sm)
         self.shfl = SharedUnit(f"SM{index}.shfl", profile.shfl_ops_per_clk_per_sm)
+        self.code = CodeCache(profile.icache_bytes_per_sm, profile.icache_miss_cycles_per_line)
 
     def units(self) -> dict[str, SharedUnit]:
         return {"tensor": self.tensor, "wgmma": self.wgmma_queue, "sfu": self.sfu, "alu": self.alu, "smem": self.smem}

@@ -60,7 +60,8 @@ def signature(op):
     kind = type(op)
     if kind is Load:
         s = op.src
-        return kind, s.tensor, s.rows, s.cols, s.elem_bytes, op.dst, op.level, op.via, op.barrier, op.dst_row
+        return (kind, s.tensor, s.rows, s.cols, s.elem_bytes, op.dst, op.level, op.via, op.barrier, op.dst_row,
+                op.issue, op.warps, op.in_flight)
     if kind is Wait:
         return kind, op.barrier
     if kind is Store or kind is AtomicAdd:

@@ -17,6 +17,7 @@ from flashsim.algorithms.ir import (
     SMEM,
     Arrive,
     AtomicAdd,
+    Code,
     Fill,
     Gemm,
     GemmWait,
@@ -93,6 +94,7 @@ class RoleTimer:
         self.ahead_sigs: list = []
         self.at = 0
         self.source = None
+        self.windows: dict[str, deque] = {}  # buffer -> its parts' plain loads still holding registers
 
     def _mark(self, name: str, start: int, end: int) -> None:
         if self.trace is not None and end > start:
@@ -204,6 +206,13 @@ class RoleTimer:
                 if op.via == "ld":
                     # plain loads are in flight together; the warp stalls at the first op that reads one
                     event = env.event()
+                    if op.in_flight > 1 and op.dst_row is not None:
+                        # parts of one buffer rotating through in_flight registers: wait for the part that
+                        # held this one's register
+                        window = self.windows.setdefault(op.dst, deque(maxlen=op.in_flight))
+                        if len(window) == op.in_flight and not window[0].processed:
+                            yield window[0]
+                        window.append(event)
                     earlier = inflight.get(op.dst) if op.dst_row is not None else None
                     # parts of one buffer: a reader waits for all of them
                     inflight[op.dst] = event if earlier is None else env.all_of([earlier, event])
@@ -215,7 +224,13 @@ class RoleTimer:
                                            f"SM{sm.index} {op.via}")
                     gpu.load(op.src, now, to_smem, sm, landed, p.tma_latency_cycles if tma else 0,
                              None if tma else self.flow)
-                    yield env.timeout(p.tma_issue_cycles if tma else p.cp_async_issue_cycles)
+                    if op.issue and not tma:
+                        # the warps issue the copy's instructions and their address arithmetic, sharing
+                        # the SM's warp schedulers with other blocks' copies
+                        share = pipe_share(op.warps, p.sub_partitions_per_sm)
+                        yield from self._until([(sm.issue, sm.issue.submit(now, op.issue * op.warps, share))])
+                    else:
+                        yield env.timeout(p.tma_issue_cycles if tma else p.cp_async_issue_cycles)
             elif kind in _ELEMENTWISE:
                 share = pipe_share(op.warps, p.sub_partitions_per_sm)
                 if p.issue_model:
@@ -269,6 +284,8 @@ class RoleTimer:
                 gpu.atomic(op.dst, now, tma, sm, self._landing(event.succeed, f"atomic {op.dst.tensor}", now),
                            None if tma else self.flow)
                 yield env.timeout(p.tma_issue_cycles if tma else max(1, op.chained * p.l2_hit_latency_cycles))
+            elif kind is Code:
+                yield from self._fetch(op, now)
             else:
                 raise TypeError(f"timing interpreter has no rule for {kind.__name__}")
         for event in [*inflight.values(), *reductions]:
@@ -276,6 +293,13 @@ class RoleTimer:
                 yield event
         if skip is not None:
             skip.leave(self)
+
+    def _fetch(self, op: Code, now: int):
+        """The warps go on to a stretch of code: wait until the SM has it (simulator/icache.py)."""
+        ready = self.sm.code.fetch(op.name, op.nbytes, now)
+        if ready > now:
+            yield self.env.timeout(ready - now)
+            self._mark(f"fetch {op.name}", now, ready)
 
     # -- loop skip (simulator/loopskip.py) -----------------------------------------------------------
     def repeats_ahead(self, n: int, most: int | None, memo: dict) -> int:
@@ -416,7 +440,12 @@ def _waits(op, kind, inflight: dict) -> list:
         events = list(inflight.values())
         inflight.clear()
         return events
-    names = [op.dst] if kind is Load else [getattr(op, f) for f in _str_fields(kind)]
+    if kind is Load:
+        if op.in_flight > 1 and op.dst_row is not None:
+            return []  # a part of a buffer waits for its register's earlier part (RoleTimer.run)
+        names = [op.dst]
+    else:
+        names = [getattr(op, f) for f in _str_fields(kind)]
     return [e for e in (inflight.pop(name, None) for name in names) if e is not None]
 
 

@@ -167,3 +167,45 @@ def test_a_flushed_l2_makes_reads_pay_the_flushs_write_backs():
     assert flushed.bytes["hbm_write_flush"] == pytest.approx(written_back, rel=0.01)
     # its four blocks draw far below HBM's rate (each at its requester cap): the write-backs cost them nothing
     assert flushed.kernel_time_s == pytest.approx(empty.kernel_time_s, rel=1e-3)
+
+
+@pytest.mark.parametrize("page_size", [0, 16])
+def test_copies_carry_the_kernels_address_arithmetic(page_size):
+    """Each K/V block's copies carry the instructions the kernel's SASS spends on them (16 per 16-byte copy
+    of a thread, plus the next block's page numbers), the Q tile's copies 72 each, issued by the 4 warps."""
+    p = Problem(1, 8, 1, 128, seqlen_k=64 * 4, kv_heads=1, page_size=page_size)
+    ops = block_program(p, Tiling(64, 64, 4, 3))
+    kv = [op for op in ops if isinstance(op, Load) and op.src.tensor in ("K", "V")]
+    q = [op for op in ops if isinstance(op, Load) and op.src.tensor == "Q"]
+    per_block = 2 * 8 * schedule.KV_COPY_ISSUE + 8 * schedule.PAGE_FETCH_ISSUE[bool(page_size)]
+    assert sum(op.issue for op in kv) == pytest.approx(4 * per_block)
+    assert sum(op.issue for op in q) == pytest.approx(8 * schedule.Q_COPY_ISSUE)  # 64 rows x 16 chunks / 128
+    assert {op.warps for op in kv + q} == {4}
+
+
+def test_a_copys_issue_holds_its_warps(monkeypatch):
+    """The warps issue a copy's instructions before going on: a lone block's steps cannot be shorter than
+    its refills' instructions at one per cycle per scheduler."""
+    p = Problem(1, 8, 1, 128, seqlen_k=64 * 16, kv_heads=1)
+    t = Tiling(64, 64, 4, 3, splits=1)
+    monkeypatch.setattr(schedule, "KV_COPY_ISSUE", 400)
+    res = simulate("decode", p, H200, t)
+    refills = 16 * 2 * 8 * 400  # every block's copies, one warp per scheduler
+    assert res.kernels[0]["cycles"] > refills
+
+
+def test_our_combine_keeps_every_lse_in_flight():
+    """Our combine loads every split's LSE at once (one lane each) and then the O partials one after the
+    other: a split adds one L2 round trip, not two."""
+    t = Tiling(64, 64, 4, 3)
+    combine = {}
+    for splits in (16, 48):
+        p = Problem(1, 32, 1, 128, seqlen_k=64 * splits, kv_heads=4)
+        kernel = build("decode", p, replace(t, splits=splits)).kernels[1]
+        ops = list(kernel.roles[0].program(kernel.ctas[0]))
+        lse = [op for op in ops if isinstance(op, Load) and op.src.tensor == "LSEaccum"]
+        assert {op.in_flight for op in lse} == {splits}
+        res = simulate("decode", p, H200, replace(t, splits=splits))
+        combine[splits] = res.kernels[1]["cycles"]
+    per_split = (combine[48] - combine[16]) / 32
+    assert per_split == pytest.approx(H200.l2_hit_latency_cycles, rel=0.25)

@@ -20,6 +20,7 @@ keeps in flight against the HBM latency follows from the ring, not from a formul
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from flashsim.errors import FlashsimError
 
@@ -30,6 +31,7 @@ from ..ir import FP32_BYTES as F32
 from ..ir import (
     RMEM,
     SMEM,
+    Code,
     Fill,
     Gemm,
     GTile,
@@ -69,6 +71,27 @@ WARPS = 4
 # thread blocks share an H100/H200 SM, as FA2's split heuristic assumes.
 STAGES = 3
 MERGE = "warp merge"  # the key-split warps' partial O, max and sum (shared memory)
+# Warp instructions a thread's 16-byte cp.async costs with its address arithmetic, from the kernel's SASS
+# (cuobjdump -sass of decode.cu for sm_90a; experiments/results/h200/decode-fid/sass/): a K/V block's
+# refill is 260 instructions for 16 copies at d128 and 252 at d64 (row, bounds check, page and 64-bit
+# offsets per copy), a Q copy 289 per four (its head and query by division by the runtime Nq). The page
+# numbers of the next block cost 2 per copy row when dense (a move and a branch) and 11 when paged (the
+# bounds check, the table's address and its load). One warp per scheduler issues them with nothing to hide
+# behind, so they lengthen every step of a lone block.
+KV_COPY_ISSUE = 16
+Q_COPY_ISSUE = 72
+PAGE_FETCH_ISSUE = {False: 2, True: 11}
+# The 128-byte lines of SASS a block's warps run in each stretch of our kernel (ir.Code; the SM fetches those
+# it does not keep): the distinct lines of the instructions Nsight Compute saw executed
+# (experiments/results/h200/decode-fid/ncu/, d128 fwd, -sass.txt: SASS rows before 3360, 3360-5096 and
+# after): the prologue 28; a step 106 (the launch of one K/V block), and 192 with the refill and page fetch
+# (16 blocks); the epilogue 89 (87 with the split's partial stores). The d64 kernel is within 3% in size.
+CODE_LINES = {"prologue": 28, "step": 106, "refill": 192 - 106, "epilogue": 89}
+CODE_LINE_BYTES = 128
+
+
+def code(d: int, stretch: str) -> Code:
+    return Code(f"decode d{d} {stretch}", CODE_LINES[stretch] * CODE_LINE_BYTES)
 
 
 def check_problem(p: Problem) -> None:
@@ -153,12 +176,22 @@ def visible_blocks(ps: Problem, q_last: int, bn: int) -> int:
     return cdiv(min(ps.seqlen_k, max(0, q_last + causal_shift(ps) + 1)), bn)
 
 
+def copy_issue(p: Problem, t: Tiling) -> tuple[float, float]:
+    """(one K/V block's, the Q tile's) warp instructions per warp: each thread copies 16-byte chunks of
+    block_n (block_m) rows, a row's d / 8 chunks spread over the threads (decode.cu, KVCopy)."""
+    chunks = p.headdim * p.elem_bytes // 16
+    passes = t.block_n * chunks // t.threads
+    kv = 2 * passes * KV_COPY_ISSUE + passes * PAGE_FETCH_ISSUE[bool(p.page_size)]
+    return kv, t.block_m * chunks // t.threads * Q_COPY_ISSUE
+
+
 def build(p: Problem, t: Tiling) -> Schedule:
     check_problem(p)
     bm, bn, d, w, splits, g, stages = (t.block_m, t.block_n, p.headdim, t.warps, t.splits, p.group,
                                        t.stages)
     dt = gemm_dtype(p)
     table = paged.page_table(p) if p.page_size else None
+    kv_issue, q_issue = copy_issue(p, t)
 
     def kv_loads(ps, tensor, buffer, b, hk, row0, barrier):
         if table is None:
@@ -184,15 +217,19 @@ def build(p: Problem, t: Tiling) -> Schedule:
             loads = [*kv_loads(ps, "K", f"sK{stage}", b, hk, col0, "kv"),
                      *kv_loads(ps, "V", f"sV{stage}", b, hk, col0, "kv")]
             through.append((through[-1] if through else 0) + len(loads))
-            return loads
+            issued = [replace(ld, issue=kv_issue / len(loads), warps=w) for ld in loads]
+            # a refill in the loop runs code of its own (the prologue's copies are the prologue's)
+            return [code(d, "refill"), *issued] if jj >= stages - 1 else issued
 
+        yield code(d, "prologue")
         if n or splits == 1:
             if table is not None and n:
                 yield Load(paged.table_tile(p, b, first * bn, n * bn), "pages", RMEM)
             loads = 0
+            q_loads = len(list(segments(nq, row0, rows)))
             for hh, q0, cnt, at in segments(nq, row0, rows):
                 yield Load(row_tile(ps, "Q", b, hk * g + hh, q0, cnt), "sQ", SMEM, "cp.async", "q",
-                           dst_row=at or None)
+                           dst_row=at or None, issue=q_issue / q_loads, warps=w)
                 loads += 1
             for jj in range(min(stages - 1, n)):  # the prologue: the ring's first stages - 1 blocks
                 yield from copy_block(jj)
@@ -205,6 +242,7 @@ def build(p: Problem, t: Tiling) -> Schedule:
             col0, stage = (first + jj) * bn, jj % stages
             yield Wait("kv", through[jj])
             yield SyncThreads()  # block jj landed for every warp; all are done with block jj - 1's stage
+            yield code(d, "step")
             if jj + stages - 1 < n:  # refill that stage, stages - 1 blocks ahead of the math
                 yield from copy_block(jj + stages - 1)
             yield Gemm("S", "sQ", f"sK{stage}", mr, bn, d, SMEM, SMEM, "mma_sync", dt, mw, trans_b=True, split=split)
@@ -213,6 +251,7 @@ def build(p: Problem, t: Tiling) -> Schedule:
                                 dt, acc="acc", acc_cols=d, warps=mw)
             yield Gemm("acc", "P", f"sV{stage}", mr, d, bn, RMEM, SMEM, "mma_sync", dt, mw, accumulate=True,
                        split=split)
+        yield code(d, "epilogue")
         if split == "n":  # each warp's running max, sum and O through shared memory to warp 0
             yield SyncThreads()
             yield StoreShared("acc", "merge", bm, d + 2, F32, MERGE)
@@ -233,7 +272,7 @@ def build(p: Problem, t: Tiling) -> Schedule:
                     classes=lambda c: (c[2], c[3], p.q_len(c[0]), p.k_len(c[0])),
                     kv_head_of=lambda c: (c[0], c[1]))
     shapes = {**(workspace_shapes(p, splits) if splits > 1 else {}), **(paged.shapes(p) if table else {})}
-    kernels = (kernel, combine_kernel(p, splits)) if splits > 1 else (kernel,)
+    kernels = (kernel, combine_kernel(p, splits, ours=True)) if splits > 1 else (kernel,)
     return Schedule("decode", p, t, kernels, shapes=shapes)
 
 

@@ -1,0 +1,114 @@
+"""Instruction fetch on the H200 (development data for the decode model's start and step costs): how long a warp
+takes to run straight-line code new to its SM, and a loop whose body may overflow the instruction caches.
+
+Nsight Compute on our decode kernel's short launches (results/h200/decode-fid/ncu/) finds most warp stall
+samples waiting for instructions (`no_instruction`), in its run-once prologue and epilogue and in its loop
+body. Kernel: kernels/microbench/ifetch.cu, ifetch_l<LINES>: LINES 128-byte lines of eight independent FFMAs
+(one scheduler could issue a line in eight cycles), run `reps` times. Sweeps: lines (2 to 129 KiB of code),
+warps per block (1, 4), blocks (1, every SM), reps (1: straight-line; 16: a loop), each after the L2 flush as
+the benchmarks time a call, and after a warm-up launch of the same kernel. Times: GPU busy time from the CUDA
+profiler (median of CALLS calls) and the blocks' own SM cycles (BlockTime, median over blocks).
+
+    python3 -m flashsim.experiments.ifetch_probe [--out DIR]
+writes DIR/ifetch-probe.json and DIR/ifetch-probe.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+LINES = (16, 32, 64, 128, 256, 512, 1024)  # ifetch.cu's instantiations
+LINE_BYTES = 128  # eight 16-byte SASS instructions
+CALLS = 5
+SHOWN = ("lines", "warps", "blocks", "reps", "start", "gpu_us", "block_cycles_median", "cycles_per_line")
+
+
+def measure(cp, module, flush, lines: int, warps: int, blocks: int, reps: int, warm: bool) -> dict:
+    from .calibrate_bench import BLOCK_TIME
+    from .validate import gpu_calls
+
+    fn = module.get_function(f"ifetch_l{lines}")
+    sink = cp.zeros(1, dtype=cp.float32)
+    times = cp.zeros(blocks * BLOCK_TIME.itemsize, dtype=cp.uint8)
+
+    def launch():
+        fn((blocks,), (32 * warps,), (np.float32(0.999), np.float32(0.001), np.int32(reps), sink, times))
+
+    def call():
+        if warm:  # the same code just run on the same SMs: the second launch is the one timed
+            launch()
+        launch()
+
+    launch()
+    cp.cuda.Device().synchronize()
+    name = f"ifetch_l{lines}"
+    us = [
+        [e.time_range.elapsed_us() for e in w if e.name.split("(")[0].strip() == name]
+        for w in gpu_calls(call, flush, CALLS)
+    ]
+    gpu_us = statistics.median(u[-1] for u in us if u)
+    t = times.get().view(BLOCK_TIME)
+    cycles = (t["clk1"] - t["clk0"]).astype(np.int64)
+    ns = (t["ns1"].astype(np.int64) - t["ns0"].astype(np.int64)).astype(np.float64)
+    issue = lines * 8 * reps * max(1, warps // 4)  # cycles one scheduler needs for its warps' FFMAs
+    return {
+        "lines": lines,
+        "code_bytes": lines * LINE_BYTES,
+        "warps": warps,
+        "blocks": blocks,
+        "reps": reps,
+        "start": "warm" if warm else "flush",
+        "gpu_us": gpu_us,
+        "gpu_us_calls": [u[-1] for u in us if u],
+        "block_cycles_median": float(np.median(cycles)),
+        "block_cycles_max": int(cycles.max()),
+        "block_ghz": float(np.median(cycles / np.maximum(ns, 1))),
+        "issue_cycles": issue,
+        "cycles_per_line": float(np.median(cycles)) / (lines * reps),
+    }
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="ifetch-probe-out")
+    args = ap.parse_args(argv)
+    import cupy as cp
+
+    from .calibrate_gpu import load_module, read_gpu
+    from .torch_provenance import torch_gpu_provenance
+    from .validate import make_flush
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    gpu = read_gpu(cp)
+    module, flush = load_module(cp, "ifetch", gpu.arch), make_flush(cp, gpu)
+    rows = []
+    for reps in (1, 16):
+        for blocks in (1, gpu.sm_count):
+            for warps in (1, 4):
+                for warm in (False, True):
+                    for lines in LINES:
+                        row = measure(cp, module, flush, lines, warps, blocks, reps, warm)
+                        rows.append(row)
+                        print(json.dumps({k: row[k] for k in SHOWN}), flush=True)
+    meta = torch_gpu_provenance("python3 -m flashsim.experiments.ifetch_probe")
+    (out / "ifetch-probe.json").write_text(json.dumps({"provenance": meta, "rows": rows}, indent=1) + "\n")
+    lines = ["| reps | blocks | warps | start | KiB of code | GPU us | block cycles | cycles per line | issue cycles |",
+             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        lines.append(f"| {r['reps']} | {r['blocks']} | {r['warps']} | {r['start']} | {r['code_bytes'] / 1024:.0f} | "
+                     f"{r['gpu_us']:.2f} | {r['block_cycles_median']:.0f} | {r['cycles_per_line']:.1f} | "
+                     f"{r['issue_cycles']} |")  # fmt: skip
+    (out / "ifetch-probe.md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {out / 'ifetch-probe.json'} ({len(rows)} points) in {time.monotonic() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

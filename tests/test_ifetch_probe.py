@@ -1,0 +1,35 @@
+"""The instruction-fetch microbenchmark's premise: each of its lines is 128 bytes of SASS, straight-line."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+from flashsim.experiments import calibrate_gpu
+from flashsim.experiments.ifetch_probe import LINE_BYTES, LINES
+
+
+def text_sizes(cubin: Path) -> dict[str, int]:
+    """Bytes of each kernel's .text section, from the ELF64 section headers."""
+    data = cubin.read_bytes()
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    names_at = headers[shstrndx][4]
+
+    def name(off: int) -> str:
+        return data[names_at + off : data.index(b"\0", names_at + off)].decode()
+
+    return {name(h[0])[len(".text.") :]: h[5] for h in headers if name(h[0]).startswith(".text.")}
+
+
+@pytest.mark.nvcc
+def test_each_line_is_128_bytes_of_code(tmp_path: Path) -> None:
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not found")
+    sizes = text_sizes(calibrate_gpu.compile_cubin("ifetch", "sm_90a", tmp_path, force=True))
+    for small, big in zip(LINES, LINES[1:], strict=False):
+        grown = sizes[f"ifetch_l{big}"] - sizes[f"ifetch_l{small}"]
+        assert grown == (big - small) * LINE_BYTES, (small, big, sizes)
