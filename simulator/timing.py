@@ -309,7 +309,8 @@ class RoleTimer:
         if n > len(history):
             return 0
         ahead, sigs, at = self.ahead, self.ahead_sigs, self.at
-        last = [signature(history[i]) for i in range(len(history) - n, len(history))]
+        last: list = []
+        _signatures([history[i] for i in range(len(history) - n, len(history))], last, memo)
         reps = 0
         while most is None or reps < most:
             end = at + (reps + 1) * n
@@ -377,17 +378,16 @@ class RoleTimer:
 
 
 def _signatures(ops: list, out: list, memo: dict) -> None:
-    """Append each op's signature (loopskip.signature) to `out`, those of keyed ops memoised by op id."""
-    append, known = out.append, memo.get
-    for op in ops:
-        if type(op) in KEYED:
-            key = id(op)
-            sig = known(key)
-            if sig is None:
-                sig = memo[key] = signature(op)
-            append(sig)
-        else:
-            append(op)
+    """Append each op's signature (loopskip.signature) to `out`, memoised by op id (the ops are alive while
+    the memo is used) and equal signatures made one object, so that stretches compare by identity."""
+    known = memo.get
+    out += [known(id(op)) or _signature(op, memo) for op in ops]
+
+
+def _signature(op, memo: dict):
+    sig = signature(op) if type(op) in KEYED else op
+    sig = memo[id(op)] = memo.setdefault(("same", sig), sig)  # signatures and ops are never falsy
+    return sig
 
 
 def _ldsm_unhidden(tensor: float, smem_bytes: int, share: float, p) -> tuple[float, int]:
