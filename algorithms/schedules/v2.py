@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from .. import closed_form as cf
 from .. import splitkv
 from ..footprint import REG_OVERHEAD
 from ..ir import FP32_BYTES as F32
@@ -43,6 +43,9 @@ from ..splitkv import (
     workspace_bytes,
     workspace_shapes,
 )
+
+if TYPE_CHECKING:  # the closed forms are imported where used: a simulation needs none
+    from .. import closed_form as cf
 
 
 def _fa2_tile(d: int, profile) -> tuple[int, int, int]:
@@ -171,6 +174,7 @@ def build(p: Problem, t: Tiling, instr: str = "mma_sync") -> Schedule:
 
 def sequence_nest(x: cf.Dims) -> cf.KernelNest:
     """The attention kernel of one sequence (of the batch, when all have the same length)."""
+    from .. import closed_form as cf
     BH, Nq, d, e, eo, eg, w, bm, bn = x.BH, x.Nq, x.d, x.e, x.eo, x.eg, x.w, x.bm, x.bn
     tr, S = x.Tr, x.t.splits
     ranges = [[split_range(x.Tc, x.visible(i), S, s) if S > 1 else (0, x.visible(i)) for s in range(S)]
@@ -210,6 +214,7 @@ def sequence_nest(x: cf.Dims) -> cf.KernelNest:
 
 
 def loop_nest(x: cf.Dims) -> list[cf.KernelNest]:
+    from .. import closed_form as cf
     nests = [cf.per_sequence(x, sequence_nest)]
     return nests + ([combine_nest(x.p, x.t.splits)] if x.t.splits > 1 else [])
 
