@@ -380,13 +380,17 @@ class RoleTimer:
 def _signatures(ops: list, out: list, memo: dict) -> None:
     """Append each op's signature (loopskip.signature) to `out`, memoised by op id (the ops are alive while
     the memo is used) and equal signatures made one object, so that stretches compare by identity."""
-    known = memo.get
-    out += [known(id(op)) or _signature(op, memo) for op in ops]
+    sigs = list(map(memo.get, map(id, ops)))  # no Python code per op where every one is known
+    if not all(sigs):  # signatures and ops are never falsy: None marks an op not seen yet
+        for k, sig in enumerate(sigs):
+            if sig is None:
+                sigs[k] = _signature(ops[k], memo)
+    out += sigs
 
 
 def _signature(op, memo: dict):
     sig = signature(op) if type(op) in KEYED else op
-    sig = memo[id(op)] = memo.setdefault(("same", sig), sig)  # signatures and ops are never falsy
+    sig = memo[id(op)] = memo.setdefault(("same", sig), sig)
     return sig
 
 
