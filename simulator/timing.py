@@ -312,15 +312,33 @@ class RoleTimer:
         last: list = []
         _signatures([history[i] for i in range(len(history) - n, len(history))], last, memo)
         reps = 0
+        whole = True  # the stretches pulled last may repeat all at once
         while most is None or reps < most:
             end = at + (reps + 1) * n
             if end > len(ahead):  # take the next periods' ops from the program, a few periods at a time
                 more = list(islice(self.source, end - len(ahead) + 15 * n))
                 ahead.extend(more)
                 _signatures(more, sigs, memo)
+                whole = True
                 if end > len(ahead):
                     break
-            if sigs[end - n:end] != (last if reps == 0 else sigs[end - 2 * n:end - n]):
+            if reps == 0:
+                if sigs[at:end] != last:
+                    break
+                reps = 1
+                continue
+            # every whole stretch pulled so far at once: each repeats the one before it where the ops from
+            # here on equal those one stretch back (else stretch by stretch, up to the first that differs)
+            if whole:
+                k = (len(ahead) - at) // n - reps
+                if most is not None:
+                    k = min(k, most - reps)
+                start = at + reps * n
+                if sigs[start:start + k * n] == sigs[start - n:start + (k - 1) * n]:
+                    reps += k
+                    continue
+                whole = False
+            if sigs[end - n:end] != sigs[end - 2 * n:end - n]:
                 break
             reps += 1
         return reps
