@@ -38,10 +38,10 @@ def pass_algos(algo: str, pass_: str) -> list[str]:
     """The schedules a pass of `algo` runs: fwd: the forward; bwd: its backward; fwd+bwd: both. A backward
     schedule named directly runs as itself for fwd (the default) and bwd."""
     check_pass(pass_)
+    if pass_ == "fwd":
+        return [algo]  # before the records are read: that imports every schedule
     backward = backward_of()
     fwd = forward_of().get(algo, algo)
-    if pass_ == "fwd":
-        return [algo]
     if fwd not in backward:
         raise FlashsimError(f"{algo} has no backward schedule; the backward exists for {', '.join(backward)}")
     return [backward[fwd]] if pass_ == "bwd" else [fwd, backward[fwd]]

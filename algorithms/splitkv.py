@@ -9,11 +9,15 @@ head)). A second launch reads every split's partials of a few rows and merges th
 
 from __future__ import annotations
 
-from . import closed_form as cf
+from typing import TYPE_CHECKING
+
 from .ir import FP32_BYTES as F32
 from .ir import RMEM, GTile, Kernel, Load, MergeSplits, Normalize, Role, Store, SyncThreads
 from .parts import cdiv, out_bytes, row_tile
 from .problem import Problem
+
+if TYPE_CHECKING:  # the closed forms are imported where used: a simulation needs none
+    from . import closed_form as cf
 
 O_PARTS, LSE_PARTS = "Oaccum", "LSEaccum"
 MAX_SPLITS = 128  # FA2 refuses more (flash_api.cpp: num_splits <= 128)
@@ -131,6 +135,7 @@ def workspace_bytes(p: Problem, splits: int) -> dict[str, int]:
 
 def combine_nest(p: Problem, splits: int) -> cf.KernelNest:
     """The combine's closed forms: every split's partials of every query row read once, O and LSE written."""
+    from . import closed_form as cf
     rb, d, eo = combine_rows(p.headdim), p.headdim, out_bytes(p)
     blocks = [cdiv(p.q_len(b), rb) for b in range(p.batch)]
     ctas = p.heads * sum(blocks)

@@ -9,6 +9,7 @@ These functions are thin lookups in algorithms/catalog.py.
 from __future__ import annotations
 
 from dataclasses import replace
+from importlib import import_module
 
 from flashsim.errors import FlashsimError
 
@@ -16,14 +17,24 @@ from . import catalog, footprint
 from .footprint import REG_OVERHEAD
 from .mapping import Tiling
 from .problem import Problem
-from .schedules.v1 import fa1_block_n, fa1_split_count, fa1_splits, fa1_tiling, sram_elements, v1_blocks
-from .schedules.v3 import V3_CONSUMER_REGS, V3_PRODUCER_REGS, v3_launch_registers
+
+# names of the V1 and V3 schedules' tile rules, re-exported on first use: a run of another algorithm does not
+# import those schedules
+_LAZY = {
+    "fa1_block_n": "v1", "fa1_split_count": "v1", "fa1_splits": "v1", "fa1_tiling": "v1", "sram_elements": "v1",
+    "v1_blocks": "v1", "V3_CONSUMER_REGS": "v3", "V3_PRODUCER_REGS": "v3", "v3_launch_registers": "v3",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(import_module(f"{__package__}.schedules.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
-    "ALGORITHMS", "REG_OVERHEAD", "V3_CONSUMER_REGS", "V3_PRODUCER_REGS", "Tiling", "check_algo", "check_fits",
-    "default_tiling", "fa1_block_n", "fa1_split_count", "fa1_splits", "fa1_tiling", "registers_per_thread",
-    "resolve_tiling", "smem_bytes", "sram_elements", "v1_blocks", "v3_launch_registers",
-]
+    "ALGORITHMS", "REG_OVERHEAD", "Tiling", "check_algo", "check_fits", "default_tiling", "registers_per_thread",
+    "resolve_tiling", "smem_bytes",
+]  # and the _LAZY names
 
 # The shipped algorithms (catalog.names() also lists records registered at run time).
 ALGORITHMS = catalog.names()

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field, replace
 
 from flashsim.algorithms import catalog
 from flashsim.algorithms.backward import pass_of
-from flashsim.algorithms.counting import count_io
 from flashsim.algorithms.parts import gemm_dtype
 from flashsim.algorithms.problem import Problem
 from flashsim.algorithms.schedules import build
@@ -264,6 +263,8 @@ def padding_avoided(schedule, algo: str, problem: Problem, t: Tiling, options: d
     that packing avoids."""
     if not problem.varlen:
         return {}
+    from flashsim.algorithms.counting import count_io  # only here: most runs never count
+
     padded = problem.padded()
     other = build(algo, padded, t, **(options or {}))
     out = {}

@@ -202,7 +202,6 @@ def _console():
 
 def _cmd_simulate(args) -> int:
     from .progress import RunProgress
-    from .report import detail_table
     from .runner import pass_algos, simulate_pass
 
     profile = profile_from_args(args)
@@ -224,6 +223,8 @@ def _cmd_simulate(args) -> int:
     if args.json:
         _print_json(result.as_dict())
     else:
+        from .report import detail_table  # the table's module only where a table is printed
+
         _console().print(detail_table(result))
     return 0
 

@@ -250,7 +250,7 @@ class LoopSkip:
 def _last_moves(loads: list) -> list:
     """The loads in issue order, each tile's last one only. Blocks of a head share their K/V load ops, so
     the ops are told apart by identity first (cheap) and by tile then."""
-    last_of_op = {id(op): j for j, op in enumerate(loads)}
+    last_of_op = dict(zip(map(id, loads), range(len(loads)), strict=True))
     if len(last_of_op) < len(loads):
         loads = [loads[j] for j in sorted(last_of_op.values())]
     last = {op.src: j for j, op in enumerate(loads)}

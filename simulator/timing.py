@@ -309,17 +309,36 @@ class RoleTimer:
         if n > len(history):
             return 0
         ahead, sigs, at = self.ahead, self.ahead_sigs, self.at
-        last = [signature(history[i]) for i in range(len(history) - n, len(history))]
+        last: list = []
+        _signatures([history[i] for i in range(len(history) - n, len(history))], last, memo)
         reps = 0
+        whole = True  # the stretches pulled last may repeat all at once
         while most is None or reps < most:
             end = at + (reps + 1) * n
             if end > len(ahead):  # take the next periods' ops from the program, a few periods at a time
                 more = list(islice(self.source, end - len(ahead) + 15 * n))
                 ahead.extend(more)
                 _signatures(more, sigs, memo)
+                whole = True
                 if end > len(ahead):
                     break
-            if sigs[end - n:end] != (last if reps == 0 else sigs[end - 2 * n:end - n]):
+            if reps == 0:
+                if sigs[at:end] != last:
+                    break
+                reps = 1
+                continue
+            # every whole stretch pulled so far at once: each repeats the one before it where the ops from
+            # here on equal those one stretch back (else stretch by stretch, up to the first that differs)
+            if whole:
+                k = (len(ahead) - at) // n - reps
+                if most is not None:
+                    k = min(k, most - reps)
+                start = at + reps * n
+                if sigs[start:start + k * n] == sigs[start - n:start + (k - 1) * n]:
+                    reps += k
+                    continue
+                whole = False
+            if sigs[end - n:end] != sigs[end - 2 * n:end - n]:
                 break
             reps += 1
         return reps
@@ -377,17 +396,20 @@ class RoleTimer:
 
 
 def _signatures(ops: list, out: list, memo: dict) -> None:
-    """Append each op's signature (loopskip.signature) to `out`, those of keyed ops memoised by op id."""
-    append, known = out.append, memo.get
-    for op in ops:
-        if type(op) in KEYED:
-            key = id(op)
-            sig = known(key)
+    """Append each op's signature (loopskip.signature) to `out`, memoised by op id (the ops are alive while
+    the memo is used) and equal signatures made one object, so that stretches compare by identity."""
+    sigs = list(map(memo.get, map(id, ops)))  # no Python code per op where every one is known
+    if not all(sigs):  # signatures and ops are never falsy: None marks an op not seen yet
+        for k, sig in enumerate(sigs):
             if sig is None:
-                sig = memo[key] = signature(op)
-            append(sig)
-        else:
-            append(op)
+                sigs[k] = _signature(ops[k], memo)
+    out += sigs
+
+
+def _signature(op, memo: dict):
+    sig = signature(op) if type(op) in KEYED else op
+    sig = memo[id(op)] = memo.setdefault(("same", sig), sig)
+    return sig
 
 
 def _ldsm_unhidden(tensor: float, smem_bytes: int, share: float, p) -> tuple[float, int]:

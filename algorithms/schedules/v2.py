@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from .. import closed_form as cf
 from .. import splitkv
 from ..footprint import REG_OVERHEAD
 from ..ir import FP32_BYTES as F32
@@ -43,6 +43,9 @@ from ..splitkv import (
     workspace_bytes,
     workspace_shapes,
 )
+
+if TYPE_CHECKING:  # the closed forms are imported where used: a simulation needs none
+    from .. import closed_form as cf
 
 
 def _fa2_tile(d: int, profile) -> tuple[int, int, int]:
@@ -81,12 +84,15 @@ def build(p: Problem, t: Tiling, instr: str = "mma_sync") -> Schedule:
     # values), for the head the blocks last worked on.
     kv_ops: dict = {"head": None}
 
-    def kv_load(ps, tensor: str, b: int, h: int, col0: int):
+    def for_head(b: int, h: int) -> dict:
         head = (b, h // p.group)
         if kv_ops["head"] != head:
             kv_ops.clear()
             kv_ops["head"] = head
-        op = kv_ops.get((tensor, col0))
+        return kv_ops
+
+    def kv_load(ps, tensor: str, b: int, h: int, col0: int):
+        op = for_head(b, h).get((tensor, col0))
         if op is None:
             tile = row_tile(ps, tensor, b, h, col0, bn, kv=True)
             op = kv_ops[tensor, col0] = Load(tile, f"s{tensor}", SMEM, "cp.async", tensor.lower())
@@ -99,6 +105,35 @@ def build(p: Problem, t: Tiling, instr: str = "mma_sync") -> Schedule:
         if op is None:
             op = waits[barrier, target] = Wait(barrier, target)
         return op
+
+    # the ops every step issues alike are made once (ops are immutable values)
+    sync, qk, pv = SyncThreads(), Gemm(*s_args, trans_b=True), Gemm(*pv_args, accumulate=True)
+    unmasked = OnlineSoftmax("S", "P", "m", "l", bm, bn, p.scale, None, dt, acc="acc", acc_cols=d, warps=w)
+
+    def kv_loop(ps, b: int, h: int, row0: int, first: int, n: int) -> list:
+        """A block's K/V loop as a list of ops, made once per (head, range) where no tile needs a mask and
+        shared by the head's blocks (the same ops in the same order; the loop skip pulls every left-out one)."""
+        # K/V tiles ending at or before `visible` need no mask (tile_mask's test, made once per block)
+        visible = ps.seqlen_k
+        if ps.causal:
+            visible = min(visible, row0 + causal_offset(ps.causal_align, ps.seqlen_q, ps.seqlen_k) + 1)
+        # blocks whose tiles need no mask share the list (a mask depends on the block's rows)
+        key = None if (first + n) * bn > visible else ("loop", first, n)
+        ops = for_head(b, h).get(key)
+        if ops is not None:
+            return ops
+        ops = []
+        for jj in range(n):
+            col0 = (first + jj) * bn
+            mask = None if col0 + bn <= visible else tile_mask(ps, row0, col0, bm, bn)
+            ops += (wait("k", jj + 1), sync, kv_load(ps, "V", b, h, col0), qk,
+                    unmasked if mask is None else replace(unmasked, mask=mask), wait("v", jj + 1), sync)
+            if jj + 1 < n:
+                ops.append(kv_load(ps, "K", b, h, col0 + bn))
+            ops.append(pv)
+        if key is not None:
+            for_head(b, h)[key] = ops
+        return ops
 
     def program(cta):
         b, h, i = cta[:3]
@@ -116,26 +151,7 @@ def build(p: Problem, t: Tiling, instr: str = "mma_sync") -> Schedule:
         yield Fill("l", bm, 1, 0.0)
         if n:
             yield kv_load(ps, "K", b, h, first * bn)
-        # the ops every step issues alike are made once (ops are immutable values)
-        sync, qk, pv = SyncThreads(), Gemm(*s_args, trans_b=True), Gemm(*pv_args, accumulate=True)
-        unmasked = OnlineSoftmax("S", "P", "m", "l", bm, bn, p.scale, None, dt, acc="acc", acc_cols=d, warps=w)
-        # K/V tiles ending at or before `visible` need no mask (tile_mask's test, made once per block)
-        visible = ps.seqlen_k
-        if ps.causal:
-            visible = min(visible, row0 + causal_offset(ps.causal_align, ps.seqlen_q, ps.seqlen_k) + 1)
-        for jj in range(n):
-            col0 = (first + jj) * bn
-            yield wait("k", jj + 1)
-            yield sync
-            yield kv_load(ps, "V", b, h, col0)
-            yield qk
-            mask = None if col0 + bn <= visible else tile_mask(ps, row0, col0, bm, bn)
-            yield unmasked if mask is None else replace(unmasked, mask=mask)
-            yield wait("v", jj + 1)
-            yield sync
-            if jj + 1 < n:
-                yield kv_load(ps, "K", b, h, col0 + bn)
-            yield pv
+            yield from kv_loop(ps, b, h, row0, first, n)
         if splits > 1:
             yield from partial_epilogue(p, b, h, row0, bm, cta[3], "acc", "m", "l", w)
         else:
@@ -158,6 +174,7 @@ def build(p: Problem, t: Tiling, instr: str = "mma_sync") -> Schedule:
 
 def sequence_nest(x: cf.Dims) -> cf.KernelNest:
     """The attention kernel of one sequence (of the batch, when all have the same length)."""
+    from .. import closed_form as cf
     BH, Nq, d, e, eo, eg, w, bm, bn = x.BH, x.Nq, x.d, x.e, x.eo, x.eg, x.w, x.bm, x.bn
     tr, S = x.Tr, x.t.splits
     ranges = [[split_range(x.Tc, x.visible(i), S, s) if S > 1 else (0, x.visible(i)) for s in range(S)]
@@ -197,6 +214,7 @@ def sequence_nest(x: cf.Dims) -> cf.KernelNest:
 
 
 def loop_nest(x: cf.Dims) -> list[cf.KernelNest]:
+    from .. import closed_form as cf
     nests = [cf.per_sequence(x, sequence_nest)]
     return nests + ([combine_nest(x.p, x.t.splits)] if x.t.splits > 1 else [])
 
