@@ -170,7 +170,7 @@ def _validate(args: argparse.Namespace) -> int:
     if not reports:
         raise FlashsimError(f"no measurements in {out_dir}; run `flashsim validate` on a GPU first")
     render_sets(reports.get("dev"), out_dir / DEV.report, reports.get("test"))
-    for s in SETS[2:]:  # the decode and backward sets, each under its title
+    for s in SETS[2:]:  # the decode, backward and LLM-shaped development sets, each under its title
         if s.name in reports:
             render_one(reports[s.name], out_dir / s.report)
     return 0

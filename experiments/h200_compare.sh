@@ -6,8 +6,9 @@
 # (.<set>-predictions.jsonl): a set cut off by the time limit comes back with its journal, and
 # `flashsim validate --compare-only` resumes it from there on any machine. Needs no GPU; run from the
 # repository root with simpy's wheel in .whl/. Everything ends up in $OUT/results.tgz (the machine returns a
-# handful of files only): each set's directory, logs and summary.txt. SETS picks the sets (default: all five,
-# "test fa2 test-bwd test-decode published"); the cores are shared among those picked.
+# handful of files only): each set's directory, logs and summary.txt. SETS picks the sets (default: these five,
+# "test fa2 test-bwd test-decode published"; dev-llm, the LLM-shaped development set, when named); the cores
+# are shared among those picked.
 set -uo pipefail
 OUT=${OUT:-out}
 LIMIT=${LIMIT:-540}
@@ -33,6 +34,7 @@ picked test && run_set test testset "$share_test" &
 picked fa2 && run_set fa2 validation $((cores / 4)) &
 picked test-bwd && run_set test-bwd testset-bwd $((cores / 8 > 0 ? cores / 8 : 1)) &
 picked test-decode && run_set test-decode testset-decode 1 &
+picked dev-llm && run_set dev-llm devset-llm $((cores / 8 > 0 ? cores / 8 : 1)) &
 if picked published; then
   mkdir -p "$OUT/published"
   step published "$LIMIT" python3 -m flashsim.cli validate --published --jobs 2 --out-dir "$OUT/published" &

@@ -8,7 +8,7 @@
 #      for SDPA flash and our v2 at development shapes (bf16, the FA2 grid's batch x heads): 4k at d128, d64,
 #      and d128 causal (ncu-{impl}-d{D}-n{N}-c{C}{,-details,-sass}.txt).
 # Run from the repository root with simpy's wheel in .whl/ and our cubins in build/kernels. Everything comes
-# back in $OUT/results.tgz.
+# back in $OUT/results.tgz, beside fa2-fwd.sass.gz.
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
@@ -61,7 +61,8 @@ for cfg in "128 4096 0" "64 4096 0" "128 4096 1"; do
     rm -f "$OUT/$name.ncu-rep"
   done
 done
-cd "$OUT" && tar czf results.tgz --ignore-failed-read fa2-sass-counts.json fa2-fwd.sass.gz ncu-*.txt fa2-static.txt \
-  gpu.txt summary.txt && rm -f fa2-sass-counts.json fa2-fwd.sass.gz ncu-*.txt fa2-static.txt
+# two files back: the counts and Nsight Compute's pages in results.tgz, the SASS alone (it is large)
+cd "$OUT" && tar czf results.tgz --ignore-failed-read fa2-sass-counts.json ncu-*.txt fa2-static.txt gpu.txt \
+  summary.txt && rm -f fa2-sass-counts.json ncu-*.txt fa2-static.txt
 cd - > /dev/null
 finish

@@ -12,6 +12,7 @@ keeping the GQA ratio), then the query length (a chunk of a long prompt, which k
 
     python3 -m flashsim.experiments.testset            # the list, its total work and a time estimate
     python3 -m flashsim.experiments.testset --write    # commit the list again (the test then checks it)
+    python3 -m flashsim.experiments.testset --dev      # the LLM-shaped development draw (another seed)
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ from pathlib import Path
 SEED = 20261130
 COUNT = 72
 FILE = Path(__file__).resolve().parent / "results" / "testset.json"
+# A second draw from the same generator, another seed, as development data: LLM shapes off the FA2 grid where
+# mechanisms may be looked for, so that the test set above stays untouched. No shape of it is in the test set.
+DEV_SEED = 20261201
+DEV_COUNT = 48
+DEV_FILE = Path(__file__).resolve().parent / "results" / "devset-llm.json"
 
 FLOP_CAP = 15 * 10**12  # attention FLOPs of one call (visible scores only)
 MEMORY_CAP = 4 << 30  # bytes of Q, K, V and O in bf16
@@ -73,16 +79,22 @@ def memory_bytes(cfg) -> int:
     return ELEM_BYTES * cfg.headdim * cfg.batch * (2 * cfg.heads * cfg.seqlen_q + 2 * cfg.hkv * cfg.nk)
 
 
-def generate(seed: int = SEED, count: int = COUNT) -> list:
-    """`count` problems drawn from `seed` (validate.Config), unique by id, in draw order."""
+def generate(seed: int = SEED, count: int = COUNT, exclude: frozenset[str] = frozenset()) -> list:
+    """`count` problems drawn from `seed` (validate.Config), unique by id and none of `exclude`, in draw order."""
     from .validate import Config
 
     rng = random.Random(seed)
     out: dict[str, Config] = {}
     while len(out) < count:
         cfg = _fit(_draw(rng, Config))
-        out.setdefault(cfg.id, cfg)
+        if cfg.id not in exclude:
+            out.setdefault(cfg.id, cfg)
     return list(out.values())
+
+
+def generate_dev() -> list:
+    """The LLM-shaped development draw: DEV_COUNT problems from DEV_SEED, none of them a test-set shape."""
+    return generate(DEV_SEED, DEV_COUNT, exclude=frozenset(c.id for c in generate()))
 
 
 def _weighted(rng: random.Random, table: tuple) -> object:
@@ -224,10 +236,13 @@ def estimate(configs: list, impls: tuple[str, ...] = TEST_IMPLS) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--write", action="store_true", help=f"write the drawn list to {FILE.name}")
+    parser.add_argument("--dev", action="store_true",
+                        help=f"the development draw (seed {DEV_SEED}, {DEV_FILE.name}) instead of the test set")
     args = parser.parse_args(argv)
-    configs = generate()
+    configs = generate_dev() if args.dev else generate()
     if args.write:
-        FILE.write_text(as_json(configs))
+        header = {"seed": DEV_SEED, "flop_cap": FLOP_CAP, "memory_cap_bytes": MEMORY_CAP} if args.dev else None
+        (DEV_FILE if args.dev else FILE).write_text(as_json(configs, header))
     for c in configs:
         print(f"{c.id:<40} {work_flops(c) / 1e12:7.3f} TFLOP {memory_bytes(c) / 2**30:6.2f} GiB")
     e = estimate(configs)

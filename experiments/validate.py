@@ -38,7 +38,7 @@ from .validate_impls import (  # noqa: F401 (re-exported: validate's callers use
     sim_algo,
 )
 from .validate_passes import reference as pass_reference
-from .validate_sets import BWD, DECODE, DEV, TEST
+from .validate_sets import BWD, DECODE, DEV, DEV_LLM, TEST
 
 DEFAULT_OUT_DIR = Path("experiments/results/h200")
 BACKWARD_FLOPS_RATIO = 2.5  # FA2's convention (algorithms/problem.py): the backward counts 2.5x the forward
@@ -85,6 +85,13 @@ def test_set() -> list[Config]:
     return committed()
 
 
+def llm_dev_set() -> list[Config]:
+    """The LLM-shaped development set (experiments/testset.py, DEV_SEED): off-grid shapes to look for mechanisms."""
+    from .testset import DEV_FILE, committed
+
+    return committed(DEV_FILE)
+
+
 def decode_test_set() -> list[Config]:
     """The held-out decode set (experiments/testset_passes.py): one decoding step against a dense or paged cache."""
     from .testset_passes import DECODE_SET
@@ -101,9 +108,10 @@ def backward_test_set() -> list[Config]:
 
 GRIDS: dict[str, Callable[[], list[Config]]] = {"fa2": lambda: fa2_grid() + ragged(), "smoke": smoke,
                                                 "test": test_set, DECODE.name: decode_test_set,
-                                                BWD.name: backward_test_set}  # fmt: skip
+                                                BWD.name: backward_test_set, DEV_LLM.name: llm_dev_set}  # fmt: skip
 # The measurement file of each grid: each test set's own, everything else the development set's.
-MEASURED_NAMES = {"test": TEST_MEASURED_NAME, DECODE.name: DECODE.measured, BWD.name: BWD.measured}
+MEASURED_NAMES = {"test": TEST_MEASURED_NAME, DECODE.name: DECODE.measured, BWD.name: BWD.measured,
+                  DEV_LLM.name: DEV_LLM.measured}  # fmt: skip
 # What each grid times unless --impls says otherwise.
 DEFAULT_IMPLS = {
     "fa2": DEV_IMPLS,
@@ -111,9 +119,10 @@ DEFAULT_IMPLS = {
     "test": ["v2", "v3", "sdpa-flash", "sdpa-cudnn"],
     DECODE.name: ["decode", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient"],
     BWD.name: ["v2", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient"],
+    DEV_LLM.name: ["v2", "v3", "sdpa-flash", "sdpa-cudnn"],
 }
 # Grids that are timed only (no Nsight Compute byte counts unless --ncu-sample asks for a sample of them).
-TIMED_ONLY = ("test", DECODE.name, BWD.name)
+TIMED_ONLY = ("test", DECODE.name, BWD.name, DEV_LLM.name)
 # The byte sample's draw: fixed, so a rerun measures (and resumes) the same configurations.
 BYTE_SAMPLE_SEED = 2026
 

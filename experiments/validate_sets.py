@@ -3,6 +3,7 @@
 dev: the FA2 benchmark grid and the ragged shapes, on which the model was developed and tuned.
 test: the held-out LLM shapes of experiments/testset.py, on which it never was.
 test-decode, test-bwd: held-out decoding steps and backward passes (experiments/testset_passes.py).
+dev-llm: LLM shapes drawn like the test set from another seed, as development data off the FA2 grid.
 """
 
 from __future__ import annotations
@@ -29,4 +30,6 @@ DECODE = DataSet("test-decode", "decode test set (one decoding step against a de
                  "tuned on)", "testset-decode-measured.jsonl", "testset-decode")  # fmt: skip
 BWD = DataSet("test-bwd", "backward test set (the backward kernels alone; never tuned on)",
               "testset-bwd-measured.jsonl", "testset-bwd")  # fmt: skip
-SETS = (DEV, TEST, DECODE, BWD)
+DEV_LLM = DataSet("dev-llm", "LLM-shaped development set (drawn like the test set from another seed; "
+                  "mechanisms may be looked for here)", "devset-llm-measured.jsonl", "devset-llm")  # fmt: skip
+SETS = (DEV, TEST, DECODE, BWD, DEV_LLM)

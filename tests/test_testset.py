@@ -24,6 +24,17 @@ def test_seed_reproduces_the_committed_list_exactly() -> None:
     assert testset.generate(testset.SEED + 1) != drawn  # the seed decides
 
 
+def test_llm_development_draw_is_committed_and_shares_no_shape_with_the_test_set() -> None:
+    """The off-grid development data is another seed's draw, committed as drawn, and never a test shape."""
+    dev = testset.generate_dev()
+    header = {"seed": testset.DEV_SEED, "flop_cap": testset.FLOP_CAP, "memory_cap_bytes": testset.MEMORY_CAP}
+    assert testset.as_json(dev, header) == testset.DEV_FILE.read_text()
+    assert testset.committed(testset.DEV_FILE) == dev == validate.GRIDS["dev-llm"]()
+    assert len(dev) == testset.DEV_COUNT
+    assert not {c.id for c in dev} & {c.id for c in testset.committed()}
+    assert validate.measured_name("dev-llm") != validate.measured_name("test")
+
+
 def test_shapes_are_llm_like_and_cover_the_ranges() -> None:
     configs = testset.committed()
     assert len(configs) >= 64 and len({c.id for c in configs}) == len(configs)
