@@ -141,8 +141,8 @@ def ncu_details(path: Path) -> dict:
 
 
 def lowered_block(d: int, bm: int, bn: int, warps: int, exp2: str) -> float:
-    """Instructions per warp the model issues for one unmasked K/V block (its GEMMs and online softmax)."""
-    from flashsim.algorithms.ir import Gemm, OnlineSoftmax, Wait
+    """Instructions per warp the model issues for one unmasked K/V block (its GEMMs, online softmax and barriers)."""
+    from flashsim.algorithms.ir import Gemm, OnlineSoftmax, SyncThreads, Wait
     from flashsim.algorithms.mapping import Tiling
     from flashsim.algorithms.problem import Problem
     from flashsim.algorithms.schedules import v2
@@ -152,7 +152,7 @@ def lowered_block(d: int, bm: int, bn: int, warps: int, exp2: str) -> float:
     program = list(schedule.kernels[0].roles[0].program((0, 0, 0)))
     opens = [i for i, op in enumerate(program) if isinstance(op, Wait) and op.barrier == "k"]
     block = program[opens[1] : opens[2]]
-    return sum(total(lower(op)) for op in block if isinstance(op, (Gemm, OnlineSoftmax)))
+    return sum(total(lower(op)) for op in block if isinstance(op, (Gemm, OnlineSoftmax, SyncThreads)))
 
 
 def issue_check(row: dict, details: dict, hw: str = "h200") -> dict:
