@@ -65,6 +65,16 @@ def test_fa2_block_matches_its_sass(cubin, name):
     assert _mismatches(_v2_block(d, "bf16", bm, bn, warps), sass)
 
 
+def test_every_fa2_forward_kernel_computes_exp2f():
+    """The form is FA2's softmax code, not one kernel's: all 272 forward kernels of the library (head dims
+    32-256, every switch) test each exponential's argument (an FSETP per MUFU in the main loop), which is
+    what lets SDPA flash take exp2f at every head dim."""
+    kernels = [k for ks in json.loads((FA2 / "fa2-sass-counts.json").read_text()).values() for k in ks.values()]
+    loops = [_main_loop(k) for k in kernels]
+    assert len(loops) == 272
+    assert all(0 < loop["mufu"] <= loop["fp32_compare"] for loop in loops)
+
+
 def test_exp2f_adds_one_fp32_per_element_and_three_per_exponential():
     base = dict(
         s="S",
