@@ -171,6 +171,14 @@ class Mask:
 
 
 MASK_OPS_PER_ELEMENT = 3
+# How a kernel's code computes exp2 of a score, and the instructions it adds to the softmax per exponential.
+# "approx": exp2 of one FFMA (score * scale - max * scale) as MUFU.EX2 alone (ex2.approx.ftz: our kernels).
+# "exp2f": PyTorch's FA2 build: the score scaled and the max subtracted apart (its UNFUSE_FMA switch: FMUL then
+# FADD, no FFMA) and exp2f kept to the full range (no fast math): an FSETP tests the argument against -126
+# (a subnormal result) and two predicated FMULs halve the argument and square the result around MUFU.EX2.
+# Its SASS, per warp and K/V tile: experiments/results/h200/fa2-sass/.
+EXP2_FORMS = ("approx", "exp2f")
+EXP2F_EXTRA_PER_EXP = 3  # the range test and the two FMULs (the unfused product is already two ops here)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +206,7 @@ class OnlineSoftmax:
     mode: str = "online"
     cross_warp: int = 1
     warps: int = 1
+    exp2: str = "approx"  # the compiled form of the exponential (EXP2_FORMS)
 
     @property
     def exps(self) -> int:
@@ -206,9 +215,16 @@ class OnlineSoftmax:
     @property
     def alu_flops(self) -> int:
         # scale, max, subtract, sum per element; a masked tile adds a bound compare, a causal compare and a
-        # select per element (2 ISETP + 1 FSEL in the SASS of our v2 kernel); rescale of l and acc per row.
+        # select per element (2 ISETP + 1 FSEL in the SASS of our v2 kernel); rescale of l and acc per row;
+        # exp2f's range test and scalings per exponential.
         per_elem = 4 + (MASK_OPS_PER_ELEMENT if self.mask is not None else 0)
-        return per_elem * self.rows * self.cols + self.rows * (2 + self.acc_cols)
+        return per_elem * self.rows * self.cols + self.rows * (2 + self.acc_cols) + self.exp2_ops
+
+    @property
+    def exp2_ops(self) -> int:
+        """The ops the exp2f form adds (none for approx): independent per element, no row's chain waits on
+        them, so the timing issues them apart from the dependent stream."""
+        return EXP2F_EXTRA_PER_EXP * self.exps if self.exp2 == "exp2f" else 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,31 +10,41 @@ from dataclasses import asdict, dataclass
 
 from flashsim.errors import FlashsimError
 
+from .ir import EXP2_FORMS
+
 
 @dataclass(frozen=True)
 class Tiling:
     """block_m: query rows per tile (Br); block_n: key rows per tile (Bc); warps: per thread block
-    (v3: 4 per warpgroup, the producer included); stages: depth of the K/V shared-memory ring."""
+    (v3: 4 per warpgroup, the producer included); stages: depth of the K/V shared-memory ring; exp2: how the
+    kernel's code computes the softmax's exponential (ir.EXP2_FORMS; v2 only)."""
 
     block_m: int
     block_n: int
     warps: int
     stages: int = 2
     splits: int = 1  # v1: thread blocks per (batch, head), each taking every splits-th Q block (1: the paper)
+    exp2: str = EXP2_FORMS[0]
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n", "warps", "stages", "splits"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise FlashsimError(f"tiling {name} must be a positive integer, got {value!r}")
+        if self.exp2 not in EXP2_FORMS:
+            raise FlashsimError(f"tiling exp2 must be one of {', '.join(EXP2_FORMS)}, got {self.exp2!r}")
 
     @property
     def threads(self) -> int:
         return 32 * self.warps
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if self.exp2 == EXP2_FORMS[0]:
+            del d["exp2"]  # the default form: records read as before
+        return d
 
     def describe(self) -> str:
         splits = f", {self.splits} splits" if self.splits > 1 else ""
-        return f"{self.block_m}x{self.block_n}, {self.warps} warps, {self.stages} stages{splits}"
+        exp2 = f", {self.exp2}" if self.exp2 != EXP2_FORMS[0] else ""
+        return f"{self.block_m}x{self.block_n}, {self.warps} warps, {self.stages} stages{splits}{exp2}"

@@ -63,7 +63,11 @@ def ran_tiling(rec: dict) -> dict | None:
     """The tiling the measured kernel ran: the record's own, or, for one of our kernels measured before records
     carried it, its tile table's entry for the head dim and mask (what the kernel picks when the caller names
     no tiles; V1's split count is left to FA1's rule, which the kernel also follows)."""
-    if rec.get("tiling") or rec["impl"] not in IMPLS or IMPLS[rec["impl"]].kind != "ours":
+    impl = IMPLS.get(rec["impl"])
+    if impl is not None and impl.exp2 and rec["algo"] == impl.algo:
+        # a kernel whose code computes the exponential its own way: the schedule's tiles, with that form
+        return {**(rec.get("tiling") or {}), "exp2": impl.exp2}
+    if rec.get("tiling") or impl is None or impl.kind != "ours":
         return rec.get("tiling")
     if rec["algo"] != IMPLS[rec["impl"]].algo:
         return None  # a backward or decode record: its kernel's tiles are recorded or the schedule's own
@@ -164,6 +168,10 @@ def _simulate(job: tuple) -> dict:
             from flashsim.algorithms.tiling import fa1_splits
 
             tiling = {**tiling, "splits": fa1_splits(prob, Tiling(**tiling), profile)}
+        if tiling and "block_m" not in tiling:  # only the code's form given: the schedule's own tiles
+            from flashsim.algorithms.tiling import resolve_tiling
+
+            tiling = {**resolve_tiling(algo, prob, profile).as_dict(), **tiling}
         res = simulate(algo, prob, profile, Tiling(**tiling) if tiling else None, flushed_l2=flushed)
         d = res.as_dict()
         b = d["bytes"]

@@ -95,6 +95,9 @@ class Impl:
     backend: str = ""  # SDPA backend name
     note: str = ""
     paged: bool = False  # takes the decode set's paged K/V cache (SDPA's backends run it dense)
+    # the forward schedule's form of the exponential where the kernel's code differs from ours (the tiling's
+    # exp2; "" for the schedule's own): what its SASS issues per exponential
+    exp2: str = ""
 
 
 DENSE_STAND_IN = "on the decode set a dense K/V cache: SDPA has no paged cache, the dense call stands in"
@@ -108,7 +111,8 @@ IMPLS: dict[str, Impl] = {
         Impl("v2", "v2", "bf16", "ours"),
         Impl("v3", "v3", "bf16", "ours"),
         Impl("v3-fp8", "v3-fp8", "fp8", "ours", note="bf16 inputs, fp8 e4m3 inside"),
-        Impl("sdpa-flash", "v2", "bf16", "sdpa", "FLASH_ATTENTION", f"FA2 kernels, FA2 tiles; {DENSE_STAND_IN}"),
+        Impl("sdpa-flash", "v2", "bf16", "sdpa", "FLASH_ATTENTION",
+             f"FA2 kernels, FA2 tiles, PyTorch's exp2f; {DENSE_STAND_IN}", exp2="exp2f"),
         Impl("sdpa-cudnn", "v3", "bf16", "sdpa", "CUDNN_ATTENTION",
              f"cuDNN Hopper kernel, FA3 tiles assumed; {DENSE_STAND_IN}"),  # fmt: skip
         Impl("sdpa-math", "standard", "fp32", "sdpa", "MATH", "unfused, upcast to fp32, cuBLAS FFMA SGEMMs"),

@@ -71,6 +71,24 @@ def _mask(c: Counter, e: float) -> None:
     c["select"] += e
 
 
+def _exp2f(c: Counter, e: float, exps: float) -> None:
+    """PyTorch's FA2 build (ir.EXP2_FORMS): the exponent's FFMA split into FMUL and FADD for each of the e
+    elements, and per exponential an FSETP range test and two predicated FMULs around MUFU.EX2."""
+    c["fp32"] += e + 2 * exps
+    c["fp32_compare"] += exps
+
+
+def exp2f_issue(op) -> float:
+    """Warp instructions per warp that the exp2f form adds to an online softmax (0 for ours, and for other
+    ops): the unfused FMUL per element, and the FSETP and two FMULs per exponential."""
+    if type(op) is not OnlineSoftmax or op.exp2 != "exp2f":
+        return 0.0
+    c: Counter = Counter()
+    e, rt, _ = _layout(op.rows, op.cols, op.warps)
+    _exp2f(c, e, e + (rt if op.mode == "online" else 0))
+    return total(c)
+
+
 def lower(op) -> Counter:
     """Instructions per warp by class for one tile op (an empty Counter for ops that issue no arithmetic)."""
     c: Counter = Counter()
@@ -95,6 +113,8 @@ def lower(op) -> Counter:
             c["fp32"] += rt  # l = l * corr + rowsum: one FFMA per row
             if op.acc is not None and op.corr is None:
                 c["fp32"] += rt * op.acc_cols / 4  # acc *= corr: one FMUL per accumulator element
+        if op.exp2 == "exp2f":
+            _exp2f(c, e, e + (rt if op.mode == "online" else 0))
         if op.mask is not None:
             _mask(c, e)
         if op.cross_warp > 1:  # split-K: max and sum through shared memory, each behind a barrier
@@ -204,8 +224,10 @@ def chain_cycles(op, fp32_latency: float, mufu_latency: float, shfl_latency: flo
     reduce = (per_row / 2 + 1) * fp32_latency
     quad = QUAD_STEPS * (shfl_latency + fp32_latency)
     if kind is OnlineSoftmax:
-        # max, quad max, scaled max (FMUL) and the -inf guard (FSEL), exponent (FFMA), exp2, row sum, l update
-        return reduce + quad + 3 * fp32_latency + mufu_latency + reduce + fp32_latency
+        # max, quad max, scaled max (FMUL) and the -inf guard (FSEL), exponent (FFMA), exp2, row sum, l update;
+        # exp2f adds the unfused FADD, the range test and the FMULs before and after the exp2
+        extra = 4 * fp32_latency if op.exp2 == "exp2f" else 0.0
+        return reduce + quad + 3 * fp32_latency + mufu_latency + reduce + fp32_latency + extra
     if kind is RowSoftmax:
         return op.passes * (reduce + quad + fp32_latency + mufu_latency + reduce + quad) + fp32_latency
     if kind in (Normalize, MergeSplits):

@@ -38,7 +38,7 @@ from flashsim.algorithms.ir import (
     Wait,
     WarpReduce,
 )
-from flashsim.simulator.instructions import WARP, chain_cycles, lower, lower_gemm, per_pipe, total
+from flashsim.simulator.instructions import WARP, chain_cycles, exp2f_issue, lower, lower_gemm, per_pipe, total
 
 from .loopskip import HISTORY, KEYED, signature
 
@@ -240,7 +240,8 @@ class RoleTimer:
                     reqs = [(sm.sfu, sm.sfu.submit(now, op.exps, share)),
                             (sm.alu, sm.alu.submit(now, op.alu_flops, share))]
                     # each warp issues its share of the elementwise instructions as a dependent stream
-                    floor = now + math.ceil((op.alu_flops + op.exps) / (32 * op.warps) * p.fp32_dependent_issue_cycles)
+                    stream = op.alu_flops - getattr(op, "exp2_ops", 0) + op.exps
+                    floor = now + math.ceil(stream / (32 * op.warps) * p.fp32_dependent_issue_cycles)
                 extra = 1
                 if kind is OnlineSoftmax and op.cross_warp > 1:
                     # row max and sum exchanged through shared memory, with a barrier each
@@ -249,6 +250,11 @@ class RoleTimer:
                 yield from self._until(reqs, extra)
                 if floor > env.now:
                     yield env.timeout(floor - env.now)
+                issued = 0.0 if p.issue_model else _exp2f_issue(op)
+                if issued:
+                    # exp2f's instructions wait on no chain: the warps' schedulers issue them, one per cycle
+                    # each, shared with the other blocks' warps
+                    yield from self._until([(sm.issue, sm.issue.submit(env.now, issued * op.warps, share))])
                 if tracing:
                     name = "softmax" if kind in (OnlineSoftmax, RowSoftmax) else kind.__name__.lower()
                     self._mark(name, now, env.now)
@@ -430,6 +436,11 @@ def _ldsm_unhidden(tensor: float, smem_bytes: int, share: float, p) -> tuple[flo
 def _lowered(op) -> tuple[float, dict[str, float]]:
     counts = lower(op)
     return total(counts), per_pipe(counts)
+
+
+@functools.lru_cache(maxsize=1024)
+def _exp2f_issue(op) -> float:
+    return exp2f_issue(op)
 
 
 @functools.lru_cache(maxsize=1024)

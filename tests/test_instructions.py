@@ -65,9 +65,9 @@ def _one_block(program, opens, step: int = 1) -> Counter:
     return counts
 
 
-def _v2_block(d: int, dtype: str, bm: int, bn: int, warps: int) -> Counter:
+def _v2_block(d: int, dtype: str, bm: int, bn: int, warps: int, exp2: str = "approx") -> Counter:
     p = Problem(1, 1, 4 * max(bm, bn), d, dtype=dtype)
-    schedule = v2.build(p, Tiling(bm, bn, warps, 2))
+    schedule = v2.build(p, Tiling(bm, bn, warps, 2, exp2=exp2))
     program = schedule.kernels[0].roles[0].program((0, 0, 0))
     return _one_block(program, lambda op: isinstance(op, Wait) and op.barrier == "k")
 

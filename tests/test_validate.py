@@ -292,9 +292,10 @@ def test_compare_predicts_again_after_a_model_change(tmp_path: Path, monkeypatch
     monkeypatch.setattr(validate_compare, "model_fingerprint", lambda: "changed")
     monkeypatch.setattr(validate_compare, "_simulate", lambda job: calls.append(job) or _fake_simulate(job))
     validate_compare.compare(tmp_path, measured, "h200", jobs=1, log=lambda _: None)
-    # our v2 (its kernel's tiles) and SDPA flash (the default, the same tiles) share one, and each configuration
-    # with ncu's bytes runs once more from an empty L2 for them
-    assert len(calls) == 4 and sorted(job[6] for job in calls) == [False, False, True, True]
+    # one each (SDPA flash runs the same tiles as our v2 but its own exponential), and each configuration with
+    # ncu's bytes runs once more from an empty L2 for them
+    assert len(calls) == 6 and sorted(job[6] for job in calls) == [False] * 3 + [True] * 3
+    assert sorted((job[2] or {}).get("exp2", "") for job in calls) == [""] * 4 + ["exp2f"] * 2
 
 
 def test_compare_simulates_the_flushed_l2_it_measured_after_and_records_it(
@@ -335,16 +336,17 @@ def test_a_job_simulates_the_flushed_l2_it_names() -> None:
     assert written_back == pytest.approx(load_profile("h200").l2_dirty_max_bytes, rel=0.02)
 
 
-def test_compare_simulates_the_default_tiles_once_with_the_same_tiles_named(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """SDPA flash names no tiles (the model's default); our v2 names its kernel's, here the same: one run."""
+def test_compare_simulates_sdpa_flash_with_its_own_exponential(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """SDPA flash names no tiles (the schedule's own, FA2's) but its code's exponential; our v2 names its
+    kernel's tiles, here the same ones, and our exponential: two runs."""
     calls = []
     monkeypatch.setattr(validate_compare, "_simulate", lambda job: calls.append(job) or _fake_simulate(job))
     report = validate_compare.compare(tmp_path, _measured_file(tmp_path), "h200", jobs=1, log=lambda _: None)
-    v2 = [job for job in calls if job[0] == "v2" and job[6]]
-    assert len(v2) == 1 and v2[0][2] == {"block_m": 128, "block_n": 128, "warps": 4, "stages": 2, "splits": 1}
+    v2 = sorted((job[2] for job in calls if job[0] == "v2" and job[6]), key=len)
+    assert v2 == [{"exp2": "exp2f"}, {"block_m": 128, "block_n": 128, "warps": 4, "stages": 2, "splits": 1}]
     rows = {r["impl"]: r for r in report["rows"] if r["algo"] == "v2"}
-    assert rows["v2"]["predicted"] == rows["sdpa-flash"]["predicted"]
+    assert rows["sdpa-flash"]["tiling"] == {"exp2": "exp2f"} and "exp2" not in rows["v2"]["tiling"]
 
 
 def test_compare_predicts_again_a_kernel_measured_with_other_tiles(tmp_path: Path,

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 from .. import splitkv
 from ..footprint import REG_OVERHEAD
-from ..ir import FP32_BYTES as F32
 from ..ir import (
+    EXP2F_EXTRA_PER_EXP,
     RMEM,
     SMEM,
     Fill,
@@ -29,6 +29,7 @@ from ..ir import (
     Wait,
     causal_offset,
 )
+from ..ir import FP32_BYTES as F32
 from ..mapping import Tiling
 from ..parts import cdiv, flash_epilogue, gemm_dtype, kv_block_count, lse_tensor, row_tile, tile_mask
 from ..problem import Problem
@@ -108,7 +109,8 @@ def build(p: Problem, t: Tiling, instr: str = "mma_sync") -> Schedule:
 
     # the ops every step issues alike are made once (ops are immutable values)
     sync, qk, pv = SyncThreads(), Gemm(*s_args, trans_b=True), Gemm(*pv_args, accumulate=True)
-    unmasked = OnlineSoftmax("S", "P", "m", "l", bm, bn, p.scale, None, dt, acc="acc", acc_cols=d, warps=w)
+    unmasked = OnlineSoftmax("S", "P", "m", "l", bm, bn, p.scale, None, dt, acc="acc", acc_cols=d, warps=w,
+                             exp2=t.exp2)
 
     def kv_loop(ps, b: int, h: int, row0: int, first: int, n: int) -> list:
         """A block's K/V loop as a list of ops, made once per (head, range) where no tile needs a mask and
@@ -185,7 +187,7 @@ def sequence_nest(x: cf.Dims) -> cf.KernelNest:
     masked = BH * sum(x.masked_from(i * bm, f, c) for i in range(tr) for f, c in ranges[i])
     q_loads = [(i, f, c) for i in range(tr) for f, c in ranges[i] if c or S == 1]
     rq, rk = min(bm, Nq), min(bn, x.Nk)
-    soft = 4 * bm * bn + bm * (2 + d)
+    soft = 4 * bm * bn + bm * (2 + d) + (EXP2F_EXTRA_PER_EXP * (bm * bn + bm) if x.t.exp2 == "exp2f" else 0)
     if S > 1:
         out = [cf.store("store O_s (fp32 workspace)", O_PARTS, rq * d * F32, S * BH * Nq * d * F32, BH * tr * S),
                cf.store("store LSE_s", LSE_PARTS, rq * F32, S * BH * Nq * F32, BH * tr * S)]
