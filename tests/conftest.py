@@ -2,8 +2,18 @@
 
 torch runs single-threaded: the interpreters multiply tiny tiles, where an OpenMP pool only adds contention
 (two orders of magnitude slower on a busy two-core machine).
+
+The suite runs in parallel workers (pytest-xdist, `-n auto` in pyproject.toml), which set COLUMNS=80: each test
+starts without it, so the commands print at their piped width as they do for a user's pipe (a test that
+checks COLUMNS sets it itself).
 """
 
+import pytest
 import torch
 
 torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def _piped_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)
