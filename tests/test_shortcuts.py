@@ -121,7 +121,7 @@ def test_periodic_skip_needs_periods_that_take_time():
     """Blocks that start together several per SM end together: the intervals between rounds of blocks done
     are 0 cycles and repeat, but leaving out periods of 0 cycles dropped most of the backward's preprocess
     (D = rowsum(dO O), dQaccum zeroed: 4 blocks per SM), its time and its bytes."""
-    from flashsim.simulator.gpu import _repeats
+    from flashsim.simulator.periodic import repeats as _repeats
 
     assert not _repeats([0, 0, 0], 1) and _repeats([7, 0, 7, 0], 2)
     problem = Problem(32, 32, 512, 64, dtype="bf16")  # 31 rounds of 4 blocks per SM
@@ -266,7 +266,7 @@ def test_loop_skip_is_exact_for_warp_specialized_kernels(algo, problem, profile)
 def test_periodic_skip_waits_for_periods_that_move_the_same_bytes():
     """Two periods of equal length whose byte counts differ (a loop skip added a stretch's bytes at once in
     one of them) are no copies of each other: nothing is left out on them."""
-    from flashsim.simulator.gpu import _counters_repeat
+    from flashsim.simulator.periodic import counters_repeat as _counters_repeat
 
     marks = [(0, {"l2_read": 0.0, "busy_smem": 0.0}), (10, {"l2_read": 5.0, "busy_smem": 3.0}),
              (20, {"l2_read": 10.0, "busy_smem": 7.0})]
