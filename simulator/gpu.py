@@ -24,7 +24,6 @@ from .timing import RoleTimer
 from .unitskip import UnitSkip
 
 
-
 class EventLimitReached(FlashsimError):
     """A run stopped at its limit of simulated events."""
 
