@@ -52,15 +52,16 @@ def counters_repeat(marks: list, period: int) -> bool:
     at once, which may put them in another period than the plain run's ops: a period that is not a copy of
     the next). Busy cycles are left out: work in service at a period's end splits them unevenly."""
     (_, a), (_, b), (_, c) = marks[-1 - 2 * period], marks[-1 - period], marks[-1]
-    return all(math.isclose(c[k] - b[k], b[k] - a[k], rel_tol=1e-9, abs_tol=1e-6) for k in c
-               if not k.startswith("busy_"))
+    return all(
+        math.isclose(c[k] - b[k], b[k] - a[k], rel_tol=1e-9, abs_tol=1e-6) for k in c if not k.startswith("busy_")
+    )
 
 
 def repeats(gaps: list[int], period: int) -> bool:
     """Whether the last 2 x `period` intervals repeat exactly with that period. A period must take time: blocks
     that end together (several per SM, started at once) give intervals of 0 cycles, which repeat but say
     nothing of the blocks after them."""
-    return len(gaps) >= 2 * period and gaps[-period:] == gaps[-2 * period:-period] and sum(gaps[-period:]) > 0
+    return len(gaps) >= 2 * period and gaps[-period:] == gaps[-2 * period : -period] and sum(gaps[-period:]) > 0
 
 
 class CarriedSkip:
@@ -115,8 +116,14 @@ class CarriedSkip:
         self.l2_marks.append(gpu._l2_state())
         # the tiles running when the first watched period began were taken up to a wave before it
         wave = self.step * self.slots
-        plan = skip_plan(self.heads, self.step, self.slots, [m[0] for m in self.marks], index,
-                         lambda n: max(0, self.start + n - wave))
+        plan = skip_plan(
+            self.heads,
+            self.step,
+            self.slots,
+            [m[0] for m in self.marks],
+            index,
+            lambda n: max(0, self.start + n - wave),
+        )
         if not plan or plan["at"] + plan["blocks"] > self.total or not counters_repeat(self.marks, plan["period"]):
             return
         regime = gpu._l2_regime(self.l2_marks, plan, index, self.total)
