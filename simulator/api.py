@@ -250,6 +250,7 @@ def simulate(
             **({"sample": sample_info(gpu.head_sample)} if getattr(gpu, "head_sample", None) else {}),
             "blocks_extrapolated": gpu.extrapolated_blocks,
             "periodic_skips": gpu.periodic_skips,
+            "carried_skips": gpu.carried_skips,
             "loop_skip": dict(gpu.loop_skips),
             **({"unit_skip": dict(gpu.unit_skips)} if gpu.unit_skips["skips"] else {}),
             "launch_overhead_s": launch_s,

@@ -18,14 +18,10 @@ from flashsim.errors import FlashsimError
 from .icache import CodeCache
 from .l2 import FLUSH, L2Cache
 from .loopskip import LoopSkip
+from .periodic import CarriedSkip, counters_repeat, skip_plan
 from .resources import Barrier, Port, QueueUnit, SharedUnit
 from .timing import RoleTimer
 from .unitskip import UnitSkip
-
-# Periodic skip (Gpu.run_kernel): periods of up to PERIOD_MAX waves within a head, launch patterns of up to
-# PATTERN_MAX waves across heads are recognised.
-PERIOD_MAX = 4
-PATTERN_MAX = 16
 
 
 class EventLimitReached(FlashsimError):
@@ -208,6 +204,7 @@ class Gpu:
         self.dirty_scale = 1.0  # dirty lines at the end of the last launch per dirty line simulated
         self.extrapolated_blocks = 0
         self.periodic_skips = 0  # stretches of blocks left out
+        self.carried_skips = 0  # of them, stretches of tiles that blocks running on from tile to tile left out
         self.unit_skips = {"skips": 0, "units_left_out": 0, "worst": 0.0}  # whole heads left out (unitskip.py)
         self.loop_skip = None  # the running launch's LoopSkip (None: every op is simulated)
         self.loop_skips = {"skips": 0, "ops_left_out": 0, "cycles_left_out": 0, "mismatch_bytes": 0.0,
@@ -408,17 +405,21 @@ class Gpu:
         wave = slots * self.n_sms
         total = len(items)
         # a block that runs on from tile to tile takes its next tile before the last has ended: no waves
-        watch = extrapolate and kernel.uniform and kernel.carry is None and total >= 4 * wave
+        steady = extrapolate and kernel.uniform and total >= 4 * wave
+        watch = steady and kernel.carry is None
         of = kernel.kv_head_of or (lambda c: (c[0], c[1] // self.group))
-        if watch:
+        if steady:
             heads = [of(c) for c in items]
+        # blocks that run on from tile to tile are watched where they take their tiles (periodic.py)
+        tiles = CarriedSkip(self, heads, self.n_sms, slots, counters) if steady and not watch else None
         units = UnitSkip(items, wave, of) if extrapolate and self.trace is None and self.heads is not None else None
         if units is not None and not units.ok:
             units = None
         # the periodic skip queues blocks as they are dispatched; otherwise the queue holds them all, and the
-        # unit skip leaves out heads from its front when a worker asks whether any block is left
-        queue = deque(items[:wave]) if watch else _Dispatch(items, lambda index: units_from(index)) if units \
-            else deque(items)
+        # unit skip (and the carried blocks' periodic skip) leaves out blocks from its front when a worker
+        # asks whether any block is left
+        queue = deque(items[:wave]) if watch else _Dispatch(items, lambda index: asking(index)) \
+            if units or tiles else deque(items)
         before = counters()
         run = {"done": 0, "next": len(queue), "skip": None, "left_out": 0, "filling": 0, "from": 0, "unit": -1}
         skips: list[tuple[int, int]] = []  # (first block, blocks) of each stretch of blocks left out
@@ -483,6 +484,16 @@ class Gpu:
                 l2_marks.clear()
             return plan["blocks"]
 
+        def asking(index: int) -> int:
+            """A worker asks for block `index` (the queue holds every block): the blocks left out from it on."""
+            blocks = tiles.asking(index) if tiles is not None else 0
+            run["left_out"] += blocks
+            if not blocks and units is not None:
+                blocks = units_from(index)
+                if blocks and tiles is not None:
+                    tiles.restart(index + blocks)
+            return blocks
+
         def block_done() -> None:
             run["done"] += 1
             if self.on_block is not None:
@@ -493,9 +504,9 @@ class Gpu:
                 marks.append((env.now + self.skipped_cycles, counters()))
                 l2_marks.append(self._l2_state())
                 first = run["from"]
-                plan = _skip_plan(heads, self.n_sms, slots, [m[0] for m in marks], run["next"],
+                plan = skip_plan(heads, self.n_sms, slots, [m[0] for m in marks], run["next"],
                                   lambda n: block_of(first + n))
-                regime = (plan and _counters_repeat(marks, plan["period"])
+                regime = (plan and counters_repeat(marks, plan["period"])
                           and self._l2_regime(l2_marks, plan, run["done"] + run["left_out"], total))
                 if regime:
                     plan["mark"], plan["regime"] = len(marks) - 1, regime
@@ -590,7 +601,7 @@ class Gpu:
                                ("evicting_skips", done.evicting_skips)):
                 self.loop_skips[key] += value
             self.loop_skip = None
-        self.dirty_scale = total / (total - run["filling"])
+        self.dirty_scale = total / (total - run["filling"] - (tiles.filling if tiles is not None else 0))
         return cycles, total, delta
 
 
@@ -608,51 +619,3 @@ class _Dispatch(deque):
             for _ in range(self.first(self.total - len(self))):
                 self.popleft()
         return len(self) > 0
-
-
-def _skip_plan(heads: list, step: int, slots: int, times: list[int], queued: int, block_of=lambda n: n) -> dict | None:
-    """Which blocks a periodic run may leave out. `heads`: each block's K/V head, in launch order; `times`:
-    the run's start and the cycles at which each further `step` blocks (one per SM) were done; `queued`:
-    blocks queued so far, which run. Whole periods (P x step blocks) are left out, such that every block
-    from the watched periods on has a copy exactly that many blocks later:
-    - whole heads, from a head boundary on, once the times repeat with the period of the launch pattern
-      (steps until one ends at a head boundary again; heads launched one after another);
-    - or, while the blocks watched, queued and left out all belong to one head (its K/V already in L2),
-      once the times repeat with any period up to PERIOD_MAX waves.
-    Nothing needs to run after them: the blocks running when they are left out are copies of the last."""
-    gaps = [b - a for a, b in zip(times[1:], times[2:], strict=False)]  # the first interval fills the pipeline
-    per_head = heads.count(heads[0])
-    room = len(heads)
-    pattern = per_head // math.gcd(step, per_head)
-    in_order = len(heads) % per_head == 0 and all(heads[i] == heads[i - i % per_head] for i in range(len(heads)))
-    if in_order and pattern <= PATTERN_MAX * slots and _repeats(gaps, pattern):
-        unit = pattern * step
-        at = -(-queued // per_head) * per_head
-        reps = (room - at) // unit
-        if reps > 0:
-            return {"at": at, "blocks": reps * unit, "period": pattern, "reps": reps}
-    period = next((n for n in range(1, PERIOD_MAX * slots + 1) if _repeats(gaps, n)), 0)
-    if not period:
-        return None
-    first = block_of((len(times) - 1 - 2 * period) * step)  # first block of the watched periods
-    end = heads.index(heads[first]) + heads.count(heads[first])  # one past that head's last block
-    reps = (min(room, end) - queued) // (period * step)
-    if reps > 0 and heads[queued - 1] == heads[first]:
-        return {"at": queued, "blocks": reps * period * step, "period": period, "reps": reps}
-    return None
-
-
-def _counters_repeat(marks: list, period: int) -> bool:
-    """Whether every byte count moved alike in the last two periods (a loop skip adds its stretches' bytes
-    at once, which may put them in another period than the plain run's ops: a period that is not a copy of
-    the next). Busy cycles are left out: work in service at a period's end splits them unevenly."""
-    (_, a), (_, b), (_, c) = marks[-1 - 2 * period], marks[-1 - period], marks[-1]
-    return all(math.isclose(c[k] - b[k], b[k] - a[k], rel_tol=1e-9, abs_tol=1e-6) for k in c
-               if not k.startswith("busy_"))
-
-
-def _repeats(gaps: list[int], period: int) -> bool:
-    """Whether the last 2 x `period` intervals repeat exactly with that period. A period must take time: blocks
-    that end together (several per SM, started at once) give intervals of 0 cycles, which repeat but say
-    nothing of the blocks after them."""
-    return len(gaps) >= 2 * period and gaps[-period:] == gaps[-2 * period:-period] and sum(gaps[-period:]) > 0

@@ -124,7 +124,10 @@ def detail_table(r):
                          f"last two heads alike within {100 * units['worst']:.2f}%; came within "
                          f"{100 * UNIT_BOUND:.1f}% of the plain run)")
     if r.sim.get("blocks_extrapolated"):
-        shortcuts.append(f"{r.sim['blocks_extrapolated']:,} blocks left out (periodic and unit skips)")
+        carried = r.sim.get("carried_skips")
+        how = (f"; {carried} of {r.sim['periodic_skips']} periodic stretches of work tiles, watched where "
+               "the persistent blocks take them" if carried else "")
+        shortcuts.append(f"{r.sim['blocks_extrapolated']:,} blocks left out (periodic and unit skips{how})")
     skip = r.sim.get("loop_skip") or {}
     if skip.get("skips"):
         exact = "premise held" if not skip["mismatch_bytes"] else f"L2 off by {skip['mismatch_bytes']:,.0f} B"
