@@ -295,8 +295,11 @@ class RoleTimer:
             skip.leave(self)
 
     def _fetch(self, op: Code, now: int):
-        """The warps go on to a stretch of code: wait until the SM has it (simulator/icache.py)."""
+        """The warps go on to a stretch of code: wait until the SM has it (simulator/icache.py), then for the
+        fetch redirects of the stretch's taken branches (every pass: kept code too)."""
         ready = self.sm.code.fetch(op.name, op.nbytes, now)
+        if op.branches and self.p.icache_branch_cycles:
+            ready += math.ceil(op.branches * self.p.icache_branch_cycles)
         if ready > now:
             yield self.env.timeout(ready - now)
             self._mark(f"fetch {op.name}", now, ready)
