@@ -261,7 +261,8 @@ def build(p: Problem, t: Tiling) -> Schedule:
             yield SyncThreads()
             yield StoreShared("acc", "merge", bm, d + 2, F32, MERGE)
             yield SyncThreads()
-        yield Normalize("acc", "m", "l", "lse", mr, d, mw)
+        # after the merge warp 0 alone goes on (decode.cu: the other warps return): it normalises and writes
+        yield Normalize("acc", "m", "l", "lse", mr, d, 1 if split == "n" else mw)
         for hh, q0, cnt, at in segments(nq, row0, rows):
             h = hk * g + hh
             if splits > 1:
