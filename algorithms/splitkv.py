@@ -25,8 +25,8 @@ COMBINE_WARPS = 4  # FA2's combine kernel: 128 threads
 COMBINE_KERNEL = "flash_fwd_combine"
 # Our combine's code (kernels/decode.cu), from Nsight Compute's executed counts per SASS instruction after 8 and
 # 33 splits (experiments/results/h200/decode-fid/ncu/combine-*-sass.txt): its warps run 46-50 distinct 128-byte
-# lines, with 3-4 taken branches each.
-OUR_COMBINE_CODE = (46 * 128, 3)
+# lines, with 3-4 taken branches each, all landing beyond the next line.
+OUR_COMBINE_CODE = (46 * 128, 3, 3)
 
 
 def split_block_n(d: int) -> int:
