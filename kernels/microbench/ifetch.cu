@@ -18,18 +18,23 @@
   x6 = fmaf(x6, a, b);        \
   x7 = fmaf(x7, a, b);
 
-template <int LINES>
-__device__ __forceinline__ float run_lines(float a, float b, int reps) {
+// `reps` passes of UNITS unit(x0..x7) on eight accumulators, unrolled; the accumulators' sum.
+template <int UNITS, typename Unit>
+__device__ __forceinline__ float run_looped(int reps, Unit unit) {
   float x0 = threadIdx.x, x1 = x0 + 1.f, x2 = x0 + 2.f, x3 = x0 + 3.f;
   float x4 = x0 + 4.f, x5 = x0 + 5.f, x6 = x0 + 6.f, x7 = x0 + 7.f;
 #pragma unroll 1
   for (int r = 0; r < reps; ++r) {
 #pragma unroll
-    for (int i = 0; i < LINES; ++i) {
-      FMA8(a, b)
-    }
+    for (int i = 0; i < UNITS; ++i) unit(x0, x1, x2, x3, x4, x5, x6, x7);
   }
   return x0 + x1 + x2 + x3 + x4 + x5 + x6 + x7;
+}
+
+template <int LINES>
+__device__ __forceinline__ float run_lines(float a, float b, int reps) {
+  return run_looped<LINES>(reps, [=](float& x0, float& x1, float& x2, float& x3, float& x4, float& x5, float& x6,
+                                     float& x7) { FMA8(a, b) });
 }
 
 template <int LINES>
@@ -77,20 +82,14 @@ IF_UNIT(unit_skip23, IF_SKIP23)
 
 template <int UNITS, int SKIP>
 __device__ __forceinline__ float run_units(float a, float b, int reps, int taken) {
-  float x0 = threadIdx.x, x1 = x0 + 1.f, x2 = x0 + 2.f, x3 = x0 + 3.f;
-  float x4 = x0 + 4.f, x5 = x0 + 5.f, x6 = x0 + 6.f, x7 = x0 + 7.f;
-#pragma unroll 1
-  for (int r = 0; r < reps; ++r) {
-#pragma unroll
-    for (int i = 0; i < UNITS; ++i) {
-      if (SKIP == 7) {
-        unit_skip7(x0, x1, x2, x3, x4, x5, x6, x7, taken, a, b);
-      } else {
-        unit_skip23(x0, x1, x2, x3, x4, x5, x6, x7, taken, a, b);
-      }
+  return run_looped<UNITS>(reps, [=](float& x0, float& x1, float& x2, float& x3, float& x4, float& x5, float& x6,
+                                     float& x7) {
+    if (SKIP == 7) {
+      unit_skip7(x0, x1, x2, x3, x4, x5, x6, x7, taken, a, b);
+    } else {
+      unit_skip23(x0, x1, x2, x3, x4, x5, x6, x7, taken, a, b);
     }
-  }
-  return x0 + x1 + x2 + x3 + x4 + x5 + x6 + x7;
+  });
 }
 
 #define IFETCH_BRANCH(UNITS, SKIP)                                                                          \
