@@ -413,11 +413,15 @@ class SyncThreads:
 class Code:
     """The role's warps go on to a stretch of the kernel's SASS: `nbytes` of code (the 128-byte lines they run,
     counted in the kernel's executed instructions), named so that the SM knows it again. A stretch not in the
-    SM's instruction cache is fetched before its ops run; the block's warps share the fetch. Only where a
-    kernel's code is known: a schedule without Code ops runs as if its code were always there."""
+    SM's instruction cache is fetched before its ops run; the block's warps share the fetch. `branches`: the
+    taken branches a warp runs there (each redirects its fetch, kept code or not); `far` of them land beyond
+    the next line (back, or over a line), whose target line is fetched anew. Only where a kernel's code is
+    known: a schedule without Code ops runs as if its code were always there."""
 
     name: str
     nbytes: int
+    branches: float = 0.0
+    far: float = 0.0
 
 
 # -- the backward pass ------------------------------------------------------------------------------

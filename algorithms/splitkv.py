@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .ir import FP32_BYTES as F32
-from .ir import RMEM, GTile, Kernel, Load, MergeSplits, Normalize, Role, Store, SyncThreads
+from .ir import RMEM, Code, GTile, Kernel, Load, MergeSplits, Normalize, Role, Store, SyncThreads
 from .parts import cdiv, out_bytes, row_tile
 from .problem import Problem
 
@@ -23,6 +23,10 @@ O_PARTS, LSE_PARTS = "Oaccum", "LSEaccum"
 MAX_SPLITS = 128  # FA2 refuses more (flash_api.cpp: num_splits <= 128)
 COMBINE_WARPS = 4  # FA2's combine kernel: 128 threads
 COMBINE_KERNEL = "flash_fwd_combine"
+# Our combine's code (kernels/decode.cu), from Nsight Compute's executed counts per SASS instruction after 8 and
+# 33 splits (experiments/results/h200/decode-fid/ncu/combine-*-sass.txt): its warps run 46-50 distinct 128-byte
+# lines, with 3-4 taken branches each, all landing beyond the next line.
+OUR_COMBINE_CODE = (46 * 128, 3, 3)
 
 
 def split_block_n(d: int) -> int:
@@ -103,6 +107,8 @@ def combine_kernel(p: Problem, splits: int, ours: bool = False) -> Kernel:
         nq = p.q_len(b)
         row0 = i * rb
         rows = min(rb, nq - row0)
+        if ours:  # new to the SM after the split kernel's
+            yield Code(f"combine d{d}", *OUR_COMBINE_CODE)
         for s in range(splits):
             yield Load(GTile(LSE_PARTS, b, h, s * p.seqlen_q + row0, rows, 0, 1, F32), "lse_parts", RMEM,
                        dst_row=s * rows, in_flight=splits if ours else 1)

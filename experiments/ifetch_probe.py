@@ -24,21 +24,28 @@ from pathlib import Path
 import numpy as np
 
 LINES = (16, 32, 64, 128, 256, 512, 1024)  # ifetch.cu's instantiations
+# ifetch.cu's branching kernels as (skip, lines of code): 2, 8, 16, 32 and 64 KiB each
+BRANCH_POINTS = [(skip, n) for skip in (7, 23) for n in (16, 64, 128, 256, 512)]
 LINE_BYTES = 128  # eight 16-byte SASS instructions
 CALLS = 5
 SHOWN = ("lines", "warps", "blocks", "reps", "start", "gpu_us", "block_cycles_median", "cycles_per_line")
 
 
-def measure(cp, module, flush, lines: int, warps: int, blocks: int, reps: int, warm: bool) -> dict:
+def measure(cp, module, flush, lines: int, warps: int, blocks: int, reps: int, warm: bool, skip: int = 0) -> dict:
+    """One point; skip > 0: the branching kernel ifetch_b<skip>_u<units> with `lines` 128-byte lines of code
+    (two per unit at skip 7, four at 23), each unit one taken branch and nine instructions run."""
     from .calibrate_bench import BLOCK_TIME
     from .validate import gpu_calls
 
-    fn = module.get_function(f"ifetch_l{lines}")
+    units = lines // (2 if skip == 7 else 4)
+    name = f"ifetch_b{skip}_u{units}" if skip else f"ifetch_l{lines}"
+    fn = module.get_function(name)
     sink = cp.zeros(1, dtype=cp.float32)
     times = cp.zeros(blocks * BLOCK_TIME.itemsize, dtype=cp.uint8)
+    head = (np.float32(0.999), np.float32(0.001), np.int32(reps)) + ((np.int32(1),) if skip else ())
 
     def launch():
-        fn((blocks,), (32 * warps,), (np.float32(0.999), np.float32(0.001), np.int32(reps), sink, times))
+        fn((blocks,), (32 * warps,), (*head, sink, times))
 
     def call():
         if warm:  # the same code just run on the same SMs: the second launch is the one timed
@@ -47,7 +54,6 @@ def measure(cp, module, flush, lines: int, warps: int, blocks: int, reps: int, w
 
     launch()
     cp.cuda.Device().synchronize()
-    name = f"ifetch_l{lines}"
     us = [
         [e.time_range.elapsed_us() for e in w if e.name.split("(")[0].strip() == name]
         for w in gpu_calls(call, flush, CALLS)
@@ -56,8 +62,12 @@ def measure(cp, module, flush, lines: int, warps: int, blocks: int, reps: int, w
     t = times.get().view(BLOCK_TIME)
     cycles = (t["clk1"] - t["clk0"]).astype(np.int64)
     ns = (t["ns1"].astype(np.int64) - t["ns0"].astype(np.int64)).astype(np.float64)
-    issue = lines * 8 * reps * max(1, warps // 4)  # cycles one scheduler needs for its warps' FFMAs
+    run = units * 9 if skip else lines * 8  # instructions a warp runs per pass
+    issue = run * reps * max(1, warps // 4)  # cycles one scheduler needs for its warps' instructions
     return {
+        "kernel": name,
+        "skip": skip,
+        "units": units if skip else 0,
         "lines": lines,
         "code_bytes": lines * LINE_BYTES,
         "warps": warps,
@@ -71,12 +81,20 @@ def measure(cp, module, flush, lines: int, warps: int, blocks: int, reps: int, w
         "block_ghz": float(np.median(cycles / np.maximum(ns, 1))),
         "issue_cycles": issue,
         "cycles_per_line": float(np.median(cycles)) / (lines * reps),
+        # a unit: nine instructions run and one taken branch (branching kernels only)
+        **({"cycles_per_unit": float(np.median(cycles)) / (units * reps)} if skip else {}),
     }
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="ifetch-probe-out")
+    ap.add_argument(
+        "--sweep",
+        choices=("straight", "branch"),
+        default="straight",
+        help="straight: ifetch_l (ifetch-probe.*); branch: ifetch_b, one block (ifetch-branch.*)",
+    )
     args = ap.parse_args(argv)
     import cupy as cp
 
@@ -89,25 +107,29 @@ def main(argv=None) -> None:
     t0 = time.monotonic()
     gpu = read_gpu(cp)
     module, flush = load_module(cp, "ifetch", gpu.arch), make_flush(cp, gpu)
+    branch = args.sweep == "branch"
     rows = []
     for reps in (1, 16):
-        for blocks in (1, gpu.sm_count):
+        for blocks in (1,) if branch else (1, gpu.sm_count):
             for warps in (1, 4):
                 for warm in (False, True):
-                    for lines in LINES:
-                        row = measure(cp, module, flush, lines, warps, blocks, reps, warm)
+                    for skip, lines in BRANCH_POINTS if branch else [(0, n) for n in LINES]:
+                        row = measure(cp, module, flush, lines, warps, blocks, reps, warm, skip)
                         rows.append(row)
-                        print(json.dumps({k: row[k] for k in SHOWN}), flush=True)
-    meta = torch_gpu_provenance("python3 -m flashsim.experiments.ifetch_probe")
-    (out / "ifetch-probe.json").write_text(json.dumps({"provenance": meta, "rows": rows}, indent=1) + "\n")
-    lines = ["| reps | blocks | warps | start | KiB of code | GPU us | block cycles | cycles per line | issue cycles |",
-             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+                        print(json.dumps({k: row[k] for k in ("skip", *SHOWN)}), flush=True)
+    stem = "ifetch-branch" if branch else "ifetch-probe"
+    command = "python3 -m flashsim.experiments.ifetch_probe" + (" --sweep branch" if branch else "")
+    meta = torch_gpu_provenance(command)
+    (out / f"{stem}.json").write_text(json.dumps({"provenance": meta, "rows": rows}, indent=1) + "\n")
+    lines = ["| skip | reps | blocks | warps | start | KiB of code | GPU us | block cycles | cycles per line | "
+             "cycles per unit | issue cycles |", "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
-        lines.append(f"| {r['reps']} | {r['blocks']} | {r['warps']} | {r['start']} | {r['code_bytes'] / 1024:.0f} | "
-                     f"{r['gpu_us']:.2f} | {r['block_cycles_median']:.0f} | {r['cycles_per_line']:.1f} | "
-                     f"{r['issue_cycles']} |")  # fmt: skip
-    (out / "ifetch-probe.md").write_text("\n".join(lines) + "\n")
-    print(f"wrote {out / 'ifetch-probe.json'} ({len(rows)} points) in {time.monotonic() - t0:.0f} s")
+        unit = f"{r['cycles_per_unit']:.1f}" if "cycles_per_unit" in r else "-"
+        lines.append(f"| {r['skip'] or '-'} | {r['reps']} | {r['blocks']} | {r['warps']} | {r['start']} | "
+                     f"{r['code_bytes'] / 1024:.0f} | {r['gpu_us']:.2f} | {r['block_cycles_median']:.0f} | "
+                     f"{r['cycles_per_line']:.1f} | {unit} | {r['issue_cycles']} |")  # fmt: skip
+    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {out / (stem + '.json')} ({len(rows)} points) in {time.monotonic() - t0:.0f} s")
 
 
 if __name__ == "__main__":

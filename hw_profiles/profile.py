@@ -35,7 +35,7 @@ OVERRIDE_KIND = "override"
 WARP = 32
 # Keys for which zero is a meaningful value (a what-if without the per-block reservation).
 ZERO_ALLOWED = frozenset({"smem_reserved_per_block_bytes", "issue_model", "mma_sync_ldsm_unhidden_fraction",
-                           "icache_miss_cycles_per_line"})
+                           "icache_miss_cycles_per_line", "icache_branch_cycles"})
 
 # Unit of a key, read from its name's suffix (longest suffixes first). No suffix: a plain count.
 _UNIT_SUFFIXES = (
@@ -138,6 +138,8 @@ class Profile:
     # there adds to the time of the instructions on it (0: code is always there)
     icache_bytes_per_sm: int = _p(int)
     icache_miss_cycles_per_line: float = _p(float)
+    # what a taken branch adds to its warp's time: the fetch redirected to its target (0: nothing)
+    icache_branch_cycles: float = _p(float)
     # a launch's GPU busy time beyond its blocks' span: the kernel's start, the first dispatch, its end
     kernel_busy_overhead_s: float = _p(float)
     # Hopper only

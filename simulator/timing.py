@@ -301,8 +301,13 @@ class RoleTimer:
             skip.leave(self)
 
     def _fetch(self, op: Code, now: int):
-        """The warps go on to a stretch of code: wait until the SM has it (simulator/icache.py)."""
+        """The warps go on to a stretch of code: wait until the SM has it (simulator/icache.py), then for the
+        fetch redirects of the stretch's taken branches (every pass, kept code too), a far one's target line
+        fetched as a line the SM lacks."""
         ready = self.sm.code.fetch(op.name, op.nbytes, now)
+        if op.branches and self.p.icache_branch_cycles:
+            p = self.p
+            ready += math.ceil(op.branches * p.icache_branch_cycles + op.far * p.icache_miss_cycles_per_line)
         if ready > now:
             yield self.env.timeout(ready - now)
             self._mark(f"fetch {op.name}", now, ready)

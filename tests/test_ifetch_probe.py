@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from flashsim.experiments import calibrate_gpu
-from flashsim.experiments.ifetch_probe import LINE_BYTES, LINES
+from flashsim.experiments.ifetch_probe import BRANCH_POINTS, LINE_BYTES, LINES
 
 
 def text_sizes(cubin: Path) -> dict[str, int]:
@@ -33,3 +33,16 @@ def test_each_line_is_128_bytes_of_code(tmp_path: Path) -> None:
     for small, big in zip(LINES, LINES[1:], strict=False):
         grown = sizes[f"ifetch_l{big}"] - sizes[f"ifetch_l{small}"]
         assert grown == (big - small) * LINE_BYTES, (small, big, sizes)
+
+
+@pytest.mark.nvcc
+def test_branching_units_are_their_lines_of_code(tmp_path: Path) -> None:
+    """A unit of ifetch_b7 is two 128-byte lines, of ifetch_b23 four: the code sizes the sweep names."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not found")
+    sizes = text_sizes(calibrate_gpu.compile_cubin("ifetch", "sm_90a", tmp_path, force=True))
+    for skip, per_unit in ((7, 2), (23, 4)):
+        points = [lines for s, lines in BRANCH_POINTS if s == skip]
+        for small, big in zip(points, points[1:], strict=False):
+            grown = sizes[f"ifetch_b{skip}_u{big // per_unit}"] - sizes[f"ifetch_b{skip}_u{small // per_unit}"]
+            assert grown == (big - small) * LINE_BYTES, (skip, small, big, sizes)

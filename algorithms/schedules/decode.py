@@ -88,10 +88,16 @@ PAGE_FETCH_ISSUE = {False: 2, True: 11}
 # (16 blocks); the epilogue 89 (87 with the split's partial stores). The d64 kernel is within 3% in size.
 CODE_LINES = {"prologue": 28, "step": 106, "refill": 192 - 106, "epilogue": 89}
 CODE_LINE_BYTES = 128
+# Taken branches per warp in each stretch, and of them those landing beyond the next line (back, or over a
+# line), from the same runs' executed counts per SASS instruction (a branch is taken as often as it runs less
+# the times its next instruction runs by falling through; 16 K/V blocks): the prologue 39, 19 far (its Q and
+# two K/V blocks' copies, each copy row's bounds check a branch over the copy); a step 2, both far (the back
+# edge and the exit test); a refill 8, 2 far (its copy rows' bounds checks); the epilogue none.
+CODE_BRANCHES = {"prologue": (39, 19), "step": (2, 2), "refill": (8, 2), "epilogue": (0, 0)}
 
 
 def code(d: int, stretch: str) -> Code:
-    return Code(f"decode d{d} {stretch}", CODE_LINES[stretch] * CODE_LINE_BYTES)
+    return Code(f"decode d{d} {stretch}", CODE_LINES[stretch] * CODE_LINE_BYTES, *CODE_BRANCHES[stretch])
 
 
 def check_problem(p: Problem) -> None:
@@ -256,7 +262,8 @@ def build(p: Problem, t: Tiling) -> Schedule:
             yield SyncThreads()
             yield StoreShared("acc", "merge", bm, d + 2, F32, MERGE)
             yield SyncThreads()
-        yield Normalize("acc", "m", "l", "lse", mr, d, mw)
+        # after the merge warp 0 alone goes on (decode.cu: the other warps return): it normalises and writes
+        yield Normalize("acc", "m", "l", "lse", mr, d, 1 if split == "n" else mw)
         for hh, q0, cnt, at in segments(nq, row0, rows):
             h = hk * g + hh
             if splits > 1:

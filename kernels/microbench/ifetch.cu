@@ -18,18 +18,23 @@
   x6 = fmaf(x6, a, b);        \
   x7 = fmaf(x7, a, b);
 
-template <int LINES>
-__device__ __forceinline__ float run_lines(float a, float b, int reps) {
+// `reps` passes of UNITS unit(x0..x7) on eight accumulators, unrolled; the accumulators' sum.
+template <int UNITS, typename Unit>
+__device__ __forceinline__ float run_looped(int reps, Unit unit) {
   float x0 = threadIdx.x, x1 = x0 + 1.f, x2 = x0 + 2.f, x3 = x0 + 3.f;
   float x4 = x0 + 4.f, x5 = x0 + 5.f, x6 = x0 + 6.f, x7 = x0 + 7.f;
 #pragma unroll 1
   for (int r = 0; r < reps; ++r) {
 #pragma unroll
-    for (int i = 0; i < LINES; ++i) {
-      FMA8(a, b)
-    }
+    for (int i = 0; i < UNITS; ++i) unit(x0, x1, x2, x3, x4, x5, x6, x7);
   }
   return x0 + x1 + x2 + x3 + x4 + x5 + x6 + x7;
+}
+
+template <int LINES>
+__device__ __forceinline__ float run_lines(float a, float b, int reps) {
+  return run_looped<LINES>(reps, [=](float& x0, float& x1, float& x2, float& x3, float& x4, float& x5, float& x6,
+                                     float& x7) { FMA8(a, b) });
 }
 
 template <int LINES>
@@ -54,3 +59,57 @@ IFETCH(128)
 IFETCH(256)
 IFETCH(512)
 IFETCH(1024)
+
+// Branching code: each unit is a taken branch (on a runtime flag) over `SKIP` FFMAs to eight executed ones, so a
+// warp runs nine instructions per unit and redirects its fetch once. SKIP 7 lands on the next 128-byte line
+// (a unit is two lines), SKIP 23 two lines on (four). Against ifetch_l's straight lines this prices a taken
+// branch in code the SM keeps (reps 16) and in code new to it (reps 1); our decode kernel's step takes ~8.
+#define IF_FMA(r) "fma.rn.f32 %" #r ", %" #r ", %9, %10;\n\t"
+#define IF_FMA8 IF_FMA(0) IF_FMA(1) IF_FMA(2) IF_FMA(3) IF_FMA(4) IF_FMA(5) IF_FMA(6) IF_FMA(7)
+#define IF_SKIP7 IF_FMA(0) IF_FMA(1) IF_FMA(2) IF_FMA(3) IF_FMA(4) IF_FMA(5) IF_FMA(6)
+#define IF_SKIP23 IF_SKIP7 IF_FMA8 IF_FMA8
+
+#define IF_UNIT(NAME, SKIPPED)                                                                              \
+  __device__ __forceinline__ void NAME(float& x0, float& x1, float& x2, float& x3, float& x4, float& x5,   \
+                                       float& x6, float& x7, int taken, float a, float b) {                  \
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.s32 p, %8, 0;\n\t@p bra SKIP;\n\t" SKIPPED "SKIP:\n\t" IF_FMA8 \
+                 "}"                                                                                       \
+                 : "+f"(x0), "+f"(x1), "+f"(x2), "+f"(x3), "+f"(x4), "+f"(x5), "+f"(x6), "+f"(x7)         \
+                 : "r"(taken), "f"(a), "f"(b));                                                            \
+  }
+IF_UNIT(unit_skip7, IF_SKIP7)
+IF_UNIT(unit_skip23, IF_SKIP23)
+
+template <int UNITS, int SKIP>
+__device__ __forceinline__ float run_units(float a, float b, int reps, int taken) {
+  return run_looped<UNITS>(reps, [=](float& x0, float& x1, float& x2, float& x3, float& x4, float& x5, float& x6,
+                                     float& x7) {
+    if (SKIP == 7) {
+      unit_skip7(x0, x1, x2, x3, x4, x5, x6, x7, taken, a, b);
+    } else {
+      unit_skip23(x0, x1, x2, x3, x4, x5, x6, x7, taken, a, b);
+    }
+  });
+}
+
+#define IFETCH_BRANCH(UNITS, SKIP)                                                                          \
+  extern "C" __global__ void __launch_bounds__(1024)                                                        \
+      ifetch_b##SKIP##_u##UNITS(float a, float b, int reps, int taken, float* sink, BlockTime* times) {     \
+    BlockTimer timer;                                                                                       \
+    timer.start();                                                                                          \
+    const float s = run_units<UNITS, SKIP>(a, b, reps, taken);                                              \
+    timer.stop(times + blockIdx.x);                                                                         \
+    keep(s, 12345.f, sink);                                                                                 \
+  }
+
+// 2, 8, 16, 32 and 64 KiB of code each
+IFETCH_BRANCH(8, 7)
+IFETCH_BRANCH(32, 7)
+IFETCH_BRANCH(64, 7)
+IFETCH_BRANCH(128, 7)
+IFETCH_BRANCH(256, 7)
+IFETCH_BRANCH(4, 23)
+IFETCH_BRANCH(16, 23)
+IFETCH_BRANCH(32, 23)
+IFETCH_BRANCH(64, 23)
+IFETCH_BRANCH(128, 23)
