@@ -198,8 +198,9 @@ class LoopSkip:
         # role has its loads at the same places (its ops repeat the watched stretch's), so a place's loads
         # over all stretches are one strided slice of the ops ahead
         columns = [role.loads_at(place, n, reps) for role, n in ops.items() for place in role.load_places(n)]
-        stretches = [(_last_moves(list(loads)), len(loads)) for loads in zip(*columns, strict=True)] if columns \
-            else [([], 0)] * reps
+        stretches = [([], 0)] * reps  # no loads: nothing to fit or replay
+        if columns:
+            stretches = [(_last_moves(list(loads)), len(loads)) for loads in zip(*columns, strict=True)]
         if not evicted:
             reps = _fits(l2, stretches, delta["hbm_read"], copies, default)
             if not reps:

@@ -201,8 +201,8 @@ class RoleTimer:
                     earlier = inflight.get(op.dst) if op.dst_row is not None else None
                     # parts of one buffer: a reader waits for all of them
                     inflight[op.dst] = event if earlier is None else env.all_of([earlier, event])
-                    gpu.load(op.src, now, to_smem, sm, self._landing(event.succeed, "load", op.src, now),
-                             flow=self.flow)
+                    landed = self._landing(event.succeed, "load", op.src, now)
+                    gpu.load(op.src, now, to_smem, sm, landed, flow=self.flow)
                 else:
                     tma = op.via == "tma"
                     landed = self._landing(self.barriers[op.barrier].arrive, "load", op.src, now, op.via)
@@ -235,8 +235,8 @@ class RoleTimer:
                     yield env.timeout(p.tma_issue_cycles)
                 else:
                     event = env.event()
-                    gpu.store(op.dst, now, op.level == SMEM, sm,
-                              self._landing(event.succeed, "store", op.dst, now), self.flow)
+                    landed = self._landing(event.succeed, "store", op.dst, now)
+                    gpu.store(op.dst, now, op.level == SMEM, sm, landed, self.flow)
                     yield event
                     floor = now + op.chained * p.l2_hit_latency_cycles
                     if floor > env.now:
@@ -256,8 +256,8 @@ class RoleTimer:
                 tma = op.via == "tma"
                 event = env.event()
                 reductions.append(event)
-                gpu.atomic(op.dst, now, tma, sm, self._landing(event.succeed, "atomic", op.dst, now),
-                           None if tma else self.flow)
+                landed = self._landing(event.succeed, "atomic", op.dst, now)
+                gpu.atomic(op.dst, now, tma, sm, landed, None if tma else self.flow)
                 yield env.timeout(p.tma_issue_cycles if tma else max(1, op.chained * p.l2_hit_latency_cycles))
             elif kind is Code:
                 yield from self._fetch(op, now)
@@ -326,7 +326,7 @@ class RoleTimer:
     def loads_at(self, place: int, n: int, reps: int) -> list:
         """The load at `place` (load_places) of each of the next `reps` stretches of n ops ahead."""
         start = self.at + place
-        return self.ahead[start:start + reps * n:n]
+        return self.ahead[start : start + reps * n : n]
 
     def counterparts(self, reps: int, n: int, stretches: int) -> list:
         """(left-out load, issued load) pairs: the last `stretches` of `reps` stretches of n ops ahead, each
@@ -425,8 +425,8 @@ def _gemm_plan(op: Gemm, sm, p) -> tuple:
     if smem_bytes and op.instr == "mma_sync" and p.mma_sync_ldsm_unhidden_fraction:
         tensor, smem_bytes = _ldsm_unhidden(tensor, smem_bytes, share, p)
     # wgmma is asynchronous: the tensor cores take warpgroups' instructions in issue order
-    reqs = [(sm.wgmma_queue, tensor, None) if op.instr == "wgmma" else (sm.tensor, tensor, share),
-            (sm.smem, smem_bytes, 1.0)]
+    tensor_req = (sm.wgmma_queue, tensor, None) if op.instr == "wgmma" else (sm.tensor, tensor, share)
+    reqs = [tensor_req, (sm.smem, smem_bytes, 1.0)]
     if op.a_scale or op.b_scale:  # scaled products accumulate outside the tensor core
         reqs.append((sm.alu, 2 * op.m * op.n, share))
     if p.issue_model:  # the HMMA / HGMMA and ldmatrix instructions take issue slots too
