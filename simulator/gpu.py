@@ -23,6 +23,8 @@ from .resources import Barrier, Port, QueueUnit, SharedUnit
 from .timing import RoleTimer
 from .unitskip import UnitSkip
 
+NORMAL = simpy.core.NORMAL
+
 
 class EventLimitReached(FlashsimError):
     """A run stopped at its limit of simulated events."""
@@ -47,18 +49,25 @@ class Environment(simpy.Environment):
             raise ValueError(f"Negative delay {delay}")
         event = simpy.Timeout.__new__(simpy.Timeout)
         event.env, event.callbacks, event._value, event._delay, event._ok = self, [], value, delay, True
-        self.schedule(event, simpy.core.NORMAL, delay)
+        # schedule() inlined (a call less per event); the same count, limit and order
+        self.events += 1
+        if self.events == self.max_events:
+            self._stop_now()
+        heappush(self._queue, (self._now + delay, NORMAL, next(self._eid), event))
         return event
 
     def schedule(self, event, priority=simpy.core.NORMAL, delay=0) -> None:
         self.events += 1
         if self.events == self.max_events:
-            # stop before anything else happens this cycle: an urgent event whose callback raises
-            stop = simpy.Event(self)
-            stop._ok, stop._value = True, None
-            stop.callbacks.append(self._stop)
-            heappush(self._queue, (self._now, simpy.core.URGENT, next(self._eid), stop))
+            self._stop_now()
         heappush(self._queue, (self._now + delay, priority, next(self._eid), event))
+
+    def _stop_now(self) -> None:
+        """Stop before anything else happens this cycle: an urgent event whose callback raises."""
+        stop = simpy.Event(self)
+        stop._ok, stop._value = True, None
+        stop.callbacks.append(self._stop)
+        heappush(self._queue, (self._now, simpy.core.URGENT, next(self._eid), stop))
 
     def run_until(self, until: simpy.Event) -> None:
         """simpy's run(until=event) with its step() inlined (the same events in the same order): the loop
@@ -144,6 +153,7 @@ class Sm:
         self.int_alu = SharedUnit(f"SM{index}.int_alu", profile.alu_ops_per_clk_per_sm)
         self.shfl = SharedUnit(f"SM{index}.shfl", profile.shfl_ops_per_clk_per_sm)
         self.code = CodeCache(profile.icache_bytes_per_sm, profile.icache_miss_cycles_per_line)
+        self.plans: dict = {}  # op id -> its requests to these units (simulator/timing.py, _gemm_plan)
 
     def units(self) -> dict[str, SharedUnit]:
         return {"tensor": self.tensor, "wgmma": self.wgmma_queue, "sfu": self.sfu, "alu": self.alu, "smem": self.smem}
@@ -233,12 +243,14 @@ class Gpu:
                 entry[2] = fetch
             fetch.listeners.append(landing.part)
             self.hbm.submit(now, miss, fetch.land, flow, p.hbm_latency_cycles)
-        self.l2_port.submit(now, tile.nbytes, landing.part, flow, p.l2_hit_latency_cycles)
-        self._charge_evictions(now, sm.index)
+        nbytes = tile.nbytes
+        self.l2_port.submit(now, nbytes, landing.part, flow, p.l2_hit_latency_cycles)
+        if self.l2.evicted_dirty_bytes != self.l2._charged:
+            self._charge_evictions(now, sm.index)
         if to_smem:
             # the copy engine's writes take their share of SMEM bandwidth from everyone else
-            self.smem_write_bytes += tile.nbytes
-            sm.smem.release(sm.smem.submit(now, tile.nbytes))
+            self.smem_write_bytes += nbytes
+            sm.smem.release(sm.smem.submit(now, nbytes))
 
     def store(self, tile, now: int, from_smem: bool, sm: Sm, then=None, flow=None) -> None:
         """Write a tile into L2 (write-back; evicted dirty lines go to HBM); then(cycle) runs when L2 has

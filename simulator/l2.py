@@ -48,6 +48,18 @@ def _pattern(row: int, rows: int, col: int, cols: int, elem_bytes: float) -> tup
     return tuple(out)
 
 
+@lru_cache(maxsize=1 << 16)
+def _tile_lines(g: GTile) -> tuple:
+    r0, c0 = g.row // LINE_ROWS, g.col // LINE_COLS
+    head = (g.tensor, g.batch, g.head)
+    pattern = _pattern(g.row % LINE_ROWS, g.rows, g.col % LINE_COLS, g.cols, g.elem_bytes)
+    return tuple(((*head, r0 + dr, c0 + dc), bits, nbytes) for dr, dc, bits, nbytes in pattern)
+
+
+# Tiles whose lines an L2 keeps by id before it starts again.
+TILES_KEPT = 1 << 16
+
+
 class L2Cache:
     """LRU over lines. Each line records which 4-row x 16-column pieces it holds, whether it is dirty, and the cycle its
     fetch lands. copies: in a sampled run each simulated line occupies the room of `copies` lines of the
@@ -71,16 +83,22 @@ class L2Cache:
         self.flush_written_back = 0.0  # the part of it that the flush's dirty lines are
         self.evictions = 0  # lines evicted to make room
         self._charged = 0.0
+        self._tiles: dict = {}  # id -> (tile, its lines, its bytes) (_tile)
 
-    @staticmethod
-    @lru_cache(maxsize=1 << 16)
-    def _lines(g: GTile) -> tuple:
+    def _lines(self, g: GTile) -> tuple:
         """(key, presence bits, bytes per bit) of every line a tile touches (tiles recur: a head's K/V tiles
         are read by all its blocks, so the split is kept)."""
-        r0, c0 = g.row // LINE_ROWS, g.col // LINE_COLS
-        head = (g.tensor, g.batch, g.head)
-        pattern = _pattern(g.row % LINE_ROWS, g.rows, g.col % LINE_COLS, g.cols, g.elem_bytes)
-        return tuple(((*head, r0 + dr, c0 + dc), bits, nbytes) for dr, dc, bits, nbytes in pattern)
+        return self._tile(g)[1]
+
+    def _tile(self, g: GTile) -> tuple:
+        """(the tile, its _lines, its bytes), kept by its id: schedules reuse tile values (a head's K/V), and an id
+        costs less than a tile's hash. The kept entry holds the tile, so the id stays its own while kept."""
+        got = self._tiles.get(id(g))
+        if got is None or got[0] is not g:
+            if len(self._tiles) >= TILES_KEPT:
+                self._tiles.clear()
+            got = self._tiles[id(g)] = (g, _tile_lines(g), g.nbytes)
+        return got
 
     def read(self, g: GTile, now: int, copies: float = 1.0) -> tuple[int, list, float, list]:
         """Look a tile up. Returns (cycle that lines already landing land, fetches still on their way from
@@ -91,7 +109,8 @@ class L2Cache:
         fetching = []
         missed = []
         lines = self.lines
-        for key, mask, slice_bytes in self._lines(g):
+        _, covered, tile_bytes = self._tile(g)
+        for key, mask, slice_bytes in covered:
             entry = lines.get(key)
             if entry is None:
                 entry = [0.0, False, None, 0, copies]
@@ -112,7 +131,7 @@ class L2Cache:
                 entry[3] |= absent
                 self._grow(entry, nbytes * copies)
                 missed.append(entry)
-        self.read_bytes += g.nbytes
+        self.read_bytes += tile_bytes
         self.miss_bytes += miss
         return pending_ready, fetching, miss, missed
 

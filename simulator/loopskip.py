@@ -194,12 +194,13 @@ class LoopSkip:
         gpu = self.gpu
         l2 = gpu.l2
         copies, default = gpu.copies, gpu.private_copies
-        stretches = []  # each left-out stretch's loads, in issue order, the last move of each tile only
-        # every stretch of a role has its loads at the same places (its ops repeat the watched stretch's)
-        places = [(role, n, role.load_places(n)) for role, n in ops.items()]
-        for i in range(reps):
-            loads = [op for role, n, at in places for op in role.loads(i * n, at)]
-            stretches.append((_last_moves(loads), len(loads)))
+        # each left-out stretch's loads, role by role, the last move of each tile only; every stretch of a
+        # role has its loads at the same places (its ops repeat the watched stretch's), so a place's loads
+        # over all stretches are one strided slice of the ops ahead
+        columns = [role.loads_at(place, n, reps) for role, n in ops.items() for place in role.load_places(n)]
+        stretches = [([], 0)] * reps  # no loads: nothing to fit or replay
+        if columns:
+            stretches = [(_last_moves(list(loads)), len(loads)) for loads in zip(*columns, strict=True)]
         if not evicted:
             reps = _fits(l2, stretches, delta["hbm_read"], copies, default)
             if not reps:

@@ -86,8 +86,9 @@ class Port:
         """Move V to `now`; departures on the way are queued for announcement, and their requesters' next
         requests enter service."""
         heap = self.heap
+        rate, copies, cap = self.rate, self.copies, self.requester_rate
         while heap:
-            share = self._share()
+            share = min(rate / (len(heap) * copies), cap)  # _share, inlined
             tag = heap[0][0]
             t_out = self.t + (tag - self.V) / share
             if t_out > now + 1e-9:
@@ -142,13 +143,17 @@ class Port:
     def _wake(self) -> None:
         """Make sure a timer fires at the next announcement (or departure, which may announce sooner than
         one already queued)."""
-        at = self.departed[0][0] if self.departed else math.inf
-        if self.heap:
-            at = min(at, math.ceil(self.t + (self.heap[0][0] - self.V) / self._share() - 1e-9))
-        if at == math.inf:
+        departed, heap = self.departed, self.heap
+        at = departed[0][0] if departed else math.inf
+        if heap:
+            at = min(at, math.ceil(self.t + (heap[0][0] - self.V) / self._share() - 1e-9))
+            if at == math.inf:
+                return
+        elif not departed:
             return
-        now = self.env.now
-        at = max(at, now)
+        now = self.env._now
+        if at < now:
+            at = now
         if self._timer is not None and self._timer_at <= at:
             return  # an earlier (or the same) wake-up is pending: it re-arms when it fires
         self._timer_at = at
@@ -160,9 +165,10 @@ class Port:
         if event is not self._timer:
             return  # superseded by an earlier wake-up
         self._timer, self._timer_at = None, -1
-        now = self.env.now
+        now = self.env._now
         self._advance(now)
-        self._announce(now)
+        if self.departed:
+            self._announce(now)
         self._wake()
 
     def busy_cycles(self, now: float) -> float:
@@ -219,37 +225,43 @@ class SharedUnit:
 
     def _advance(self, now: float) -> None:
         active = self.active
-        while active and self.t0 < now:
-            if self.caps:  # water-filling; without caps every request runs at rate / n (the fast path below)
-                rates = self._shares(active)
-                dt = min(w / rates[k] for k, w in active.items())
-                if self.t0 + dt > now:
-                    for k in active:
-                        active[k] -= (now - self.t0) * rates[k]
-                    self.t0 = now
-                    return
-                self.t0 += dt
-                for k in list(active):
-                    active[k] -= dt * rates[k]
-                    if active[k] <= 1e-9:
-                        self._finish(k, self.t0)
-                continue
-            n = len(active)
-            least = min(active.values())
-            t_free = self.t0 + least * n / self.rate
-            if t_free > now:
-                served = (now - self.t0) * self.rate / n
+        while self.caps and active and self.t0 < now:  # water-filling, until the capped requests are done
+            rates = self._shares(active)
+            dt = min(w / rates[k] for k, w in active.items())
+            if self.t0 + dt > now:
                 for k in active:
-                    active[k] -= served
+                    active[k] -= (now - self.t0) * rates[k]
                 self.t0 = now
                 return
+            self.t0 += dt
             for k in list(active):
-                active[k] -= least
+                active[k] -= dt * rates[k]
                 if active[k] <= 1e-9:
-                    self._finish(k, t_free)
-            self.t0 = t_free
-        if not active:
-            self.t0 = now
+                    self._finish(k, self.t0)
+        # without caps every request runs at rate / n (caps only empty from here on)
+        t0, rate, done, detached = self.t0, self.rate, self.done, self._detached
+        while active and t0 < now:
+            n = len(active)
+            least = min(active.values())
+            t_free = t0 + least * n / rate
+            if t_free > now:
+                served = (now - t0) * rate / n
+                for k, w in active.items():
+                    active[k] = w - served
+                self.t0 = now
+                return
+            for k, w in list(active.items()):
+                w -= least
+                if w <= 1e-9:  # _finish, inlined
+                    del active[k]
+                    if k in detached:
+                        detached.discard(k)
+                    else:
+                        done[k] = t_free
+                else:
+                    active[k] = w
+            t0 = t_free
+        self.t0 = t0 if active else now
 
     def submit(self, now: float, work: float, cap: float = 1.0) -> int:
         """Start serving `work`, at most `cap` x the unit's rate; returns a request id for estimate()."""
@@ -274,8 +286,9 @@ class SharedUnit:
         """Finish cycle of a request if nothing else arrives (its real finish time once it is done)."""
         if self.t0 < now:
             self._advance(now)
-        if rid in self.done:
-            return self.done[rid]
+        finish = self.done.get(rid)
+        if finish is not None:
+            return finish
         if self.caps:  # play the requests forward, sharing again as each leaves
             t, work = self.t0, dict(self.active)
             while True:
@@ -325,7 +338,8 @@ class QueueUnit:
         self.ends: dict[int, int] = {}
         self._next_id = 0
 
-    def submit(self, now: float, work: float) -> int:
+    def submit(self, now: float, work: float, cap: float | None = None) -> int:
+        """cap: as SharedUnit's, ignored (one request is served at a time, at the whole rate)."""
         rid = self._next_id
         self._next_id += 1
         self.ends[rid] = self.server.reserve(int(now), work)

@@ -126,7 +126,7 @@ class RoleTimer:
         env, gpu, sm, p = self.env, self.gpu, self.sm, self.p
         tracing = self.trace is not None
         inflight: dict[str, object] = {}  # register or SMEM buffer -> event: a plain load into it landed
-        rates: dict[tuple, float] = {}  # (instr, dtype) -> tensor FLOP/clk, looked up once per role
+        plans = sm.plans  # op id -> its requests to this SM's units (_gemm_plan, _elementwise_plan)
         reductions = []  # events: an atomic add the L2 has performed (the block ends after the last)
         skip = self.skip
         if skip is not None:
@@ -168,30 +168,15 @@ class RoleTimer:
             elif kind is Arrive:
                 self.barriers[op.barrier].arrive(op.count)
             elif kind is Gemm:
-                rate = rates.get((op.instr, op.dtype))
-                if rate is None:
-                    rate = rates[op.instr, op.dtype] = p.tensor_flops_per_clk_per_sm(op.instr, op.dtype)
-                share = pipe_share(op.warps, p.sub_partitions_per_sm)
-                tensor = op.flops / rate  # cycles of the whole tensor pipe
-                smem_bytes = gemm_smem_bytes(op)
-                if smem_bytes and op.instr == "mma_sync" and p.mma_sync_ldsm_unhidden_fraction:
-                    tensor, smem_bytes = _ldsm_unhidden(tensor, smem_bytes, share, p)
-                if op.instr == "wgmma":
-                    # wgmma is asynchronous: the tensor cores take warpgroups' instructions in issue order
-                    reqs = [(sm.wgmma_queue, sm.wgmma_queue.submit(now, tensor))]
-                else:
-                    reqs = [(sm.tensor, sm.tensor.submit(now, tensor, share))]
-                reqs.append((sm.smem, sm.smem.submit(now, smem_bytes)))
-                if op.a_scale or op.b_scale:  # scaled products accumulate outside the tensor core
-                    reqs.append((sm.alu, sm.alu.submit(now, 2 * op.m * op.n, share)))
-                if p.issue_model:  # the HMMA / HGMMA and ldmatrix instructions take issue slots too
-                    reqs.append((sm.issue, sm.issue.submit(now, _gemm_issue(op) * op.warps, share)))
-                latency = p.wgmma_latency_cycles if op.instr == "wgmma" else p.mma_sync_latency_cycles
+                plan = plans.get(id(op))
+                if plan is None:
+                    plan = _gemm_plan(op, sm, p)
+                reqs = [(unit, unit.submit(now, work, cap)) for unit, work, cap in plan[1]]
                 if op.async_token:
-                    self.tokens[op.async_token] = (reqs, latency, now)
+                    self.tokens[op.async_token] = (reqs, plan[2], now)
                     yield env.timeout(1)
                 else:
-                    yield from self._until(reqs, latency)
+                    yield from self._until(reqs, plan[2])
                     if tracing:
                         self._mark(f"gemm {op.dst}", now, env.now)
             elif kind is GemmWait:
@@ -216,12 +201,11 @@ class RoleTimer:
                     earlier = inflight.get(op.dst) if op.dst_row is not None else None
                     # parts of one buffer: a reader waits for all of them
                     inflight[op.dst] = event if earlier is None else env.all_of([earlier, event])
-                    gpu.load(op.src, now, to_smem, sm, self._landing(event.succeed, f"load {op.src.tensor}", now),
-                             flow=self.flow)
+                    landed = self._landing(event.succeed, "load", op.src, now)
+                    gpu.load(op.src, now, to_smem, sm, landed, flow=self.flow)
                 else:
                     tma = op.via == "tma"
-                    landed = self._landing(self.barriers[op.barrier].arrive, f"load {op.src.tensor}", now,
-                                           f"SM{sm.index} {op.via}")
+                    landed = self._landing(self.barriers[op.barrier].arrive, "load", op.src, now, op.via)
                     gpu.load(op.src, now, to_smem, sm, landed, p.tma_latency_cycles if tma else 0,
                              None if tma else self.flow)
                     if op.issue and not tma:
@@ -232,29 +216,18 @@ class RoleTimer:
                     else:
                         yield env.timeout(p.tma_issue_cycles if tma else p.cp_async_issue_cycles)
             elif kind in _ELEMENTWISE:
-                share = pipe_share(op.warps, p.sub_partitions_per_sm)
-                if p.issue_model:
-                    reqs, floor = _issued(op, sm, now, share, p)
-                    floor += now
-                else:
-                    reqs = [(sm.sfu, sm.sfu.submit(now, op.exps, share)),
-                            (sm.alu, sm.alu.submit(now, op.alu_flops, share))]
-                    # each warp issues its share of the elementwise instructions as a dependent stream
-                    stream = op.alu_flops - getattr(op, "exp2_ops", 0) + op.exps
-                    floor = now + math.ceil(stream / (32 * op.warps) * p.fp32_dependent_issue_cycles)
-                extra = 1
-                if kind is OnlineSoftmax and op.cross_warp > 1:
-                    # row max and sum exchanged through shared memory, with a barrier each
-                    reqs.append((sm.smem, sm.smem.submit(now, 2 * op.rows * op.cross_warp * 4)))
-                    extra = 2 * p.smem_latency_cycles
-                yield from self._until(reqs, extra)
-                if floor > env.now:
-                    yield env.timeout(floor - env.now)
-                issued = 0.0 if p.issue_model else _exp2f_issue(op)
-                if issued:
+                plan = plans.get(id(op))
+                if plan is None:
+                    plan = _elementwise_plan(op, sm, p)
+                reqs = [(unit, unit.submit(now, work, cap)) for unit, work, cap in plan[1]]
+                floor = now + plan[3]
+                yield from self._until(reqs, plan[2])
+                if floor > env._now:
+                    yield env.timeout(floor - env._now)
+                if plan[4]:
                     # exp2f's instructions wait on no chain: the warps' schedulers issue them, one per cycle
                     # each, shared with the other blocks' warps
-                    yield from self._until([(sm.issue, sm.issue.submit(env.now, issued * op.warps, share))])
+                    yield from self._until([(sm.issue, sm.issue.submit(env._now, plan[4], plan[5]))])
                 if tracing:
                     name = "softmax" if kind in (OnlineSoftmax, RowSoftmax) else kind.__name__.lower()
                     self._mark(name, now, env.now)
@@ -266,8 +239,8 @@ class RoleTimer:
                     yield env.timeout(p.tma_issue_cycles)
                 else:
                     event = env.event()
-                    gpu.store(op.dst, now, op.level == SMEM, sm,
-                              self._landing(event.succeed, f"store {op.dst.tensor}", now), self.flow)
+                    landed = self._landing(event.succeed, "store", op.dst, now)
+                    gpu.store(op.dst, now, op.level == SMEM, sm, landed, self.flow)
                     yield event
                     floor = now + op.chained * p.l2_hit_latency_cycles
                     if floor > env.now:
@@ -287,8 +260,8 @@ class RoleTimer:
                 tma = op.via == "tma"
                 event = env.event()
                 reductions.append(event)
-                gpu.atomic(op.dst, now, tma, sm, self._landing(event.succeed, f"atomic {op.dst.tensor}", now),
-                           None if tma else self.flow)
+                landed = self._landing(event.succeed, "atomic", op.dst, now)
+                gpu.atomic(op.dst, now, tma, sm, landed, None if tma else self.flow)
                 yield env.timeout(p.tma_issue_cycles if tma else max(1, op.chained * p.l2_hit_latency_cycles))
             elif kind is Code:
                 yield from self._fetch(op, now)
@@ -359,10 +332,10 @@ class RoleTimer:
         ahead, at = self.ahead, self.at
         return [k for k in range(n) if type(ahead[at + k]) is Load]
 
-    def loads(self, first: int, places: list[int]) -> list:
-        """The loads at `places` (load_places) of the ops ahead from `first` on."""
-        ahead, base = self.ahead, self.at + first
-        return [ahead[base + k] for k in places]
+    def loads_at(self, place: int, n: int, reps: int) -> list:
+        """The load at `place` (load_places) of each of the next `reps` stretches of n ops ahead."""
+        start = self.at + place
+        return self.ahead[start : start + reps * n : n]
 
     def counterparts(self, reps: int, n: int, stretches: int) -> list:
         """(left-out load, issued load) pairs: the last `stretches` of `reps` stretches of n ops ahead, each
@@ -392,15 +365,18 @@ class RoleTimer:
         self.at += n
         self.pulled += n
 
-    def _landing(self, action, name: str, start: int, track: str | None = None):
+    def _landing(self, action, what: str, tile, start: int, via: str | None = None):
         """Callback for a load or store's landing cycle: `action()` (succeed the event the warp waits on, or
-        arrive on the copy's barrier), with the interval traced on `track` (default: this role's)."""
+        arrive on the copy's barrier), with the interval traced as `what` of the tile, on the SM's copy
+        engine's track for `via`, else this role's (the names are made only when tracing)."""
         if self.trace is None:
             return lambda _cycle: action()
+        name = f"{what} {tile.tensor}"
+        track = f"SM{self.sm.index} {via}" if via is not None else self.track
 
         def landed(cycle: int) -> None:
             if cycle > start:
-                self.trace.append((track or self.track, name, start, cycle))
+                self.trace.append((track, name, start, cycle))
             action()
 
         return landed
@@ -437,6 +413,59 @@ def _ldsm_unhidden(tensor: float, smem_bytes: int, share: float, p) -> tuple[flo
     return tensor + unhidden * share, smem_bytes
 
 
+# Plans kept per SM before the cache starts again (ops made per step, masked softmaxes, would pile up).
+PLANS_MAX = 1 << 14
+
+
+def _keep(plans: dict, op, plan: tuple) -> tuple:
+    """Keep an op's plan by its id; the plan holds the op, so the id stays its own while kept."""
+    if len(plans) >= PLANS_MAX:
+        plans.clear()
+    plans[id(op)] = plan
+    return plan
+
+
+def _gemm_plan(op: Gemm, sm, p) -> tuple:
+    """(op, ((unit, work, cap) of each request, in issue order), latency) of a GEMM on this SM: the same for
+    every issue of the op, so worked out once."""
+    share = pipe_share(op.warps, p.sub_partitions_per_sm)
+    tensor = op.flops / p.tensor_flops_per_clk_per_sm(op.instr, op.dtype)  # cycles of the whole tensor pipe
+    smem_bytes = gemm_smem_bytes(op)
+    if smem_bytes and op.instr == "mma_sync" and p.mma_sync_ldsm_unhidden_fraction:
+        tensor, smem_bytes = _ldsm_unhidden(tensor, smem_bytes, share, p)
+    # wgmma is asynchronous: the tensor cores take warpgroups' instructions in issue order
+    tensor_req = (sm.wgmma_queue, tensor, None) if op.instr == "wgmma" else (sm.tensor, tensor, share)
+    reqs = [tensor_req, (sm.smem, smem_bytes, 1.0)]
+    if op.a_scale or op.b_scale:  # scaled products accumulate outside the tensor core
+        reqs.append((sm.alu, 2 * op.m * op.n, share))
+    if p.issue_model:  # the HMMA / HGMMA and ldmatrix instructions take issue slots too
+        reqs.append((sm.issue, _gemm_issue(op) * op.warps, share))
+    latency = p.wgmma_latency_cycles if op.instr == "wgmma" else p.mma_sync_latency_cycles
+    return _keep(sm.plans, op, (op, tuple(reqs), latency))
+
+
+def _elementwise_plan(op, sm, p) -> tuple:
+    """(op, requests as in _gemm_plan, cycles after the last is served, the op's least cycles from its issue,
+    then the scheduler work of instructions off the dependent stream (exp2f's) and its share) of an
+    elementwise op on this SM."""
+    share = pipe_share(op.warps, p.sub_partitions_per_sm)
+    off_chain = 0.0
+    if p.issue_model:
+        reqs, floor = _issued(op, sm, share, p)
+    else:
+        reqs = [(sm.sfu, op.exps, share), (sm.alu, op.alu_flops, share)]
+        # each warp issues its share of the elementwise instructions as a dependent stream
+        stream = op.alu_flops - getattr(op, "exp2_ops", 0) + op.exps
+        floor = math.ceil(stream / (32 * op.warps) * p.fp32_dependent_issue_cycles)
+        off_chain = _exp2f_issue(op) * op.warps
+    extra = 1
+    if type(op) is OnlineSoftmax and op.cross_warp > 1:
+        # row max and sum exchanged through shared memory, with a barrier each
+        reqs.append((sm.smem, 2 * op.rows * op.cross_warp * 4, 1.0))
+        extra = 2 * p.smem_latency_cycles
+    return _keep(sm.plans, op, (op, tuple(reqs), extra, floor, off_chain, share))
+
+
 @functools.lru_cache(maxsize=4096)
 def _lowered(op) -> tuple[float, dict[str, float]]:
     counts = lower(op)
@@ -453,19 +482,19 @@ def _gemm_issue(op: Gemm) -> float:
     return total(lower_gemm(op))
 
 
-def _issued(op, sm, now: int, share: float, p) -> tuple[list, int]:
+def _issued(op, sm, share: float, p) -> tuple[list, int]:
     """The instruction-issue model of an elementwise op: its warps' instructions (simulator/instructions.py)
     go to the SM's warp schedulers, and each class's lanes to its pipe (FP32 FMA, ALU, MUFU, shuffle), all
     shared with whatever else the SM runs; the op also lasts at least one row's dependent chain (rows of a
-    thread, and threads, overlap). Returns the requests and that chain's cycles."""
+    thread, and threads, overlap). Returns the (unit, work, cap) requests and that chain's cycles."""
     instrs, pipes = _lowered(op)
     lanes = WARP * op.warps
-    reqs = [(sm.issue, sm.issue.submit(now, instrs * op.warps, share))]
+    reqs = [(sm.issue, instrs * op.warps, share)]
     # an FP32 instruction's lane does one FFMA's work: two of the profile's FLOPs
     for unit, work in ((sm.alu, 2 * pipes.get("fma", 0)), (sm.int_alu, pipes.get("alu", 0)),
                        (sm.sfu, pipes.get("mufu", 0)), (sm.shfl, pipes.get("shfl", 0))):
         if work:
-            reqs.append((unit, unit.submit(now, work * lanes, share)))
+            reqs.append((unit, work * lanes, share))
     chain = chain_cycles(op, p.fp32_dependent_issue_cycles, p.mufu_latency_cycles, p.shfl_latency_cycles)
     return reqs, math.ceil(chain)
 

@@ -25,10 +25,10 @@ def _time(**overrides) -> float:
 def test_requests_are_the_lowered_instructions():
     op = OnlineSoftmax("S", "P", "m", "l", 128, 64, 0.1, None, "bf16", acc="acc", acc_cols=128, warps=4)
     sm = Sm(0, H200)
-    reqs, floor = _issued(op, sm, 0, 1.0, H200)
+    reqs, floor = _issued(op, sm, 1.0, H200)
     counts = lower(op)
     pipes = per_pipe(counts)
-    work = {unit.name.split(".")[1]: unit.active[rid] for unit, rid in reqs}
+    work = {unit.name.split(".")[1]: amount for unit, amount, _ in reqs}
     assert work["issue"] == pytest.approx(sum(counts.values()) * 4)
     assert work["sfu"] == pytest.approx(pipes["mufu"] * 128)  # lanes: 4 warps of 32
     assert work["alu"] == pytest.approx(2 * pipes["fma"] * 128)  # an FP32 lane's work is one FFMA, 2 FLOPs
