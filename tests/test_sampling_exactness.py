@@ -35,17 +35,23 @@ def _whole_chip_by_default(hw: str, algo: str, p: Problem) -> bool:
     return api._machine(profile, p, schedule, api.DEFAULT_SAMPLE_SMS, None).n_sms == profile.sm_count
 
 
+# The points of the FA2 grid whose default samples (run 61, the selection before whole-chip runs of little
+# work) were more than 2% off --full and that the default now runs whole-chip.
+SAMPLED_OFF = {
+    "h100 v2 B=32 H=16 N=512 d=128 bf16",  # +9.3%: the chip's waves in lockstep, --full itself bistable
+    "h100 v2 B=32 H=16 N=512 d=128 bf16 causal",  # -2.2%: 8 SMs deal a head's blocks further apart
+    "h100 v2 B=32 H=32 N=512 d=64 bf16 causal",  # -2.4%: likewise
+    "h200 v2 B=32 H=32 N=512 d=64 bf16 causal",  # -2.9%: likewise
+    "h100 v3 B=16 H=16 N=1024 d=128 bf16",  # +4.0%: the chip's waves cut heads (below)
+}
+
+
 def test_the_fa2_grids_small_points_run_whole_chip_by_default():
     """36 of the 120 points have at most WHOLE_CHIP_WORK block steps (N=512, causal N=1024, v3's d64 N=1024 and
-    causal d128 N=2048): the default runs them whole-chip, among them five that their samples missed by 2.2-9.3%
-    (the lockstep waves of a bistable chip, a head's blocks dealt over fewer slots)."""
-    doc = json.loads(RESULTS.read_text())
-    missed = {r["key"] for r in doc["rows"] if abs(r["difference"]) > 0.02}
+    causal d128 N=2048): the default runs them whole-chip, among them the five that their samples missed."""
     whole = {f"{hw} {a} {p.describe()}" for hw, a, p in ex.grid() if _whole_chip_by_default(hw, a, p)}
     assert len(whole) == 36 and all(" N=512 " in k or " N=1024 " in k or " N=2048 " in k for k in whole)
-    assert whole & missed == {"h100 v2 B=32 H=16 N=512 d=128 bf16", "h100 v2 B=32 H=16 N=512 d=128 bf16 causal",
-                              "h100 v2 B=32 H=32 N=512 d=64 bf16 causal", "h200 v2 B=32 H=32 N=512 d=64 bf16 causal",
-                              "h100 v3 B=16 H=16 N=1024 d=128 bf16"}
+    assert whole >= SAMPLED_OFF
 
 
 @pytest.mark.slow
