@@ -23,7 +23,11 @@ bounds below): the L2's write-backs, which cost a sample more than the chip on s
 (exact when they are free); a sample's fewer slots dealing a head's blocks further apart than the chip's,
 so they find K/V lines landed where the chip's wait for them in flight; and whole-chip runs that are
 bistable (their blocks in lockstep, or the two blocks of each SM staggered once the L2 starts evicting),
-which a sample may resolve the other way.
+which a sample may resolve the other way. Nor what a chip in lockstep does where its waves cut heads (equal
+blocks, heads one after another, slots no whole number of heads): every sample size comes out either slow
+(its waves hold whole heads) or fast (they cut heads more often than the chip's), the chip between; such
+samples are a kind of their own (`HeadSample.kind`) with the bound that kind has shown (BOUNDS). Grids of
+little work run whole-chip instead of sampled (simulator/api.py WHOLE_CHIP_WORK).
 """
 
 from __future__ import annotations
