@@ -347,7 +347,10 @@ def _machine(profile, problem: Problem, schedule, sms: int | None, trace, small_
     of = kernel.kv_head_of or (lambda c: (c[0], c[1] // problem.group))
     t = schedule.tiling
     steps = max(1, problem.seqlen_k // t.block_n) if t is not None and getattr(t, "block_n", 0) else 1
-    if small_whole_chip and len(kernel.ctas) * (steps / 2 if problem.causal else steps) <= WHOLE_CHIP_WORK:
+    # (grids of few waves keep the tile-op rule above: V1's few long blocks are sampled, as its probes are)
+    many_waves = len(kernel.ctas) > SAMPLE_ABOVE_WAVES * profile.sm_count
+    work = len(kernel.ctas) * (steps / 2 if problem.causal else steps)
+    if small_whole_chip and many_waves and work <= WHOLE_CHIP_WORK:
         return Gpu(profile, None, trace)
     choice = head_sample(groups, profile.sm_count, sms, len(kernel.ctas) // groups, blocks_per_sm(kernel, profile),
                          _section(kernel.ctas, of), steps / 2 if problem.causal else steps, problem.causal)
