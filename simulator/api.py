@@ -25,8 +25,8 @@ SAMPLE_ABOVE_WAVES = 4
 # ... unless their blocks are so long (V1's inner loop) that the whole chip would interpret more tile ops
 # than this: then a sample runs, as for large grids (with as many waves as the chip, see head_sample).
 WHOLE_CHIP_OPS = 400_000
-# Grids of at most this many block steps (thread blocks x K/V steps each, half for causal) run whole-chip at
-# any wave count: no sample is trusted to 2% there (the chip's waves in lockstep, a head's blocks dealt over
+# Grids of more waves than that but at most this many block steps (thread blocks x K/V steps each, half for
+# causal) run whole-chip too: no sample is trusted to 2% there (the chip's waves in lockstep, a head's blocks dealt over
 # more slots), and the whole chip costs 3-12 s of CPU (the FA2 grid's N=512 points and causal N=1024,
 # experiments/results/sampling-exactness.json), what the largest samples cost.
 WHOLE_CHIP_WORK = 128 * 128
