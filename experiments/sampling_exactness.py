@@ -3,6 +3,7 @@
     python -m flashsim.experiments.sampling_exactness measure DIR [--jobs N] [--sms 16 ...] [--probe chip-ratio]
         [--limit S]
     python -m flashsim.experiments.sampling_exactness full.jsonl default.jsonl [before.jsonl] > sampling-exactness.json
+    python -m flashsim.experiments.sampling_exactness scan OUT.json POINT... (experiments/sampling_scan.py)
 
 `measure` runs every point on the whole chip (DIR/full.jsonl) and with the default sample (DIR/default.jsonl),
 and with each --sms asked of the sample beside (DIR/sms<N>.jsonl: the smallest representative sample from N
@@ -152,7 +153,7 @@ def _kind(row: dict) -> str:
     sample = row["default"].get("sample")
     if sample is None:
         return "whole chip"
-    return "representative" if sample["representative"] else "not representative"
+    return sample.get("kind") or ("representative" if sample["representative"] else "not representative")
 
 
 def table(full_path: str, default_path: str, before_path: str | None = None) -> dict:
@@ -188,6 +189,11 @@ def table(full_path: str, default_path: str, before_path: str | None = None) -> 
 
 
 def main(argv: list[str]) -> None:
+    if argv and argv[0] == "scan":
+        from flashsim.experiments.sampling_scan import main as scan
+
+        scan(argv[1:])
+        return
     if not argv or argv[0] != "measure":
         json.dump(table(*argv[:3]), sys.stdout, indent=1)
         sys.stdout.write("\n")

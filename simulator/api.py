@@ -25,6 +25,11 @@ SAMPLE_ABOVE_WAVES = 4
 # ... unless their blocks are so long (V1's inner loop) that the whole chip would interpret more tile ops
 # than this: then a sample runs, as for large grids (with as many waves as the chip, see head_sample).
 WHOLE_CHIP_OPS = 400_000
+# Grids of more waves than that but at most this many block steps (thread blocks x K/V steps each, half for
+# causal) run whole-chip too: no sample is trusted to 2% there (the chip's waves in lockstep, a head's blocks dealt over
+# more slots), and the whole chip costs 3-12 s of CPU (the FA2 grid's N=512 points and causal N=1024,
+# experiments/results/sampling-exactness.json), what the largest samples cost.
+WHOLE_CHIP_WORK = 128 * 128
 # Below this utilisation of its busiest unit a run is called latency-bound.
 LATENCY_BOUND_BELOW = 0.5
 
@@ -343,6 +348,11 @@ def _machine(profile, problem: Problem, schedule, sms: int | None, trace, small_
     of = kernel.kv_head_of or (lambda c: (c[0], c[1] // problem.group))
     t = schedule.tiling
     steps = max(1, problem.seqlen_k // t.block_n) if t is not None and getattr(t, "block_n", 0) else 1
+    # (grids of few waves keep the tile-op rule above: V1's few long blocks are sampled, as its probes are)
+    many_waves = len(kernel.ctas) > SAMPLE_ABOVE_WAVES * profile.sm_count
+    work = len(kernel.ctas) * (steps / 2 if problem.causal else steps)
+    if small_whole_chip and many_waves and work <= WHOLE_CHIP_WORK:
+        return Gpu(profile, None, trace)
     choice = head_sample(groups, profile.sm_count, sms, len(kernel.ctas) // groups, blocks_per_sm(kernel, profile),
                          _section(kernel.ctas, of), steps / 2 if problem.causal else steps, problem.causal)
     if choice.g >= groups:

@@ -53,6 +53,7 @@ def _same(a, b) -> None:
 )
 def test_head_sample_is_exact_when_the_chip_is_copies_of_it(monkeypatch, algo, problem, profile):
     monkeypatch.setattr(api, "SAMPLE_ABOVE_WAVES", 0)  # sample even grids small enough for the whole chip
+    monkeypatch.setattr(api, "WHOLE_CHIP_WORK", 0)
     sampled = simulate(algo, problem, profile, sms=12, extrapolate=False)
     whole = simulate(algo, problem, profile, sms=None, extrapolate=False)
     assert sampled.sim["sms_simulated"] == 12 and whole.sim["sms_simulated"] == 132

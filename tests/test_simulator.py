@@ -9,7 +9,7 @@ import pytest
 from flashsim import cli
 from flashsim.algorithms.problem import Problem
 from flashsim.hw_profiles import load_profile
-from flashsim.simulator import simulate
+from flashsim.simulator import api, sampling, simulate
 from flashsim.simulator.api import head_sample
 from flashsim.simulator.sampling import HeadSample
 
@@ -39,10 +39,12 @@ def test_same_inputs_same_cycles():
 
 @pytest.mark.parametrize("algo", ["v2", "v3"])
 @pytest.mark.parametrize("causal,tolerance", [(False, 0.05), (True, 0.15)])
-def test_sampled_run_close_to_whole_chip(algo, causal, tolerance):
+def test_sampled_run_close_to_whole_chip(monkeypatch, algo, causal, tolerance):
     """Where the chip is not copies of the sample (here: 64 heads of 16 blocks on 132 SMs), sampling whole K/V
     heads is an approximation: bound its error (test_shortcuts.py has the exact cases). Causal grids are
-    looser: blocks of unequal length leave a tail that a smaller machine fills differently."""
+    looser: blocks of unequal length leave a tail that a smaller machine fills differently. (By default a grid
+    this small runs whole-chip: sampled here all the same.)"""
+    monkeypatch.setattr(api, "WHOLE_CHIP_WORK", 0)
     p = Problem(4, 16, 2048, 64, causal=causal)
     full = simulate(algo, p, H100, sms=None, extrapolate=False)
     sampled = simulate(algo, p, H100, extrapolate=False)
@@ -102,13 +104,41 @@ def test_a_sample_whose_time_follows_its_work_is_timed_by_its_share():
     assert not head_sample(64, 132, 8, 32, 1, 1, 16.0, unequal_blocks=True).follows_work
 
 
+def test_chip_waves_that_cut_heads_are_a_kind_of_their_own():
+    """Equal blocks, heads one after another: where the chip's slots hold no whole number of heads (264 slots of
+    16-block heads) a sample is reported as that kind with its wider bound, even when its own waves hold whole
+    heads; causal blocks or slots of whole heads (264 of 4-block heads) keep the representative kind."""
+    cut = head_sample(128, 132, 8, 16, 2)
+    assert cut.representative and cut.chip_cuts_heads and cut.kind == "chip's waves cut heads"
+    assert "the chip's waves cut heads" in cut.describe()
+    whole = head_sample(512, 132, 8, 4, 2)
+    assert whole.representative and not whole.chip_cuts_heads and whole.kind == "representative"
+    assert not head_sample(128, 132, 8, 16, 2, unequal_blocks=True).chip_cuts_heads
+    assert sampling.BOUNDS[cut.kind] > 2 * sampling.BOUNDS[whole.kind]
+    assert sampling.sample_info(cut)["bound"] == sampling.BOUNDS["chip's waves cut heads"]
+
+
+def test_grids_of_little_work_run_whole_chip():
+    """At most WHOLE_CHIP_WORK block steps (128 x 128: 512 heads of 4 blocks of 8 K/V steps) run on the whole
+    chip whatever their wave count (here 7.8 waves); twice that work is sampled."""
+    from flashsim.algorithms.schedules import build
+    from flashsim.algorithms.tiling import resolve_tiling
+
+    def machine(p):
+        return api._machine(H100, p, build("v2", p, resolve_tiling("v2", p, H100)), 8, None)
+
+    assert machine(Problem(32, 16, 512, 128)).n_sms == H100.sm_count
+    assert machine(Problem(32, 16, 512, 128, causal=True)).n_sms == H100.sm_count
+    assert machine(Problem(32, 16, 1024, 128)).n_sms < H100.sm_count
+
+
 def test_the_sample_and_its_bound_are_reported(capsys):
-    p = Problem(8, 16, 1024, 128)
+    p = Problem(8, 16, 2048, 128)
     r = simulate("v2", p, H100)
     sample = r.sim["sample"]
     assert sample["sms"] == r.sim["sms_simulated"] < H100.sm_count and sample["of_heads"] == 128
     assert sample["representative"] and sample["bound"] > 0
-    assert cli.main(["simulate", "--algo", "v2", "--hw", "h100", "-b", "8", "--heads", "16", "-n", "1024",
+    assert cli.main(["simulate", "--algo", "v2", "--hw", "h100", "-b", "8", "--heads", "16", "-n", "2048",
                      "-d", "128"]) == 0
     assert "head sample: " in capsys.readouterr().out
     assert simulate("v2", p, H100, sms=None).sim.get("sample") is None
