@@ -4,6 +4,7 @@ For the development set (validation.json) and, beside it, the held-out test set 
 per quantity (time, HBM read and write bytes, L2 bytes) with MAPE, max error and bias per measured
 implementation and the algorithm it is simulated as, the provenance of the measurements and the plot's
 path; then the GPU busy time of both sets side by side. A missing test report is one line, not an error.
+The LLM-shaped development set (devset-llm.json) follows where one is committed beside them.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from flashsim.console import make_console
 from flashsim.errors import FlashsimError
 
-from .validate_sets import TEST
+from .validate_sets import DEV_LLM, TEST
 
 # Packaged with flashsim.experiments (package data), so found from any working directory.
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -165,8 +166,15 @@ def _pct(x: float | None, signed: bool = False) -> str:
 def main(args) -> int:
     path = Path(args.file) if args.file else DEFAULT_FILE
     report, test = load(path), load_test(path)
+    llm_path = path.parent / DEV_LLM.report  # the LLM-shaped development set, where one is committed
+    llm = load(llm_path) if llm_path.is_file() else None
     if args.json:
-        print(json.dumps(summary_sets(report, path, test), indent=2))
+        out = summary_sets(report, path, test)
+        if llm is not None:
+            out["dev_llm"] = summary(llm, llm_path)
+        print(json.dumps(out, indent=2))
         return 0
     render_sets(report, path, test)
+    if llm is not None:
+        render_one(llm, llm_path)
     return 0

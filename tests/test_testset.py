@@ -196,6 +196,18 @@ def test_accuracy_shows_both_sets_and_json_includes_both(two_sets: Path, capsys)
     assert side["dev"]["mape"] == pytest.approx(20.0) and side["test"]["mape"] == pytest.approx(75.0)
 
 
+def test_accuracy_adds_the_committed_llm_development_set(capsys) -> None:
+    """`flashsim accuracy` on the committed reports also shows the LLM-shaped development set, and --json
+    carries its summary beside the development and test sets'."""
+    assert cli.main(["accuracy"]) == 0
+    assert "LLM-shaped development set" in capsys.readouterr().out
+    assert cli.main(["accuracy", "--json"]) == 0
+    obj = json.loads(capsys.readouterr().out)
+    llm = obj["dev_llm"]
+    assert llm["file"].endswith("devset-llm.json") and llm["summary"]["v3"]["kernel_time_s"]["n"] >= 40
+    assert llm["summary"]["v2"]["kernel_time_s"] != obj["test"]["summary"]["v2"]["kernel_time_s"]
+
+
 def test_accuracy_without_a_test_set_says_so_in_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.setattr(validate_compare, "_simulate", _fixed_prediction)
     _write_set(tmp_path, DEV, [("v2", "v2", validate.Config(2, 4, 512, 64), 1.25e-3)])
