@@ -236,8 +236,8 @@ def estimate(configs: list, impls: tuple[str, ...] = TEST_IMPLS) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--write", action="store_true", help=f"write the drawn list to {FILE.name}")
-    parser.add_argument("--dev", action="store_true",
-                        help=f"the development draw (seed {DEV_SEED}, {DEV_FILE.name}) instead of the test set")  # fmt: skip
+    dev_help = f"the development draw (seed {DEV_SEED}, {DEV_FILE.name}) instead of the test set"
+    parser.add_argument("--dev", action="store_true", help=dev_help)
     args = parser.parse_args(argv)
     configs = generate_dev() if args.dev else generate()
     if args.write:
