@@ -129,8 +129,9 @@ def test_periodic_skip_is_exact(algo, problem, profile, sms, options):
 def test_periodic_skip_is_exact_for_blocks_that_run_on_from_tile_to_tile(problem, profile, sms):
     """V3's persistent blocks take their next tile before the last has ended: watched where the tiles are
     taken, the periods left out give the plain run's cycles and bytes."""
-    fast = simulate("v3", problem, profile, sms=sms)
-    plain = simulate("v3", problem, profile, sms=sms, extrapolate=False)
+    # (the third is a grid of little work, whole-chip by default: its sample is what is tested here)
+    fast = simulate("v3", problem, profile, sms=sms, small_whole_chip=False)
+    plain = simulate("v3", problem, profile, sms=sms, extrapolate=False, small_whole_chip=False)
     assert fast.sim["carried_skips"] > 0 and fast.sim["blocks_extrapolated"] > 0
     assert plain.sim["carried_skips"] == 0
     _same(fast, plain)
@@ -175,9 +176,10 @@ def test_periodic_skip_leaves_out_a_stretch_of_each_head():
 def test_periodic_skip_waits_while_the_l2_fills(problem, profile):
     """A run whose L2 fills after the times have settled must not leave out the filling: leaving it out
     would keep the L2 emptier for every block after it. Nor may it skip on times from before its
-    write-backs slowed it (the second case evicts from the third round on and slows from the fifth)."""
-    fast = simulate("v3", problem, profile, options=NO_PINGPONG)
-    plain = simulate("v3", problem, profile, extrapolate=False, options=NO_PINGPONG)
+    write-backs slowed it (the second case evicts from the third round on and slows from the fifth). Both
+    are grids of little work, whole-chip by default: their samples are what is tested here."""
+    fast = simulate("v3", problem, profile, options=NO_PINGPONG, small_whole_chip=False)
+    plain = simulate("v3", problem, profile, extrapolate=False, options=NO_PINGPONG, small_whole_chip=False)
     assert fast.sim["blocks_extrapolated"] > 0
     _same(fast, plain)
 
