@@ -8,8 +8,8 @@ the 60 MB L2, so inputs are not rotated. Standard attention is skipped where its
 
     python3 -m flashsim.experiments.bench_kernels [--quick] [--out DIR]
 writes DIR/kernels-bench.json and DIR/kernels-bench.md (default experiments/results/h200).
-    python3 -m flashsim.experiments.bench_kernels --profile-target ALGO,D,N,CAUSAL
-runs one config a few times and exits (a target for ncu).
+    python3 -m flashsim.experiments.bench_kernels --profile-target ALGO,D,N,CAUSAL[,BATCH,HEADS]
+runs one config a few times and exits (a target for ncu); batch and heads default to the grid's.
 """
 
 from __future__ import annotations
@@ -79,10 +79,10 @@ def time_ms(fn, min_total_ms: float = 150.0, max_reps: int = 50) -> tuple[float,
     return statistics.median(times), times
 
 
-def inputs(d: int, n: int, dtype):
+def inputs(d: int, n: int, dtype, b: int | None = None, h: int | None = None):
     import torch
 
-    b, h = TOKENS // n, HEADDIMS[d]
+    b, h = b or TOKENS // n, h or HEADDIMS[d]
     return tuple(torch.randn(b, h, n, d, device="cuda", dtype=dtype) for _ in range(3))
 
 
@@ -203,8 +203,9 @@ def markdown(data) -> str:
 def profile_target(spec: str) -> None:
     import torch
 
-    algo, d, n, causal = spec.split(",")
-    q, k, v = inputs(int(d), int(n), torch.bfloat16)
+    algo, d, n, causal, *bh = spec.split(",")
+    b, h = (int(x) for x in bh) if bh else (None, None)
+    q, k, v = inputs(int(d), int(n), torch.bfloat16, b, h)
     fn = make_fn(algo, q, k, v, causal.lower() in ("1", "true", "causal"))
     for _ in range(3):
         fn()
@@ -218,7 +219,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="seqlens 1k, 4k, 16k only")
     ap.add_argument("--impls", default=",".join(IMPLS))
     ap.add_argument("--max-s-gb", type=float, default=20.0, help="skip standard where S needs more")
-    ap.add_argument("--profile-target", help="ALGO,D,N,CAUSAL: run one config 3 times (for ncu) and exit")
+    ap.add_argument("--profile-target", help="ALGO,D,N,CAUSAL[,BATCH,HEADS]: run one config 3 times (for ncu) and exit")
     ap.add_argument("--update", action="store_true",
                     help="replace only these implementations' rows in the existing results, with a note saying so")
     args = ap.parse_args(argv)

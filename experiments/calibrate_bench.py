@@ -16,6 +16,8 @@ from functools import partial
 import numpy as np
 
 from .calibrate_ldsm import ldsm_form
+from .calibrate_power import power_mix
+from .calibrate_wgmma import wgmma_shape
 
 # Mirrors BlockTime in kernels/microbench/common.cuh.
 BLOCK_TIME = np.dtype(
@@ -768,9 +770,11 @@ BENCHMARKS: dict[str, Callable[[Bench], dict]] = {
     "ldsm_form": ldsm_form,
     "red_dq": red_dq,
     "wgmma": wgmma,
+    "wgmma_shape": wgmma_shape,
+    "power_mix": power_mix,
     "clock": clock_under_load,
     "cp_async": cp_async,
     "tma": tma,
     "launch": launch,
 }
-HOPPER_ONLY = frozenset({"wgmma", "tma"})
+HOPPER_ONLY = frozenset({"wgmma", "wgmma_shape", "power_mix", "tma"})

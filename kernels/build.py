@@ -38,6 +38,8 @@ MICROBENCH_TARGETS: dict[str, tuple[str, ...]] = {
     "ldsm_form": ("sm_80", "sm_90a"),
     "tma": ("sm_90a",),
     "wgmma": ("sm_90a",),
+    "wgmma_shape": ("sm_90a",),
+    "power_mix": ("sm_90a",),
     "hbm_probe": ("sm_80", "sm_90a"),
     "ifetch": ("sm_80", "sm_90a"),
 }

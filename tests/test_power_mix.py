@@ -1,0 +1,34 @@
+"""The power_mix sweep's host side: nvidia-smi's samples are parsed and windowed as they come, and every mix
+but the saturating mma.sync one asks for work that fits its period (so a point's shares are what its name
+says; the points record the work they achieved and how far they overran the period)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from flashsim.experiments import calibrate_power as cp
+
+SMI_TEXT = """2026/12/01 16:40:01.100, 1980, 114.50, 0x0000000000000000
+2026/12/01 16:40:01.120, 1905, 486.00, 0x0000000000000004
+garbage line
+2026/12/01 16:40:01.140, 1815, 516.25, 0x0000000000000004
+"""
+
+
+def test_smi_samples_parse_and_window():
+    rows = cp._smi_rows(SMI_TEXT)
+    assert [r[1] for r in rows] == [1980.0, 1905.0, 1815.0]
+    w = cp._window(rows, dt.datetime(2026, 12, 1, 16, 40, 1, 110000), dt.datetime(2026, 12, 1, 16, 40, 1, 150000))
+    assert w["smi_samples"] == 2 and w["smi_clock_mhz"] == 1860.0 and w["smi_event_reasons"] == ["0x0000000000000004"]
+    assert cp._window(rows, dt.datetime(2026, 1, 1), dt.datetime(2026, 1, 2)) == {}
+
+
+def test_mixes_fit_their_period():
+    for kind, k, mufu, ffma in cp.POINTS:
+        # wgmma m64n256k16 takes 128 cycles of the SM's tensor cores; mma.sync m16n8k16 6 per warp (4 warps)
+        tensor_cycles = k * (128 if kind == "wgmma" else 6)
+        saturating = kind == "mma_sync" and k == max(p[1] for p in cp.POINTS if p[0] == "mma_sync")
+        assert tensor_cycles <= cp.PERIOD or saturating, (kind, k)
+        # MUFU: 16 lanes per cycle per SM for 128 threads; FFMA: one instruction per cycle per warp
+        assert 8 * mufu <= cp.PERIOD and ffma <= cp.PERIOD
+        assert mufu % 8 == 0 and ffma % 8 == 0 and (kind == "wgmma" or k % 8 == 0)
