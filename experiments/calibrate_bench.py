@@ -346,6 +346,33 @@ def fp32_and_mufu(b: Bench) -> dict:
     }
 
 
+def dep_warps(b: Bench) -> dict:
+    """Dependent chains as more warps share each warp scheduler: one dependent FFMA, MUFU.EX2 or SHFL.BFLY
+    chain per thread, one block per SM of 4, 8, 12 or 16 warps (1-4 per sub-partition); clock64 cycles per
+    instruction of each warp (median over blocks). With one warp per scheduler these are the latencies; the
+    growth with more warps is what they lose to each other at issue (not selected, dispatch)."""
+    cp = b.cp
+    sink = cp.zeros(1, dtype=cp.float32)
+    iters = 4096 if b.quick else 16384
+    blocks = b.gpu.sm_count
+    rows = []
+    for name in ("fp32_dep", "mufu_dep", "shfl_dep"):
+        fn = b.fn("compute", name)
+        head = (np.float32(0.999), np.float32(1e-4)) if name == "fp32_dep" else ()
+        for warps in (4, 8, 12, 16):
+            tb = b.times(blocks)
+            args = (*head, _i32(iters), sink, tb)
+            b.elapsed(lambda fn=fn, w=warps, args=args: fn((blocks,), (32 * w,), args), reps=3)
+            t = block_times(tb)
+            cpi = float(np.median(t["clk1"] - t["clk0"])) / iters
+            rows.append({"kernel": name, "warps_per_sm": warps, "cycles_per_instruction": cpi})
+    return {
+        "points": rows,
+        "how": (f"fp32_dep / mufu_dep / shfl_dep: one dependent chain of {iters} per thread, one block per SM of "
+                "4/8/12/16 warps, clock64 cycles per instruction of a warp (median over SMs)"),
+    }
+
+
 def dep_latency(b: Bench) -> dict:
     """Dependent-instruction latencies of MUFU.EX2 and SHFL.BFLY: one chain per thread, one block of 4 warps
     per SM (one warp per sub-partition), cycles per instruction by clock64 (median over blocks)."""
@@ -764,6 +791,7 @@ BENCHMARKS: dict[str, Callable[[Bench], dict]] = {
     "smem": smem,
     "fp32_mufu": fp32_and_mufu,
     "dep_latency": dep_latency,
+    "dep_warps": dep_warps,
     "mma_sync": mma_sync,
     "mma_warps": mma_warps,
     "ldsm_mma": ldsm_mma,

@@ -114,6 +114,9 @@ class Profile:
     fp32_flops_per_clk_per_sm: float = _p(float)
     # cycles between a warp's dependent FP32 instructions: a warp's serial softmax arithmetic issues at this pace
     fp32_dependent_issue_cycles: float = _p(float)
+    # the most dependent-stream instructions one scheduler dispatches per cycle, summed over its warps: with
+    # three or four warps each running a dependent chain, they take turns at this rate
+    dependent_issue_per_clk_per_sub_partition: float = _p(float)
     mufu_ops_per_clk_per_sm: float = _p(float)
     # the instruction-issue model of elementwise ops (simulator/instructions.py): 1 uses it, 0 paces each op
     # as one dependent stream at fp32_dependent_issue_cycles per instruction (the model before it)
@@ -149,6 +152,11 @@ class Profile:
     wgmma_tf32_flops_per_clk_per_sm: float | None = _p(float, "wgmma")
     wgmma_latency_cycles: int | None = _p(int, "wgmma")
     sm_clock_wgmma_load_hz: float | None = _p(float, "wgmma")  # the clock under sustained wgmma load
+    # power management sets a wgmma kernel's clock by its tensor-core duty (busy share of the dtype's peak):
+    # up to wgmma_clock_knee_fraction the clock of a light tensor load, then linearly down to the saturated
+    # sm_clock_wgmma_load_hz at full duty (wgmma_clock_hz)
+    sm_clock_light_tensor_load_hz: float | None = _p(float, "wgmma")
+    wgmma_clock_knee_fraction: float | None = _p(float, "wgmma")
     tma_issue_cycles: int | None = _p(int, "tma")
     tma_latency_cycles: int | None = _p(int, "tma")  # added to the L2/HBM latency of the bytes it moves
 
@@ -241,6 +249,9 @@ class Profile:
         if self.issue_model not in (0, 1):
             raise self._fail("issue_model", f"must be 0 (dependent stream) or 1 (instruction issue), "
                                             f"got {self.issue_model}")
+        if self.wgmma_clock_knee_fraction is not None and not 0 < self.wgmma_clock_knee_fraction < 1:
+            raise self._fail("wgmma_clock_knee_fraction", f"is a share of the tensor cores' peak, between 0 and 1, "
+                                                          f"got {self.wgmma_clock_knee_fraction}")
         if self.mma_sync_ldsm_unhidden_fraction > 1:
             raise self._fail("mma_sync_ldsm_unhidden_fraction", f"is a fraction of the shorter of the loads and "
                                                                 f"products, at most 1, got "
@@ -412,6 +423,14 @@ class Profile:
         if instr == "mma_sync":
             return self.sm_clock_mma_sync_load_hz
         return self.sm_clock_hz
+
+    def wgmma_clock_hz(self, duty: float) -> float:
+        """The SM clock of a wgmma kernel whose tensor cores are busy `duty` of its cycles (0..1)."""
+        sat, light, knee = self.sm_clock_wgmma_load_hz, self.sm_clock_light_tensor_load_hz, self.wgmma_clock_knee_fraction
+        if light is None or knee is None:
+            return sat
+        over = min(1.0, max(0.0, duty)) - knee
+        return light if over <= 0 else light + (sat - light) * over / (1.0 - knee)
 
     def tensor_flops_per_clk_per_sm(self, instr: str, dtype: str) -> float:
         """Tensor-core FLOP/clk/SM of `instr` ("mma_sync" | "wgmma") on `dtype` (fp16, bf16, fp8; fp32 = tf32)."""

@@ -187,6 +187,7 @@ def simulate(
             n = len(schedule.kernels)
             gpu.on_block = lambda done, total, i=i, n=n: progress((i + done / total) / n)
         k_cycles, simulated, delta = gpu.run_kernel(kernel, lambda: _counters(gpu), extrapolate)
+        clock = _kernel_clock(gpu, k_cycles, delta)
         if sample is not None and sample.time_scale != 1.0:  # the sample's share of the work, not the chip's
             fixed = gpu.launch_fixed_cycles()
             k_cycles = fixed + round((k_cycles - fixed) * sample.time_scale)
@@ -195,12 +196,12 @@ def simulate(
         for key in totals:
             # bytes scale from the sample to the chip; busy cycles stay per simulated SM
             totals[key] += delta[key] * (1.0 if key.startswith("busy_") else factor)
-        kernel_s += k_cycles / gpu.clock_hz
+        kernel_s += k_cycles / clock
         kernels.append(
             {
                 "name": kernel.name,
                 "cycles": k_cycles,
-                "clock_hz": gpu.clock_hz,
+                "clock_hz": clock,
                 "ctas": len(kernel.ctas),
                 "ctas_simulated": simulated,
                 "threads": kernel.threads,
@@ -410,6 +411,16 @@ def _counters(gpu: Gpu) -> dict:
     for key, value in gpu.skipped.items():  # what the loop periods left out would have added
         out[key] += value
     return out
+
+
+def _kernel_clock(gpu: Gpu, cycles: int, delta: dict) -> float:
+    """The clock a kernel ran at. A wgmma kernel's is set by power management from its tensor cores' duty
+    (their busy share of its cycles on the simulated SMs, Profile.wgmma_clock_hz); the simulation itself ran
+    at the saturated clock, which only sets how many cycles HBM's bytes per second take."""
+    p = gpu.profile
+    if gpu.clock_hz != p.sm_clock_wgmma_load_hz or cycles <= 0:
+        return gpu.clock_hz
+    return p.wgmma_clock_hz(delta.get("busy_tensor", 0.0) / (cycles * gpu.n_sms))
 
 
 def _utilization(gpu: Gpu, cycles: int, totals: dict) -> dict:

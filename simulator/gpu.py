@@ -150,6 +150,10 @@ class Sm:
         # ALU pipe (lanes of compares, min/max, selects, packing) and the shuffle path (lanes)
         self.issue = SharedUnit(f"SM{index}.issue",
                                 profile.sub_partitions_per_sm * profile.warp_issue_per_clk_per_sub_partition)
+        # the dependent streams of elementwise ops (issue_model 0): each scheduler dispatches at most
+        # dependent_issue_per_clk_per_sub_partition of its warps' chained instructions per cycle
+        self.dispatch = SharedUnit(f"SM{index}.dispatch",
+                                   profile.sub_partitions_per_sm * profile.dependent_issue_per_clk_per_sub_partition)
         self.int_alu = SharedUnit(f"SM{index}.int_alu", profile.alu_ops_per_clk_per_sm)
         self.shfl = SharedUnit(f"SM{index}.shfl", profile.shfl_ops_per_clk_per_sm)
         self.code = CodeCache(profile.icache_bytes_per_sm, profile.icache_miss_cycles_per_line)

@@ -453,10 +453,11 @@ def _elementwise_plan(op, sm, p) -> tuple:
     if p.issue_model:
         reqs, floor = _issued(op, sm, share, p)
     else:
-        reqs = [(sm.sfu, op.exps, share), (sm.alu, op.alu_flops, share)]
-        # each warp issues its share of the elementwise instructions as a dependent stream
+        # each warp issues its share of the elementwise instructions as a dependent stream, at least the
+        # dependent-issue interval apart, and its scheduler takes turns among the streams of the warps it holds
         stream = op.alu_flops - getattr(op, "exp2_ops", 0) + op.exps
-        floor = math.ceil(stream / (32 * op.warps) * p.fp32_dependent_issue_cycles)
+        reqs = [(sm.sfu, op.exps, share), (sm.alu, op.alu_flops, share), (sm.dispatch, stream / WARP, share)]
+        floor = math.ceil(stream / (WARP * op.warps) * p.fp32_dependent_issue_cycles)
         off_chain = _exp2f_issue(op) * op.warps
     extra = 1
     if type(op) is OnlineSoftmax and op.cross_warp > 1:
