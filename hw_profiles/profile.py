@@ -34,8 +34,8 @@ PROVENANCES = {
 OVERRIDE_KIND = "override"
 WARP = 32
 # Keys for which zero is a meaningful value (a what-if without the per-block reservation).
-ZERO_ALLOWED = frozenset({"smem_reserved_per_block_bytes", "issue_model", "mma_sync_ldsm_unhidden_fraction",
-                           "icache_miss_cycles_per_line", "icache_branch_cycles"})
+ZERO_ALLOWED = frozenset({"smem_reserved_per_block_bytes", "issue_model", "clock_model",
+                           "mma_sync_ldsm_unhidden_fraction", "icache_miss_cycles_per_line", "icache_branch_cycles"})
 
 # Unit of a key, read from its name's suffix (longest suffixes first). No suffix: a plain count.
 _UNIT_SUFFIXES = (
@@ -157,6 +157,8 @@ class Profile:
     # sm_clock_wgmma_load_hz at full duty (wgmma_clock_hz)
     sm_clock_light_tensor_load_hz: float | None = _p(float, "wgmma")
     wgmma_clock_knee_fraction: float | None = _p(float, "wgmma")
+    # 1: wgmma kernels run at the clock of their duty; 0: at sm_clock_wgmma_load_hz (the shipped default)
+    clock_model: int | None = _p(int, "wgmma")
     tma_issue_cycles: int | None = _p(int, "tma")
     tma_latency_cycles: int | None = _p(int, "tma")  # added to the L2/HBM latency of the bytes it moves
 
@@ -249,6 +251,9 @@ class Profile:
         if self.issue_model not in (0, 1):
             raise self._fail("issue_model", f"must be 0 (dependent stream) or 1 (instruction issue), "
                                             f"got {self.issue_model}")
+        if self.clock_model not in (None, 0, 1):
+            raise self._fail("clock_model", f"must be 0 (the saturated clock) or 1 (the clock of the tensor duty), "
+                                            f"got {self.clock_model}")
         if self.wgmma_clock_knee_fraction is not None and not 0 < self.wgmma_clock_knee_fraction < 1:
             raise self._fail("wgmma_clock_knee_fraction", f"is a share of the tensor cores' peak, between 0 and 1, "
                                                           f"got {self.wgmma_clock_knee_fraction}")
@@ -426,7 +431,8 @@ class Profile:
 
     def wgmma_clock_hz(self, duty: float) -> float:
         """The SM clock of a wgmma kernel whose tensor cores are busy `duty` of its cycles (0..1)."""
-        sat, light, knee = self.sm_clock_wgmma_load_hz, self.sm_clock_light_tensor_load_hz, self.wgmma_clock_knee_fraction
+        sat, light = self.sm_clock_wgmma_load_hz, self.sm_clock_light_tensor_load_hz
+        knee = self.wgmma_clock_knee_fraction
         if light is None or knee is None:
             return sat
         over = min(1.0, max(0.0, duty)) - knee

@@ -414,11 +414,12 @@ def _counters(gpu: Gpu) -> dict:
 
 
 def _kernel_clock(gpu: Gpu, cycles: int, delta: dict) -> float:
-    """The clock a kernel ran at. A wgmma kernel's is set by power management from its tensor cores' duty
-    (their busy share of its cycles on the simulated SMs, Profile.wgmma_clock_hz); the simulation itself ran
-    at the saturated clock, which only sets how many cycles HBM's bytes per second take."""
+    """The clock a kernel ran at. With the profile's clock_model 1 a wgmma kernel's is set by power management
+    from its tensor cores' duty (their busy share of its cycles on the simulated SMs, Profile.wgmma_clock_hz);
+    the simulation itself ran at the saturated clock, which only sets how many cycles HBM's bytes per second
+    take. With 0 (the default) every wgmma kernel runs at the saturated clock."""
     p = gpu.profile
-    if gpu.clock_hz != p.sm_clock_wgmma_load_hz or cycles <= 0:
+    if not p.clock_model or gpu.clock_hz != p.sm_clock_wgmma_load_hz or cycles <= 0:
         return gpu.clock_hz
     return p.wgmma_clock_hz(delta.get("busy_tensor", 0.0) / (cycles * gpu.n_sms))
 

@@ -139,12 +139,8 @@ def test_a_compute_bound_kernel_follows_the_tensor_rate_not_hbm():
 
 
 def test_a_slower_clock_under_load_slows_a_compute_bound_kernel():
-    slower = {"sm_clock_wgmma_load_hz": 0.8 * 1.611e9, "sm_clock_light_tensor_load_hz": 0.8 * 1.81e9}
-    ratio = _time("v3", _problem(), slower) / _time("v3", _problem())
+    ratio = _time("v3", _problem(), {"sm_clock_wgmma_load_hz": 0.8 * 1.583e9}) / _time("v3", _problem())
     assert 1.15 <= ratio <= 1.3
-    # the saturated clock alone moves a kernel only as far as its tensor duty reaches toward saturation
-    saturated = _time("v3", _problem(), {"sm_clock_wgmma_load_hz": 0.8 * 1.611e9}) / _time("v3", _problem())
-    assert 1.0 < saturated < ratio
 
 
 def test_a_memory_bound_kernel_follows_hbm_bandwidth():
