@@ -28,6 +28,8 @@ ending somewhere on the sampled SMs every few iterations leaves few whole stretc
 from __future__ import annotations
 
 import math
+from itertools import islice
+from types import GeneratorType
 
 import simpy
 from flashsim.algorithms.ir import AtomicAdd, Load, Store, Wait
@@ -50,6 +52,9 @@ EVICTING_TOL = 1e-3
 LINE_BYTES = 2048  # a line's size at 16 bits, to express a line evicted by a replay in bytes
 
 
+_LIST_ITER = type(iter([]))
+
+
 # Op types whose signature is not the op itself.
 KEYED = frozenset((Load, Wait, Store, AtomicAdd))
 
@@ -67,6 +72,51 @@ def signature(op):
     if kind is Store or kind is AtomicAdd:
         return kind, object()  # never repeats: loops that write global memory are not left out
     return op
+
+
+def signatures(ops: list, out: list, memo: dict) -> None:
+    """Append each op's signature to `out`, memoised by op id (the ops are alive while the memo is used)
+    and equal signatures made one object, so that stretches compare by identity."""
+    sigs = list(map(memo.get, map(id, ops)))  # no Python code per op where every one is known
+    if not all(sigs):  # signatures and ops are never falsy: None marks an op not seen yet
+        for k, sig in enumerate(sigs):
+            if sig is None:
+                sigs[k] = _signature(ops[k], memo)
+    out += sigs
+
+
+def _signature(op, memo: dict):
+    sig = signature(op) if type(op) in KEYED else op
+    sig = memo[id(op)] = memo.setdefault(("same", sig), sig)
+    return sig
+
+
+def take(source, count: int, memo: dict) -> tuple[list, list]:
+    """The next `count` ops of a program (fewer at its end), taken from it as its own next() would, and
+    their signatures (memo as for `signatures`). A program suspended in `yield from` a list (a block's K/V
+    loop, built once per head and shared by its blocks) hands on that list's items one by one: they are
+    sliced from the list at once, its iterator moved past them, and their signatures sliced from the
+    list's, made once."""
+    inner = source
+    while type(inner) is GeneratorType:
+        inner = inner.gi_yieldfrom
+    ops: list = []
+    sigs: list = []
+    state = inner.__reduce__() if type(inner) is _LIST_ITER else ()
+    if len(state) == 3:  # (iter, (items,), position); (iter, ((),)) once exhausted
+        items, at = state[1][0], state[2]
+        ops = items[at:at + count]
+        inner.__setstate__(at + len(ops))
+        known = memo.get(("list", id(items)))
+        if known is None:  # the memo holds the list: its id stays its own
+            known = memo["list", id(items)] = (items, [])
+            signatures(items, known[1], memo)
+        sigs = known[1][at:at + len(ops)]
+    if len(ops) < count:
+        more = list(islice(source, count - len(ops)))
+        ops += more
+        signatures(more, sigs, memo)
+    return ops, sigs
 
 
 class LoopSkip:
