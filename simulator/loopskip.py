@@ -247,7 +247,8 @@ class LoopSkip:
         # each left-out stretch's loads, role by role, the last move of each tile only; every stretch of a
         # role has its loads at the same places (its ops repeat the watched stretch's), so a place's loads
         # over all stretches are one strided slice of the ops ahead
-        columns = [role.loads_at(place, n, reps) for role, n in ops.items() for place in role.load_places(n)]
+        columns = _last_columns([role.loads_at(place, n, reps) for role, n in ops.items()
+                                 for place in role.load_places(n)])
         stretches = [([], 0)] * reps  # no loads: nothing to fit or replay
         if columns:
             stretches = [(_last_moves(list(loads)), len(loads)) for loads in zip(*columns, strict=True)]
@@ -296,6 +297,16 @@ class LoopSkip:
         self.ops_left_out += reps * sum(ops.values())
         self.cycles_left_out += reps * cycles
         return True
+
+
+def _last_columns(columns: list) -> list:
+    """The columns of loads (one per role and place), in issue order, without those that the same ops
+    issue again in a later column, stretch for stretch (roles in step share their K/V load ops): in every
+    stretch each of their loads is a tile's earlier move, which _last_moves would drop."""
+    last = {tuple(map(id, column)): k for k, column in enumerate(columns)}
+    if len(last) == len(columns):
+        return columns
+    return [columns[k] for k in sorted(last.values())]
 
 
 def _last_moves(loads: list) -> list:
