@@ -324,7 +324,7 @@ def _last_moves(loads: list) -> list:
 def _fits(l2: L2Cache, stretches: list, misses: float, copies: dict, default: float) -> int:
     """How many of the stretches, from the first, the L2 answers as the watched one: the same bytes from
     HBM, and room for the lines they bring without evicting any (the L2 is looked at, not changed)."""
-    lines, lines_of = l2.lines, l2._lines
+    lines, lines_of, tiles = l2.lines, l2._lines, l2._tiles
     added: dict = {}  # line -> presence bits the stretches so far brought
     room = l2.capacity - l2.used
     for n, (loads, _) in enumerate(stretches):
@@ -332,7 +332,8 @@ def _fits(l2: L2Cache, stretches: list, misses: float, copies: dict, default: fl
         for op in loads:
             tile = op.src
             scale = copies.get(tile.tensor, default)
-            for key, mask, slice_bytes in lines_of(tile):
+            got = tiles.get(id(tile))  # the L2's own record of the tile's lines (l2._lines, inlined)
+            for key, mask, slice_bytes in got[1] if got is not None and got[0] is tile else lines_of(tile):
                 entry = lines.get(key)
                 present = (entry[3] if entry is not None else 0) | added.get(key, 0)
                 absent = mask & ~present
