@@ -105,13 +105,13 @@ def take(source, count: int, memo: dict) -> tuple[list, list]:
     state = inner.__reduce__() if type(inner) is _LIST_ITER else ()
     if len(state) == 3:  # (iter, (items,), position); (iter, ((),)) once exhausted
         items, at = state[1][0], state[2]
-        ops = items[at:at + count]
+        ops = items[at : at + count]
         inner.__setstate__(at + len(ops))
         known = memo.get(("list", id(items)))
         if known is None:  # the memo holds the list: its id stays its own
             known = memo["list", id(items)] = (items, [])
             signatures(items, known[1], memo)
-        sigs = known[1][at:at + len(ops)]
+        sigs = known[1][at : at + len(ops)]
     if len(ops) < count:
         more = list(islice(source, count - len(ops)))
         ops += more
@@ -247,8 +247,9 @@ class LoopSkip:
         # each left-out stretch's loads, role by role, the last move of each tile only; every stretch of a
         # role has its loads at the same places (its ops repeat the watched stretch's), so a place's loads
         # over all stretches are one strided slice of the ops ahead
-        columns = _last_columns([role.loads_at(place, n, reps) for role, n in ops.items()
-                                 for place in role.load_places(n)])
+        columns = _last_columns(
+            [role.loads_at(place, n, reps) for role, n in ops.items() for place in role.load_places(n)]
+        )
         stretches = [([], 0)] * reps  # no loads: nothing to fit or replay
         if columns:
             stretches = [(_last_moves(list(loads)), len(loads)) for loads in zip(*columns, strict=True)]
