@@ -82,8 +82,7 @@ def resolve(name_or_path: str | os.PathLike) -> Path:
 def _shipped() -> dict[str, ProfileInfo]:
     infos = {}
     for path in sorted(PACKAGE_DIR.glob("*.toml")):
-        data = _read_toml(path)
-        meta, _ = _split(data, display_path(path))
+        meta, _ = _split(_read_header(path), display_path(path))
         infos[meta["name"]] = ProfileInfo(
             meta["name"], tuple(meta.get("aliases", ())), str(path), meta["description"], meta.get("based_on")
         )
@@ -180,6 +179,25 @@ def _resolve_base(base_name: str, path: Path, origin: str) -> Path:
         return candidate.resolve()
     known = ", ".join(i.name for i in list_profiles() if i.based_on is None)
     raise ProfileError(f"{origin}: based_on: unknown profile {base_name!r}; known: {known}, or a relative path")
+
+
+def _read_header(path: Path) -> dict[str, Any]:
+    """A file's top-level keys (name, aliases, ...) without its tables: they come before the first table's
+    header line, so only that part is parsed (the whole file where the cut does not parse)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return _read_toml(path)  # says what is wrong with the file
+    head, offset = text, 0
+    for line in text.splitlines(keepends=True):
+        if line.lstrip().startswith("["):
+            head = text[:offset]
+            break
+        offset += len(line)
+    try:
+        return tomllib.loads(head)
+    except tomllib.TOMLDecodeError:
+        return _read_toml(path)
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

@@ -7,6 +7,7 @@ sms = sm_count it is the plain, whole-chip run.
 
 from __future__ import annotations
 
+import gc
 import math
 from collections import defaultdict, deque
 from heapq import heappop, heappush
@@ -24,6 +25,8 @@ from .timing import RoleTimer
 from .unitskip import UnitSkip
 
 NORMAL = simpy.core.NORMAL
+# Objects allocated between two collections of the youngest generation while a launch runs (Python's default: 700).
+GC_YOUNG_THRESHOLD = 50_000
 
 
 class EventLimitReached(FlashsimError):
@@ -73,18 +76,25 @@ class Environment(simpy.Environment):
         """simpy's run(until=event) with its step() inlined (the same events in the same order): the loop
         that every event of a run goes through."""
         queue = self._queue
-        while until.callbacks is not None:  # an event's callbacks are set to None once it is processed
-            try:
-                self._now, _, _, event = heappop(queue)
-            except IndexError:
-                raise RuntimeError("no events left before the launch ended") from None
-            callbacks, event.callbacks = event.callbacks, None
-            for callback in callbacks:
-                callback(event)
-            if not event._ok and not hasattr(event, "_defused"):
-                exc = type(event._value)(*event._value.args)
-                exc.__cause__ = event._value
-                raise exc
+        # a run makes and drops millions of small objects (events, requests) in few cycles: the collector,
+        # run every 700 new objects by default, walks the young ones each time for little garbage
+        threshold = gc.get_threshold()
+        gc.set_threshold(max(threshold[0], GC_YOUNG_THRESHOLD), *threshold[1:])
+        try:
+            while until.callbacks is not None:  # an event's callbacks are set to None once it is processed
+                try:
+                    self._now, _, _, event = heappop(queue)
+                except IndexError:
+                    raise RuntimeError("no events left before the launch ended") from None
+                callbacks, event.callbacks = event.callbacks, None
+                for callback in callbacks:
+                    callback(event)
+                if not event._ok and not hasattr(event, "_defused"):
+                    exc = type(event._value)(*event._value.args)
+                    exc.__cause__ = event._value
+                    raise exc
+        finally:
+            gc.set_threshold(*threshold)
 
     def _stop(self, _event) -> None:
         raise EventLimitReached(

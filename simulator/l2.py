@@ -109,7 +109,10 @@ class L2Cache:
         fetching = []
         missed = []
         lines = self.lines
-        _, covered, tile_bytes = self._tile(g)
+        got = self._tiles.get(id(g))  # _tile's lookup, inlined: reads are the L2's most frequent call
+        if got is None or got[0] is not g:
+            got = self._tile(g)
+        _, covered, tile_bytes = got
         for key, mask, slice_bytes in covered:
             entry = lines.get(key)
             if entry is None:
@@ -129,7 +132,11 @@ class L2Cache:
                 nbytes = absent.bit_count() * slice_bytes
                 miss += nbytes
                 entry[3] |= absent
-                self._grow(entry, nbytes * copies)
+                grow = nbytes * copies
+                entry[0] += grow
+                self.used += grow
+                if self.used > self.capacity:  # _grow, inlined
+                    self._evict(entry)
                 missed.append(entry)
         self.read_bytes += tile_bytes
         self.miss_bytes += miss
@@ -165,8 +172,11 @@ class L2Cache:
     def _grow(self, entry: list, chip_bytes: float) -> None:
         entry[0] += chip_bytes
         self.used += chip_bytes
-        if self.used <= self.capacity:
-            return
+        if self.used > self.capacity:
+            self._evict(entry)
+
+    def _evict(self, entry: list) -> None:
+        """Evict the least recently used lines until the room taken fits (`entry`: the line that grew)."""
         while self.used > self.capacity and self.lines:
             key, old = self.lines.popitem(last=False)
             self.used -= old[0]

@@ -28,6 +28,8 @@ ending somewhere on the sampled SMs every few iterations leaves few whole stretc
 from __future__ import annotations
 
 import math
+from itertools import islice
+from types import GeneratorType
 
 import simpy
 from flashsim.algorithms.ir import AtomicAdd, Load, Store, Wait
@@ -50,6 +52,9 @@ EVICTING_TOL = 1e-3
 LINE_BYTES = 2048  # a line's size at 16 bits, to express a line evicted by a replay in bytes
 
 
+_LIST_ITER = type(iter([]))
+
+
 # Op types whose signature is not the op itself.
 KEYED = frozenset((Load, Wait, Store, AtomicAdd))
 
@@ -67,6 +72,51 @@ def signature(op):
     if kind is Store or kind is AtomicAdd:
         return kind, object()  # never repeats: loops that write global memory are not left out
     return op
+
+
+def signatures(ops: list, out: list, memo: dict) -> None:
+    """Append each op's signature to `out`, memoised by op id (the ops are alive while the memo is used)
+    and equal signatures made one object, so that stretches compare by identity."""
+    sigs = list(map(memo.get, map(id, ops)))  # no Python code per op where every one is known
+    if not all(sigs):  # signatures and ops are never falsy: None marks an op not seen yet
+        for k, sig in enumerate(sigs):
+            if sig is None:
+                sigs[k] = _signature(ops[k], memo)
+    out += sigs
+
+
+def _signature(op, memo: dict):
+    sig = signature(op) if type(op) in KEYED else op
+    sig = memo[id(op)] = memo.setdefault(("same", sig), sig)
+    return sig
+
+
+def take(source, count: int, memo: dict) -> tuple[list, list]:
+    """The next `count` ops of a program (fewer at its end), taken from it as its own next() would, and
+    their signatures (memo as for `signatures`). A program suspended in `yield from` a list (a block's K/V
+    loop, built once per head and shared by its blocks) hands on that list's items one by one: they are
+    sliced from the list at once, its iterator moved past them, and their signatures sliced from the
+    list's, made once."""
+    inner = source
+    while type(inner) is GeneratorType:
+        inner = inner.gi_yieldfrom
+    ops: list = []
+    sigs: list = []
+    state = inner.__reduce__() if type(inner) is _LIST_ITER else ()
+    if len(state) == 3:  # (iter, (items,), position); (iter, ((),)) once exhausted
+        items, at = state[1][0], state[2]
+        ops = items[at : at + count]
+        inner.__setstate__(at + len(ops))
+        known = memo.get(("list", id(items)))
+        if known is None:  # the memo holds the list: its id stays its own
+            known = memo["list", id(items)] = (items, [])
+            signatures(items, known[1], memo)
+        sigs = known[1][at : at + len(ops)]
+    if len(ops) < count:
+        more = list(islice(source, count - len(ops)))
+        ops += more
+        signatures(more, sigs, memo)
+    return ops, sigs
 
 
 class LoopSkip:
@@ -197,7 +247,9 @@ class LoopSkip:
         # each left-out stretch's loads, role by role, the last move of each tile only; every stretch of a
         # role has its loads at the same places (its ops repeat the watched stretch's), so a place's loads
         # over all stretches are one strided slice of the ops ahead
-        columns = [role.loads_at(place, n, reps) for role, n in ops.items() for place in role.load_places(n)]
+        columns = _last_columns(
+            [role.loads_at(place, n, reps) for role, n in ops.items() for place in role.load_places(n)]
+        )
         stretches = [([], 0)] * reps  # no loads: nothing to fit or replay
         if columns:
             stretches = [(_last_moves(list(loads)), len(loads)) for loads in zip(*columns, strict=True)]
@@ -248,6 +300,16 @@ class LoopSkip:
         return True
 
 
+def _last_columns(columns: list) -> list:
+    """The columns of loads (one per role and place), in issue order, without those that the same ops
+    issue again in a later column, stretch for stretch (roles in step share their K/V load ops): in every
+    stretch each of their loads is a tile's earlier move, which _last_moves would drop."""
+    last = {tuple(map(id, column)): k for k, column in enumerate(columns)}
+    if len(last) == len(columns):
+        return columns
+    return [columns[k] for k in sorted(last.values())]
+
+
 def _last_moves(loads: list) -> list:
     """The loads in issue order, each tile's last one only. Blocks of a head share their K/V load ops, so
     the ops are told apart by identity first (cheap) and by tile then."""
@@ -263,7 +325,7 @@ def _last_moves(loads: list) -> list:
 def _fits(l2: L2Cache, stretches: list, misses: float, copies: dict, default: float) -> int:
     """How many of the stretches, from the first, the L2 answers as the watched one: the same bytes from
     HBM, and room for the lines they bring without evicting any (the L2 is looked at, not changed)."""
-    lines, lines_of = l2.lines, l2._lines
+    lines, lines_of, tiles = l2.lines, l2._lines, l2._tiles
     added: dict = {}  # line -> presence bits the stretches so far brought
     room = l2.capacity - l2.used
     for n, (loads, _) in enumerate(stretches):
@@ -271,7 +333,8 @@ def _fits(l2: L2Cache, stretches: list, misses: float, copies: dict, default: fl
         for op in loads:
             tile = op.src
             scale = copies.get(tile.tensor, default)
-            for key, mask, slice_bytes in lines_of(tile):
+            got = tiles.get(id(tile))  # the L2's own record of the tile's lines (l2._lines, inlined)
+            for key, mask, slice_bytes in got[1] if got is not None and got[0] is tile else lines_of(tile):
                 entry = lines.get(key)
                 present = (entry[3] if entry is not None else 0) | added.get(key, 0)
                 absent = mask & ~present

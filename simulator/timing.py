@@ -10,7 +10,6 @@ import dataclasses
 import functools
 import math
 from collections import deque
-from itertools import islice
 
 from flashsim.algorithms.ir import (
     RMEM,
@@ -40,7 +39,7 @@ from flashsim.algorithms.ir import (
 )
 from flashsim.simulator.instructions import WARP, chain_cycles, exp2f_issue, lower, lower_gemm, per_pipe, total
 
-from .loopskip import HISTORY, KEYED, signature
+from .loopskip import HISTORY, signatures, take
 
 OPERAND_BYTES = {"fp8": 1, "fp16": 2, "bf16": 2, "fp32": 4}
 _ELEMENTWISE = frozenset(
@@ -294,15 +293,18 @@ class RoleTimer:
             return 0
         ahead, sigs, at = self.ahead, self.ahead_sigs, self.at
         last: list = []
-        _signatures([history[i] for i in range(len(history) - n, len(history))], last, memo)
+        signatures([history[i] for i in range(len(history) - n, len(history))], last, memo)
         reps = 0
         whole = True  # the stretches pulled last may repeat all at once
         while most is None or reps < most:
             end = at + (reps + 1) * n
-            if end > len(ahead):  # take the next periods' ops from the program, a few periods at a time
-                more = list(islice(self.source, end - len(ahead) + 15 * n))
-                ahead.extend(more)
-                _signatures(more, sigs, memo)
+            if end > len(ahead):
+                # take the next periods' ops from the program: as many as `most` stretches need at once, else
+                # a few periods more than held, doubling (each take and compare has its own cost)
+                want = at + most * n if most is not None else 2 * len(ahead) - at + 16 * n
+                more, more_sigs = take(self.source, max(want, end + 15 * n) - len(ahead), memo)
+                ahead += more
+                sigs += more_sigs
                 whole = True
                 if end > len(ahead):
                     break
@@ -380,23 +382,6 @@ class RoleTimer:
             action()
 
         return landed
-
-
-def _signatures(ops: list, out: list, memo: dict) -> None:
-    """Append each op's signature (loopskip.signature) to `out`, memoised by op id (the ops are alive while
-    the memo is used) and equal signatures made one object, so that stretches compare by identity."""
-    sigs = list(map(memo.get, map(id, ops)))  # no Python code per op where every one is known
-    if not all(sigs):  # signatures and ops are never falsy: None marks an op not seen yet
-        for k, sig in enumerate(sigs):
-            if sig is None:
-                sigs[k] = _signature(ops[k], memo)
-    out += sigs
-
-
-def _signature(op, memo: dict):
-    sig = signature(op) if type(op) in KEYED else op
-    sig = memo[id(op)] = memo.setdefault(("same", sig), sig)
-    return sig
 
 
 def _ldsm_unhidden(tensor: float, smem_bytes: int, share: float, p) -> tuple[float, int]:
