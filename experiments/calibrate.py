@@ -145,12 +145,12 @@ def to_params(report: dict) -> dict[str, tuple[int | float, str]]:
             p[f"mma_sync_{dtype}_flops_per_clk_per_sm"] = (m[f"{dtype}_flops_per_clk_per_sm"], src(m["how"]))
         p["mma_sync_latency_cycles"] = (round(m["bf16_latency_cycles"]), src(f"bf16 m16n8k16, {m['how']}"))
     if "ldsm_form" in r:
-        from .ldsm_form_fit import load_latency
+        from .ldsm_form_fit import KERNEL_WARPS_PER_SM, unhidden_fraction
 
-        lam, err, n = load_latency(r["ldsm_form"]["points"])
-        p["mma_sync_ldsm_latency_cycles"] = (round(lam, 1), src(
-            f"max(products alone, loads alone + L / n^2) with n warps per sub-partition fitted to the {n} "
-            f"k-steps of our v2 forward and backward GEMMs at 4 to 16 warps per SM (RMS error {100 * err:.1f}%), "
+        s, err, n = unhidden_fraction(r["ldsm_form"]["points"])
+        p["mma_sync_ldsm_unhidden_fraction"] = (round(s, 3), src(
+            f"max(loads alone, products alone) + f x min(the two) fitted to the {n} k-steps of our v2 forward "
+            f"and backward GEMMs at {KERNEL_WARPS_PER_SM} warps per SM (RMS error {100 * err:.1f}%), "
             f"{r['ldsm_form']['how']}"))
     if "red_dq" in r and "clock" in r:
         rd = r["red_dq"]  # each block into a tile of its own: the slices' rate without same-address contention

@@ -128,34 +128,6 @@ def unhidden_fraction(points: list[dict], warps: int = KERNEL_WARPS_PER_SM) -> t
     return s, err, len(rows)
 
 
-SUB_PARTITIONS = 4  # per SM (Hopper, Ampere): a block's warps are dealt out over them
-
-
-def latency_form(L: float, P: float, lam: float, warps: int) -> float:
-    """A k-step with n = warps / 4 warps per sub-partition: its products, or its loads plus the part of
-    their latency lam the sub-partition's n warps leave exposed, lam / n^2."""
-    n = max(1.0, warps / SUB_PARTITIONS)
-    return max(P, L + lam / (n * n))
-
-
-def load_latency(points: list[dict]) -> tuple[float, float, int]:
-    """The profile's mma_sync_ldsm_latency_cycles: lam of latency_form fitted to the sweep's tile points (our
-    kernels' own k-steps) at every warps per SM at once; with its RMS relative error and the point count."""
-    rows = [r for r in analyse(points)["rows"] if r["kind"] == "tile"]
-    if not rows:
-        raise ValueError("no tile points")
-
-    def rms(lam: float) -> float:
-        return float(np.sqrt(np.mean([(latency_form(r["loads_alone"], r["products_alone"], lam, r["warps_per_sm"])
-                                       / r["cycles_per_warp_kstep"] - 1) ** 2 for r in rows])))
-
-    grid = np.linspace(0.0, 200.0, 401)
-    best = min(grid, key=rms)
-    fine = np.linspace(best - 0.5, best + 0.5, 51)
-    best = float(min(fine, key=rms))
-    return best, rms(best), len(rows)
-
-
 def markdown(result: dict) -> str:
     names = list(FORMS)
     lines = ["Each form fitted to a subset of the points: coefficient / RMS relative error.", "",

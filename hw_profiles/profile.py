@@ -34,7 +34,7 @@ PROVENANCES = {
 OVERRIDE_KIND = "override"
 WARP = 32
 # Keys for which zero is a meaningful value (a what-if without the per-block reservation).
-ZERO_ALLOWED = frozenset({"smem_reserved_per_block_bytes", "issue_model", "mma_sync_ldsm_latency_cycles",
+ZERO_ALLOWED = frozenset({"smem_reserved_per_block_bytes", "issue_model", "mma_sync_ldsm_unhidden_fraction",
                            "icache_miss_cycles_per_line", "icache_branch_cycles"})
 
 # Unit of a key, read from its name's suffix (longest suffixes first). No suffix: a plain count.
@@ -127,9 +127,9 @@ class Profile:
     mma_sync_bf16_flops_per_clk_per_sm: float = _p(float)
     mma_sync_tf32_flops_per_clk_per_sm: float = _p(float)
     mma_sync_latency_cycles: int = _p(int)
-    # ldmatrix-fed mma.sync: the latency each k-step's products wait for its fragments past their loads, of
-    # which n warps per sub-partition in GEMMs at once leave 1 / n^2 exposed (0: none)
-    mma_sync_ldsm_latency_cycles: float = _p(float)
+    # ldmatrix-fed mma.sync: the fraction of the shorter of a GEMM's loads alone and products alone that the
+    # longer does not hide (each warp's products wait on its own loads; 0: the longer hides it all)
+    mma_sync_ldsm_unhidden_fraction: float = _p(float)
     # data movement and launch
     cp_async_issue_cycles: int = _p(int)
     launch_overhead_s: float = _p(float)
@@ -241,6 +241,10 @@ class Profile:
         if self.issue_model not in (0, 1):
             raise self._fail("issue_model", f"must be 0 (dependent stream) or 1 (instruction issue), "
                                             f"got {self.issue_model}")
+        if self.mma_sync_ldsm_unhidden_fraction > 1:
+            raise self._fail("mma_sync_ldsm_unhidden_fraction", f"is a fraction of the shorter of the loads and "
+                                                                f"products, at most 1, got "
+                                                                f"{self.mma_sync_ldsm_unhidden_fraction}")
         if self.max_warps_per_sm * WARP != self.max_threads_per_sm:
             raise self._fail(
                 "max_threads_per_sm",

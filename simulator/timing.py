@@ -38,7 +38,7 @@ from flashsim.algorithms.ir import (
     Wait,
     WarpReduce,
 )
-from flashsim.simulator.instructions import HMMA_K, WARP, chain_cycles, exp2f_issue, lower, lower_gemm, per_pipe, total
+from flashsim.simulator.instructions import WARP, chain_cycles, exp2f_issue, lower, lower_gemm, per_pipe, total
 
 from .loopskip import HISTORY, KEYED, signature
 
@@ -100,19 +100,17 @@ class RoleTimer:
         if self.trace is not None and end > start:
             self.trace.append((self.track, name, start, end))
 
-    def _until(self, reqs, extra: int = 0, lags: tuple | None = None):
+    def _until(self, reqs, extra: int = 0):
         """Sleep until every (unit, request) is served, plus `extra` cycles of latency counted from the last
         one's end: a wait for work that ended long enough ago (an asynchronous GEMM waited for after the
         softmax it overlapped) does not sleep. Shared units can only push an estimate later, so wake at the
-        estimate and ask again. lags: cycles after each request's own end that the wait lasts at least."""
+        estimate and ask again."""
         env = self.env
         while True:
             now = env._now  # simpy's `now` property, read directly: this loop runs for most ops
             t = now if not reqs else 0
-            for k, (unit, rid) in enumerate(reqs):
+            for unit, rid in reqs:
                 finish = unit.estimate(now, rid)
-                if lags:
-                    finish += lags[k]
                 if finish > t:
                     t = finish
             served = math.ceil(t - 1e-9)
@@ -174,23 +172,18 @@ class RoleTimer:
                 if plan is None:
                     plan = _gemm_plan(op, sm, p)
                 reqs = [(unit, unit.submit(now, work, cap)) for unit, work, cap in plan[1]]
-                lags = _load_lags(plan, sm, p)
                 if op.async_token:
-                    self.tokens[op.async_token] = (reqs, plan[2], now, lags, plan[4])
+                    self.tokens[op.async_token] = (reqs, plan[2], now)
                     yield env.timeout(1)
                 else:
-                    sm.mma_warps += plan[4]
-                    yield from self._until(reqs, plan[2], lags)
-                    sm.mma_warps -= plan[4]
+                    yield from self._until(reqs, plan[2])
                     if tracing:
                         self._mark(f"gemm {op.dst}", now, env.now)
             elif kind is GemmWait:
                 pending = self.tokens.pop(op.token, None)
                 if pending is not None:
-                    reqs, latency, issued, lags, warps = pending
-                    sm.mma_warps += warps
-                    yield from self._until(reqs, latency, lags)
-                    sm.mma_warps -= warps
+                    reqs, latency, issued = pending
+                    yield from self._until(reqs, latency)
                     if tracing:
                         self._mark(f"gemm {op.token}", issued, env.now)
             elif kind is Load:
@@ -406,19 +399,18 @@ def _signature(op, memo: dict):
     return sig
 
 
-def _load_lags(plan: tuple, sm, p) -> tuple | None:
-    """Per request of an ldmatrix-fed mma.sync GEMM (plan from _gemm_plan), the cycles its wait lasts beyond
-    that request's end: none past the products, and past the loads the part of their latency that the warps
-    leave exposed. Each k-step's products wait for that k-step's fragments; a sub-partition's other warps in
-    a GEMM at the same time fill the wait with their own loads and products, so n warps per sub-partition
-    expose mma_sync_ldsm_latency_cycles / n^2 per k-step (`calibrate --only ldsm_form`: our kernels' k-steps
-    at 4 to 16 warps per SM take max(products alone, loads alone + that), RMS error 2.5%). n counts the
-    warps of every mma.sync GEMM in flight on the SM when this one starts (another block's too)."""
-    ksteps = plan[3]
-    if not ksteps:
-        return None
-    n = max(1.0, (sm.mma_warps + plan[4]) / p.sub_partitions_per_sm)
-    return (0.0, ksteps * p.mma_sync_ldsm_latency_cycles / (n * n))
+def _ldsm_unhidden(tensor: float, smem_bytes: int, share: float, p) -> tuple[float, int]:
+    """An ldmatrix-fed mma.sync GEMM's tensor cycles and shared-memory bytes with the part of the shorter of
+    its loads and its products that the longer does not hide added to the longer: each warp's products wait
+    for its own loads, so a sub-partition's tensor pipe or the SM's read path idles now and then
+    (`calibrate --only ldsm_form`: the v2 kernels' k-steps at 8 warps per SM take the longer of the two
+    plus mma_sync_ldsm_unhidden_fraction of the shorter)."""
+    loads = smem_bytes / p.smem_bandwidth_bytes_per_clk_per_sm
+    products = tensor / share  # alone, at the warps' share of the pipe
+    unhidden = p.mma_sync_ldsm_unhidden_fraction * min(loads, products)
+    if loads >= products:
+        return tensor, smem_bytes + round(unhidden * p.smem_bandwidth_bytes_per_clk_per_sm)
+    return tensor + unhidden * share, smem_bytes
 
 
 # Plans kept per SM before the cache starts again (ops made per step, masked softmaxes, would pile up).
@@ -439,6 +431,8 @@ def _gemm_plan(op: Gemm, sm, p) -> tuple:
     share = pipe_share(op.warps, p.sub_partitions_per_sm)
     tensor = op.flops / p.tensor_flops_per_clk_per_sm(op.instr, op.dtype)  # cycles of the whole tensor pipe
     smem_bytes = gemm_smem_bytes(op)
+    if smem_bytes and op.instr == "mma_sync" and p.mma_sync_ldsm_unhidden_fraction:
+        tensor, smem_bytes = _ldsm_unhidden(tensor, smem_bytes, share, p)
     # wgmma is asynchronous: the tensor cores take warpgroups' instructions in issue order
     tensor_req = (sm.wgmma_queue, tensor, None) if op.instr == "wgmma" else (sm.tensor, tensor, share)
     reqs = [tensor_req, (sm.smem, smem_bytes, 1.0)]
@@ -447,10 +441,7 @@ def _gemm_plan(op: Gemm, sm, p) -> tuple:
     if p.issue_model:  # the HMMA / HGMMA and ldmatrix instructions take issue slots too
         reqs.append((sm.issue, _gemm_issue(op) * op.warps, share))
     latency = p.wgmma_latency_cycles if op.instr == "wgmma" else p.mma_sync_latency_cycles
-    mma_sync = op.instr == "mma_sync"
-    # k-steps whose products wait on ldmatrix loads (_load_lags), and the warps the GEMM keeps in mma.sync
-    ksteps = math.ceil(op.k / HMMA_K[op.dtype]) if mma_sync and smem_bytes and p.mma_sync_ldsm_latency_cycles else 0
-    return _keep(sm.plans, op, (op, tuple(reqs), latency, ksteps, op.warps if mma_sync else 0))
+    return _keep(sm.plans, op, (op, tuple(reqs), latency))
 
 
 def _elementwise_plan(op, sm, p) -> tuple:
