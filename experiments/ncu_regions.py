@@ -87,7 +87,7 @@ def regions(details: str, sass: str) -> dict:
         out["regions"][name] = {
             "instructions": b - a, "hmma": kinds["HMMA"], "ldsm": kinds["LDSM"], "mufu": kinds["MUFU"],
             "cycles": step * sum(s for _, s, _ in part) / total,
-            "stalls": {k: step * v / total for k, v in why.most_common(6)},
+            "stalls": {k: step * v / total for k, v in why.most_common() if v},
         }
     return out
 
@@ -98,7 +98,7 @@ def markdown(name: str, r: dict) -> str:
              "| region | instructions | HMMA | LDSM | MUFU | cycles | top stall reasons (cycles) |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for reg, v in r["regions"].items():
-        why = ", ".join(f"{k} {c:.0f}" for k, c in v["stalls"].items())
+        why = ", ".join(f"{k} {c:.0f}" for k, c in list(v["stalls"].items())[:6])
         lines.append(f"| {reg} | {v['instructions']} | {v['hmma']} | {v['ldsm']} | {v['mufu']} | "
                      f"{v['cycles']:.0f} | {why} |")
     return "\n".join(lines) + "\n"
