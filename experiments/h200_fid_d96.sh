@@ -19,16 +19,7 @@ COUNTS+=,smsp__inst_executed_pipe_lsu.sum,smsp__inst_executed_op_ldsm.sum,sm__in
 COUNTS+=,smsp__cycles_active.avg,sm__cycles_active.max,sm__cycles_elapsed.avg.per_second
 COUNTS+=,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum
 COUNTS+=,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum
-for cfg in "v2 96" "sdpa-flash 96" "v2 128"; do
-  set -- $cfg
-  name="$1-d$2-n4096-c0"
-  step "ncu-$name" 150 ncu --clock-control none --set full --import-source no --metrics "$COUNTS" \
-    --kernel-name "regex:flash_fwd_kernel|flashsim_v2" --launch-skip 1 --launch-count 1 -f -o "$OUT/$name" \
-    python3 -m flashsim.experiments.bench_kernels --profile-target "$1,$2,4096,0,4,16"
-  step "ncu-$name-details" 30 ncu -i "$OUT/$name.ncu-rep" --print-details all
-  step "ncu-$name-sass" 40 ncu -i "$OUT/$name.ncu-rep" --page source --csv --print-source sass
-  rm -f "$OUT/$name.ncu-rep"
-done
+ncu_configs "flash_fwd_kernel|flashsim_v2" "$COUNTS" "v2 96 4096 0 4 16" "sdpa-flash 96 4096 0 4 16" "v2 128 4096 0 4 16"
 cd "$OUT" && tar czf results.tgz --ignore-failed-read ncu-*.txt gpu.txt summary.txt && rm -f ncu-*.txt
 cd - > /dev/null
 finish
