@@ -15,3 +15,20 @@ finish() {
   [ "$status" -eq 0 ] && echo PASS | tee -a "$OUT/summary.txt" || echo FAIL | tee -a "$OUT/summary.txt"
   exit "$status"
 }
+# ncu_configs KERNEL_REGEX COUNTS "IMPL D N CAUSAL B H" ...: for each configuration, Nsight Compute's full set
+# with COUNTS, its details page and its per-SASS source page (CSV) as ncu-IMPL-dD-nN-cC{,-details,-sass}.txt
+ncu_configs() {
+  local kernels=$1 counts=$2 cfg name
+  shift 2
+  local cfgs=("$@")
+  for cfg in "${cfgs[@]}"; do
+    set -- $cfg
+    name="$1-d$2-n$3-c$4"
+    step "ncu-$name" 150 ncu --clock-control none --set full --import-source no --metrics "$counts" \
+      --kernel-name "regex:$kernels" --launch-skip 1 --launch-count 1 -f -o "$OUT/$name" \
+      python3 -m flashsim.experiments.bench_kernels --profile-target "$1,$2,$3,$4,$5,$6"
+    step "ncu-$name-details" 30 ncu -i "$OUT/$name.ncu-rep" --print-details all
+    step "ncu-$name-sass" 40 ncu -i "$OUT/$name.ncu-rep" --page source --csv --print-source sass
+    rm -f "$OUT/$name.ncu-rep"
+  done
+}

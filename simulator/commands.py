@@ -417,7 +417,9 @@ def _cmd_trace(args) -> int:
         )
     trace: list = []
     result = simulate(args.algo, problem, profile, tiling, sms=sms, trace=trace, options=options)
-    write_chrome_trace(trace, profile.sm_clock_hz, args.out, result)
+    # the run's clock, which power management sets by the kernel's load (mma.sync, wgmma), not the base clock
+    clock = result.kernels[0]["clock_hz"] if result.kernels else profile.sm_clock_hz
+    write_chrome_trace(trace, clock, args.out, result)
     _console().print(
         f"wrote {len(trace):,} intervals to {args.out} (open in ui.perfetto.dev or chrome://tracing); "
         f"{result.algo}: {result.time_s * 1e3:.3f} ms simulated"

@@ -280,6 +280,21 @@ def test_trace_is_chrome_json(tmp_path, capsys):
     assert any("producer" in t for t in tracks) and any("tma" in t for t in tracks)
 
 
+def test_trace_times_are_at_the_runs_clock(tmp_path, capsys):
+    """An mma.sync kernel runs below the base clock (the profile's clock under tensor-core load): the trace's
+    microseconds are its cycles at that clock, so the last interval ends with the kernel's blocks (its time
+    less the launch's fixed busy time outside them), not 9% before."""
+    out = tmp_path / "t.json"
+    assert cli.main(["trace", "--hw", "h200", "--algo", "v2", "--seqlen", "512", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    kernel = data["metadata"]["kernels"][0]
+    h200 = load_profile("h200")
+    assert kernel["clock_hz"] < 0.95 * h200.sm_clock_hz
+    last = max(e["ts"] + e["dur"] for e in data["traceEvents"] if e["ph"] == "X")
+    blocks_us = kernel["cycles"] / kernel["clock_hz"] * 1e6 - h200.kernel_busy_overhead_s * 1e6
+    assert last == pytest.approx(blocks_us, rel=0.03)
+
+
 def test_compare_and_tour_json(tmp_path, capsys):
     assert (
         cli.main(

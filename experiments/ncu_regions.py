@@ -1,0 +1,117 @@
+"""Where a forward kernel's K/V-loop time goes, region by region, from Nsight Compute's per-instruction data.
+
+    python3 -m flashsim.experiments.ncu_regions DETAILS.txt SASS.csv[.gz] [...]   (pairs of files)
+
+SASS is the source page exported as CSV (`ncu --page source --csv`: executed counts and warp-stall samples per
+SASS instruction), DETAILS the same run's details page (read for its grid, block, SM-sub-partition active cycles
+and active warps per scheduler). The loop body is the instructions executed once per warp per K/V block; it
+is cut where the code changes kind: before the first HMMA (copies issued, addresses, the barrier), S = Q K^T
+(to the first FMNMX), the softmax up to the first HMMA after it, and P V with the softmax's tail the compiler
+interleaves with it (exponentials, packing, row sums). Warp-stall samples are spread over a warp's whole life,
+so a region's share of the loop's samples times the cycles a warp spends per K/V block is the region's time:
+
+    cycles per warp and K/V block = SM-sub-partition active cycles x active warps per scheduler x
+                                    sub-partitions / (warps x K/V blocks per warp)
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+
+SUB_PARTITIONS = 132 * 4  # H200: 132 SMs of 4
+
+
+def _text(path: str) -> str:
+    data = Path(path).read_bytes()
+    return gzip.decompress(data).decode() if path.endswith(".gz") else data.decode()
+
+
+def _details(text: str) -> tuple[int, float, float]:
+    """(warps launched, SM-sub-partition active cycles, active warps per scheduler) of the run."""
+    grid, block = re.search(r"\((\d+), (\d+), (\d+)\)x\((\d+), (\d+), (\d+)\)", text).group(0).split("x")
+    count = 1
+    for part in (grid, block):
+        for v in re.findall(r"\d+", part):
+            count *= int(v)
+    active = float(re.search(r"smsp__cycles_active\.avg\s+cycle\s+([\d,.]+)", text).group(1).replace(",", ""))
+    warps = float(re.search(r"^\s*Active Warps Per Scheduler\s+warp\s+([\d.]+)", text, re.M).group(1))
+    return count // 32, active, warps
+
+
+def _body(text: str) -> tuple[list[tuple[str, int, Counter]], int]:
+    """(opcode, samples, stall samples by reason) of each loop-body instruction, in code order, and the
+    body's executed count (warps x K/V blocks per warp)."""
+    rows = list(csv.reader(io.StringIO(text)))
+    head = next(i for i, r in enumerate(rows) if r and r[0] == "Address")
+    hdr = rows[head]
+    ix = {h: i for i, h in enumerate(hdr)}
+    stalls = [h for h in hdr if h.startswith("stall_") and "(Not" not in h]
+    lines = [r for r in rows[head + 1:] if len(r) == len(hdr)]
+    counts = [int(r[ix["Instructions Executed"]] or 0) for r in lines]
+    most = max(counts)
+    body = []
+    for r, n in zip(lines, counts, strict=True):
+        if n < 0.9 * most:  # executed once per warp and K/V block (the next K's copy: all blocks but one)
+            continue
+        toks = r[ix["Source"]].split()
+        op = (toks[1] if toks[0].startswith("@") else toks[0]).split(".")[0]
+        body.append((op, int(r[ix["Warp Stall Sampling (All Samples)"]] or 0),
+                     Counter({h[6:]: int(r[ix[h]] or 0) for h in stalls})))
+    return body, most
+
+
+def regions(details: str, sass: str) -> dict:
+    warps, active, per_scheduler = _details(_text(details))
+    body, most = _body(_text(sass))
+    step = active * per_scheduler * SUB_PARTITIONS / most  # cycles per warp and K/V block
+    total = sum(s for _, s, _ in body)
+    ops = [op for op, _, _ in body]
+    s_gemm = ops.index("HMMA")
+    softmax = ops.index("FMNMX")
+    pv = ops.index("HMMA", softmax)
+    cuts = {"before S (copies, addresses, barrier)": (0, s_gemm), "S = Q K^T": (s_gemm, softmax),
+            "softmax": (softmax, pv), "P V and the softmax's tail": (pv, len(body))}
+    out = {"warps": warps, "kv_blocks_per_warp": most / warps, "cycles_per_warp_step": step, "regions": {}}
+    for name, (a, b) in cuts.items():
+        part = body[a:b]
+        why: Counter = Counter()
+        for _, _, c in part:
+            why.update(c)
+        kinds = Counter(op for op, _, _ in part)
+        out["regions"][name] = {
+            "instructions": b - a, "hmma": kinds["HMMA"], "ldsm": kinds["LDSM"], "mufu": kinds["MUFU"],
+            "cycles": step * sum(s for _, s, _ in part) / total,
+            "stalls": {k: step * v / total for k, v in why.most_common() if v},
+        }
+    return out
+
+
+def markdown(name: str, r: dict) -> str:
+    lines = [f"### {name}", "", f"{r['warps']} warps, {r['kv_blocks_per_warp']:.0f} K/V blocks each: "
+             f"{r['cycles_per_warp_step']:.0f} cycles per warp and K/V block", "",
+             "| region | instructions | HMMA | LDSM | MUFU | cycles | top stall reasons (cycles) |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for reg, v in r["regions"].items():
+        why = ", ".join(f"{k} {c:.0f}" for k, c in list(v["stalls"].items())[:6])
+        lines.append(f"| {reg} | {v['instructions']} | {v['hmma']} | {v['ldsm']} | {v['mufu']} | "
+                     f"{v['cycles']:.0f} | {why} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    if not argv or len(argv) % 2:
+        sys.stderr.write("usage: ncu_regions DETAILS.txt SASS.csv[.gz] [DETAILS SASS ...]\n")
+        return 2
+    for details, sass in zip(argv[::2], argv[1::2], strict=True):
+        print(markdown(Path(sass).name.split("-sass")[0], regions(details, sass)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
