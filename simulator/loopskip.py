@@ -22,7 +22,9 @@ same work take the same op in the same cycle, one after another, and an op the r
 would otherwise run against the L2 state of the stretches its twins left out (lines their left-out loads
 brought in at once), putting its SM ahead of theirs. Warp-specialized kernels (V3's producer feeding
 consumer warpgroups through a ring) take it like one-role kernels. Causal grids gain little, since a block
-ending somewhere on the sampled SMs every few iterations leaves few whole stretches between block ends.
+ending somewhere on the sampled SMs every few iterations leaves few whole stretches between block ends. Nor do
+V3's three-consumer tiles (d64, d96): their softmaxes share the schedulers' dependent dispatch, the other
+roles' phases against the reference drift from stretch to stretch, and the premise never holds.
 """
 
 from __future__ import annotations

@@ -277,7 +277,9 @@ def test_loop_skip_leaves_out_stretches_that_evict_alike():
     [
         ("v3", Problem(1, 16, 16384, 128), H100),  # its L2 fills: the split of HBM writes must still match
         ("v3", Problem(1, 16, 8192, 256), H200),  # a ragged last K/V tile; skips before and after the L2 fills
-        ("v3", Problem(2, 16, 8192, 64), H100),  # loop skips inside the periods the periodic skip watches
+        # loop skips inside the periods the periodic skip watches (two consumers: three-consumer d64 tiles,
+        # whose softmaxes share their schedulers, do not phase-lock, and the loop skip waits there in vain)
+        ("v3", Problem(2, 16, 8192, 128), H100),
         ("v3", Problem(2, 32, 8192, 128, kv_heads=8, causal=True), H200),
         ("v3-fp8", Problem(1, 16, 8192, 128, dtype="fp8"), H100),
     ],
