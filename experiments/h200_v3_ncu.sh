@@ -13,16 +13,8 @@ source experiments/device_steps.sh
 COUNTS=smsp__inst_executed.sum,smsp__inst_executed_pipe_alu.sum,smsp__inst_executed_pipe_fma.sum
 COUNTS+=,smsp__inst_executed_pipe_xu.sum,smsp__inst_executed_pipe_lsu.sum,sm__inst_executed_pipe_tensor_op_gmma.sum
 COUNTS+=,smsp__cycles_active.avg,sm__cycles_active.max,sm__cycles_elapsed.avg.per_second
-for cfg in "v3 96 4096 0 4 16" "v3 64 4096 0 4 32" "v3 128 4096 0 4 16" "v3 96 4096 1 4 16" "v2 96 4096 0 4 16"; do
-  set -- $cfg
-  name="$1-d$2-n$3-c$4"
-  step "ncu-$name" 150 ncu --clock-control none --set full --import-source no --metrics "$COUNTS" \
-    --kernel-name "regex:^(v3_|flashsim_v2)" --launch-skip 1 --launch-count 1 -f -o "$OUT/$name" \
-    python3 -m flashsim.experiments.bench_kernels --profile-target "$1,$2,$3,$4,$5,$6"
-  step "ncu-$name-details" 30 ncu -i "$OUT/$name.ncu-rep" --print-details all
-  step "ncu-$name-sass" 30 ncu -i "$OUT/$name.ncu-rep" --page source --csv --print-source sass
-  rm -f "$OUT/$name.ncu-rep"
-done
+ncu_configs "^(v3_|flashsim_v2)" "$COUNTS" "v3 96 4096 0 4 16" "v3 64 4096 0 4 32" "v3 128 4096 0 4 16" \
+  "v3 96 4096 1 4 16" "v2 96 4096 0 4 16"
 cd "$OUT" && tar czf results.tgz --ignore-failed-read ncu-*.txt gpu.txt summary.txt && rm -f ncu-*.txt
 cd - > /dev/null
 finish
