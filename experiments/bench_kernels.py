@@ -204,6 +204,7 @@ def profile_target(spec: str) -> None:
     import torch
 
     algo, d, n, causal, *bh = spec.split(",")
+    bh = [x for x in bh if x]  # "ALGO,D,N,CAUSAL,," (no batch and heads given): the grid's
     b, h = (int(x) for x in bh) if bh else (None, None)
     q, k, v = inputs(int(d), int(n), torch.bfloat16, b, h)
     fn = make_fn(algo, q, k, v, causal.lower() in ("1", "true", "causal"))

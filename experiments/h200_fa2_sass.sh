@@ -49,18 +49,8 @@ step fa2-static 300 bash -c fa2_static
 COUNTS=smsp__inst_executed.sum,smsp__inst_executed_pipe_alu.sum,smsp__inst_executed_pipe_fma.sum
 COUNTS+=,smsp__inst_executed_pipe_lsu.sum,smsp__inst_executed_op_ldsm.sum,sm__inst_executed_pipe_tensor_op_hmma.sum
 COUNTS+=,smsp__cycles_active.avg,sm__cycles_active.max,sm__cycles_elapsed.avg.per_second
-for cfg in "128 4096 0" "64 4096 0" "128 4096 1"; do
-  set -- $cfg
-  for impl in sdpa-flash v2; do
-    name="$impl-d$1-n$2-c$3"
-    step "ncu-$name" 120 ncu --clock-control none --set full --import-source no --metrics "$COUNTS" \
-      --kernel-name "regex:flash_fwd_kernel|flashsim_v2" --launch-skip 1 --launch-count 1 -f -o "$OUT/$name" \
-      python3 -m flashsim.experiments.bench_kernels --profile-target "$impl,$1,$2,$3"
-    step "ncu-$name-details" 20 ncu -i "$OUT/$name.ncu-rep" --print-details all
-    step "ncu-$name-sass" 30 ncu -i "$OUT/$name.ncu-rep" --page source --csv --print-source sass
-    rm -f "$OUT/$name.ncu-rep"
-  done
-done
+ncu_configs "flash_fwd_kernel|flashsim_v2" "$COUNTS" "sdpa-flash 128 4096 0" "v2 128 4096 0" "sdpa-flash 64 4096 0" \
+  "v2 64 4096 0" "sdpa-flash 128 4096 1" "v2 128 4096 1"
 # two files back: the counts and Nsight Compute's pages in results.tgz, the SASS alone (it is large)
 cd "$OUT" && tar czf results.tgz --ignore-failed-read fa2-sass-counts.json ncu-*.txt fa2-static.txt gpu.txt \
   summary.txt && rm -f fa2-sass-counts.json ncu-*.txt fa2-static.txt
