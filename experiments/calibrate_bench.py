@@ -17,6 +17,7 @@ import numpy as np
 
 from .calibrate_ldsm import ldsm_form
 from .calibrate_power import power_mix
+from .calibrate_softmax import softmax_mix
 from .calibrate_wgmma import wgmma_shape
 
 # Mirrors BlockTime in kernels/microbench/common.cuh.
@@ -800,9 +801,10 @@ BENCHMARKS: dict[str, Callable[[Bench], dict]] = {
     "wgmma": wgmma,
     "wgmma_shape": wgmma_shape,
     "power_mix": power_mix,
+    "softmax_mix": softmax_mix,
     "clock": clock_under_load,
     "cp_async": cp_async,
     "tma": tma,
     "launch": launch,
 }
-HOPPER_ONLY = frozenset({"wgmma", "wgmma_shape", "power_mix", "tma"})
+HOPPER_ONLY = frozenset({"wgmma", "wgmma_shape", "power_mix", "softmax_mix", "tma"})

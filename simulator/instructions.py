@@ -178,6 +178,44 @@ def lower(op) -> Counter:
     return c
 
 
+def lower_phases(op) -> list[tuple[Counter, str]]:
+    """An online softmax's instructions per warp in two phases: the max of a thread's first row (its
+    compares, the quad's shuffles, the scaled max), which its exponentials wait for, then the rest, which
+    the compiler interleaves with those exponentials (the other rows' max, the row sums, P's conversion).
+    So a warp alone on its scheduler leaves the special-function unit idle through the first phase
+    (kernels/microbench/softmax_mix.cu). Each phase is (counts, name); together they are lower(op). Other
+    ops are one phase."""
+    whole = lower(op)
+    if type(op) is not OnlineSoftmax:
+        return [(whole, "all")]
+    e, rt, per_row = _layout(op.rows, op.cols, op.warps)
+    first: Counter = Counter()
+    first["fmnmx"] += per_row + QUAD_STEPS
+    first["shuffle"] += QUAD_STEPS
+    first["fp32_compare"] += 1
+    first["select"] += 1
+    first["fp32"] += 1  # m * scale
+    if op.mask is not None:
+        _mask(first, per_row)
+    rest = whole.copy()
+    rest.subtract(first)
+    return [(first, "max"), (+rest, "exp")]
+
+
+def phase_chain(name: str, op, fp32_latency: float, mufu_latency: float, shfl_latency: float) -> float:
+    """The dependent chain of one row through a phase of lower_phases (the three add up to chain_cycles)."""
+    if name == "all":
+        return chain_cycles(op, fp32_latency, mufu_latency, shfl_latency)
+    _, _, per_row = _layout(op.rows, op.cols, op.warps)
+    reduce = (per_row / 2 + 1) * fp32_latency
+    if name == "max":
+        return reduce + QUAD_STEPS * (shfl_latency + fp32_latency) + 3 * fp32_latency
+    if name == "exp":
+        extra = 4 * fp32_latency if op.exp2 == "exp2f" else 0.0
+        return mufu_latency + reduce + fp32_latency + extra
+    return 0.0
+
+
 def lower_gemm(op: Gemm) -> Counter:
     """Tensor instructions per warp of a GEMM, and the ldmatrix loads of its shared-memory operands."""
     c: Counter = Counter()

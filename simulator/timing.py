@@ -37,7 +37,15 @@ from flashsim.algorithms.ir import (
     Wait,
     WarpReduce,
 )
-from flashsim.simulator.instructions import WARP, chain_cycles, exp2f_issue, lower, lower_gemm, per_pipe, total
+from flashsim.simulator.instructions import (
+    WARP,
+    exp2f_issue,
+    lower_gemm,
+    lower_phases,
+    per_pipe,
+    phase_chain,
+    total,
+)
 
 from .loopskip import HISTORY, signatures, take
 
@@ -223,6 +231,11 @@ class RoleTimer:
                 yield from self._until(reqs, plan[2])
                 if floor > env._now:
                     yield env.timeout(floor - env._now)
+                for phase, least in plan[6]:  # the issue model's later phases, one after another
+                    start = env._now
+                    yield from self._until([(unit, unit.submit(start, work, cap)) for unit, work, cap in phase])
+                    if start + least > env._now:
+                        yield env.timeout(start + least - env._now)
                 if plan[4]:
                     # exp2f's instructions wait on no chain: the warps' schedulers issue them, one per cycle
                     # each, shared with the other blocks' warps
@@ -435,8 +448,10 @@ def _elementwise_plan(op, sm, p) -> tuple:
     elementwise op on this SM."""
     share = pipe_share(op.warps, p.sub_partitions_per_sm)
     off_chain = 0.0
+    phases = ()
     if p.issue_model:
-        reqs, floor = _issued(op, sm, share, p)
+        (reqs, floor), *later = _issued(op, sm, share, p)
+        phases = tuple(later)
     else:
         # each warp issues its share of the elementwise instructions as a dependent stream, at least the
         # dependent-issue interval apart, and its scheduler takes turns among the streams of the warps it holds
@@ -449,13 +464,13 @@ def _elementwise_plan(op, sm, p) -> tuple:
         # row max and sum exchanged through shared memory, with a barrier each
         reqs.append((sm.smem, 2 * op.rows * op.cross_warp * 4, 1.0))
         extra = 2 * p.smem_latency_cycles
-    return _keep(sm.plans, op, (op, tuple(reqs), extra, floor, off_chain, share))
+    return _keep(sm.plans, op, (op, tuple(reqs), extra, floor, off_chain, share, phases))
 
 
 @functools.lru_cache(maxsize=4096)
-def _lowered(op) -> tuple[float, dict[str, float]]:
-    counts = lower(op)
-    return total(counts), per_pipe(counts)
+def _lowered(op) -> tuple[tuple[float, dict[str, float], str], ...]:
+    """(instructions, per pipe, phase name) of each phase of an op, in order."""
+    return tuple((total(counts), per_pipe(counts), name) for counts, name in lower_phases(op))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -468,21 +483,25 @@ def _gemm_issue(op: Gemm) -> float:
     return total(lower_gemm(op))
 
 
-def _issued(op, sm, share: float, p) -> tuple[list, int]:
+def _issued(op, sm, share: float, p) -> list[tuple[list, int]]:
     """The instruction-issue model of an elementwise op: its warps' instructions (simulator/instructions.py)
     go to the SM's warp schedulers, and each class's lanes to its pipe (FP32 FMA, ALU, MUFU, shuffle), all
-    shared with whatever else the SM runs; the op also lasts at least one row's dependent chain (rows of a
-    thread, and threads, overlap). Returns the (unit, work, cap) requests and that chain's cycles."""
-    instrs, pipes = _lowered(op)
+    shared with whatever else the SM runs. An online softmax issues in three phases one after another (a
+    row's max before its exponentials, the conversion after them); each phase lasts at least one row's
+    dependent chain through it (rows of a thread, and threads, overlap). Returns (requests, chain cycles) per
+    phase."""
     lanes = WARP * op.warps
-    reqs = [(sm.issue, instrs * op.warps, share)]
-    # an FP32 instruction's lane does one FFMA's work: two of the profile's FLOPs
-    for unit, work in ((sm.alu, 2 * pipes.get("fma", 0)), (sm.int_alu, pipes.get("alu", 0)),
-                       (sm.sfu, pipes.get("mufu", 0)), (sm.shfl, pipes.get("shfl", 0))):
-        if work:
-            reqs.append((unit, work * lanes, share))
-    chain = chain_cycles(op, p.fp32_dependent_issue_cycles, p.mufu_latency_cycles, p.shfl_latency_cycles)
-    return reqs, math.ceil(chain)
+    out = []
+    for instrs, pipes, name in _lowered(op):
+        reqs = [(sm.issue, instrs * op.warps, share)]
+        # an FP32 instruction's lane does one FFMA's work: two of the profile's FLOPs
+        for unit, work in ((sm.alu, 2 * pipes.get("fma", 0)), (sm.int_alu, pipes.get("alu", 0)),
+                           (sm.sfu, pipes.get("mufu", 0)), (sm.shfl, pipes.get("shfl", 0))):
+            if work:
+                reqs.append((unit, work * lanes, share))
+        chain = phase_chain(name, op, p.fp32_dependent_issue_cycles, p.mufu_latency_cycles, p.shfl_latency_cycles)
+        out.append((reqs, math.ceil(chain)))
+    return out
 
 
 def _waits(op, kind, inflight: dict) -> list:

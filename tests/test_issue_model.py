@@ -25,16 +25,22 @@ def _time(**overrides) -> float:
 def test_requests_are_the_lowered_instructions():
     op = OnlineSoftmax("S", "P", "m", "l", 128, 64, 0.1, None, "bf16", acc="acc", acc_cols=128, warps=4)
     sm = Sm(0, H200)
-    reqs, floor = _issued(op, sm, 1.0, H200)
+    phases = _issued(op, sm, 1.0, H200)
+    assert len(phases) == 2  # the first row's max, then the rest
     counts = lower(op)
     pipes = per_pipe(counts)
-    work = {unit.name.split(".")[1]: amount for unit, amount, _ in reqs}
+    work: dict[str, float] = {}
+    for reqs, _ in phases:
+        for unit, amount, _ in reqs:
+            name = unit.name.split(".")[1]
+            work[name] = work.get(name, 0.0) + amount
     assert work["issue"] == pytest.approx(sum(counts.values()) * 4)
     assert work["sfu"] == pytest.approx(pipes["mufu"] * 128)  # lanes: 4 warps of 32
     assert work["alu"] == pytest.approx(2 * pipes["fma"] * 128)  # an FP32 lane's work is one FFMA, 2 FLOPs
     assert work["int_alu"] == pytest.approx(pipes["alu"] * 128)
-    assert floor == pytest.approx(chain_cycles(op, H200.fp32_dependent_issue_cycles, H200.mufu_latency_cycles,
-                                               H200.shfl_latency_cycles), abs=1)
+    floors = sum(floor for _, floor in phases)
+    assert floors == pytest.approx(chain_cycles(op, H200.fp32_dependent_issue_cycles, H200.mufu_latency_cycles,
+                                                H200.shfl_latency_cycles), abs=2)
 
 
 def test_dependent_pace_sets_the_old_model_but_only_chains_in_the_new():
@@ -44,7 +50,9 @@ def test_dependent_pace_sets_the_old_model_but_only_chains_in_the_new():
     assert old[1] < 0.85 * old[0]  # every elementwise instruction paced at it
     # two warps per scheduler at a 2-cycle pace would dispatch 1 per cycle: the measured 0.49 binds instead
     assert old[1] < _time(issue_model=0, fp32_dependent_issue_cycles=2.0) < old[0]
-    assert abs(new[1] / new[0] - 1) < 0.03  # only a row's chain waits on it, behind the issue and pipe limits
+    # only a row's chain waits on it: the first row's max, which the exponentials wait for, and the rest's
+    # chain behind the issue and pipe limits; so it moves the new model far less than the old
+    assert abs(new[1] / new[0] - 1) < min(0.08, 0.5 * (1 - old[1] / old[0]))
 
 
 def test_schedulers_and_special_function_units_bound_the_softmax():
