@@ -17,7 +17,7 @@ import numpy as np
 
 from .calibrate_ldsm import ldsm_form
 from .calibrate_power import power_mix
-from .calibrate_softmax import softmax_mix
+from .calibrate_softmax import softmax_gemm, softmax_mix
 from .calibrate_wgmma import wgmma_shape
 
 # Mirrors BlockTime in kernels/microbench/common.cuh.
@@ -802,9 +802,10 @@ BENCHMARKS: dict[str, Callable[[Bench], dict]] = {
     "wgmma_shape": wgmma_shape,
     "power_mix": power_mix,
     "softmax_mix": softmax_mix,
+    "softmax_gemm": softmax_gemm,
     "clock": clock_under_load,
     "cp_async": cp_async,
     "tma": tma,
     "launch": launch,
 }
-HOPPER_ONLY = frozenset({"wgmma", "wgmma_shape", "power_mix", "softmax_mix", "tma"})
+HOPPER_ONLY = frozenset({"wgmma", "wgmma_shape", "power_mix", "softmax_mix", "softmax_gemm", "tma"})

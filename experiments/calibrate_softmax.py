@@ -62,8 +62,66 @@ def model_cycles(profile, d: int, bn: int, warpgroups: int, iters: int = 32) -> 
 
     roles = tuple(Role(f"consumer{i}", 4, program) for i in range(warpgroups))
     kernel = Kernel("softmax_mix", [(0, 0, 0)], roles, smem_bytes=0, regs_per_thread=128)
-    cycles, _, _ = Gpu(profile, sms=1).run_kernel(kernel, dict, extrapolate=False)
-    return cycles / iters
+    gpu = Gpu(profile, sms=1, trace=[])
+    gpu.run_kernel(kernel, dict, extrapolate=False)
+    return _span(gpu.trace, "consumer") / iters
+
+
+def _span(trace: list, role: str) -> float:
+    """Cycles from the first interval of the roles named `role` to the last one's end (as clock64 spans)."""
+    mine = [(start, end) for track, _, start, end in trace if role in track]
+    return max(end for _, end in mine) - min(start for start, _ in mine)
+
+
+def model_mix(profile, gemms: int, softmaxes: int, form: str, iters: int = 24) -> dict:
+    """The timing interpreter on softmax_gemm.cu's mix: `gemms` roles chaining wgmma commit groups (SS: S = Q
+    K^T of a 64 x 128 tile at d64, four k16 steps; RS: O += P V of a 64 x 64 tile over 128 keys, eight), one
+    group left in flight, long enough to outlast the `softmaxes` roles' `iters` v3 softmax iterations (d64,
+    block_n 128). Returns the softmax's cycles per iteration and the GEMMs' FLOPs per cycle."""
+    from flashsim.algorithms.ir import RMEM, Gemm, GemmWait, Kernel, OnlineSoftmax, Rescale, Role
+    from flashsim.simulator.gpu import Gpu
+
+    def gemm_program(cta, name, groups):
+        rs = form == "rs"
+        for j in range(groups):
+            token = f"{name}{j}"
+            if form == "mma":  # each warp 64 rows x 16 columns, 8 k16 steps (A in registers)
+                yield Gemm("S", "Q", "K", 256, 16, 128, RMEM, "smem", "mma_sync", "bf16", 4, trans_b=True)
+                continue
+            if rs:
+                yield Gemm("O", "P", "V", 64, 64, 128, RMEM, "smem", "wgmma", "bf16", 4, accumulate=True,
+                           async_token=token)
+            else:
+                yield Gemm("S", "Q", "K", 64, 128, 64, "smem", "smem", "wgmma", "bf16", 4, trans_b=True,
+                           async_token=token)
+            if j:
+                yield GemmWait(f"{name}{j - 1}")
+        if form != "mma":
+            yield GemmWait(f"{name}{groups - 1}")
+
+    def softmax_program(cta):
+        for j in range(iters):
+            yield OnlineSoftmax("S", f"P{j % 2}", "m", "l", 64, 128, 0.1, None, "bf16", acc="acc", acc_cols=64,
+                                corr="corr", warps=4)
+            yield Rescale("acc", "corr", 64, 64, 4)
+
+    groups = iters * 40 if softmaxes else 256
+    roles = tuple(Role(f"gemm{i}", 4, lambda c, i=i: gemm_program(c, f"g{i}_", groups)) for i in range(gemms))
+    roles += tuple(Role(f"softmax{i}", 4, softmax_program) for i in range(softmaxes))
+    kernel = Kernel("softmax_gemm", [(0, 0, 0)], roles, smem_bytes=0, regs_per_thread=128)
+    gpu = Gpu(profile, sms=1, trace=[])
+    gpu.run_kernel(kernel, dict, extrapolate=False)
+    flops = {"rs": 2 * 64 * 64 * 128, "ss": 2 * 64 * 128 * 64, "mma": 2 * 256 * 16 * 128}[form]
+    gemm_ends = sorted(end for track, name, _, end in gpu.trace if "gemm" in track and name.startswith("gemm"))
+    out = {}
+    horizon = gemm_ends[-1] if gemms else 0.0
+    if softmaxes:
+        out["softmax_cycles_per_iteration"] = _span(gpu.trace, "softmax") / iters
+        horizon = max(end for track, _, _, end in gpu.trace if "softmax" in track)
+    if gemms:
+        finished = sum(1 for end in gemm_ends if end <= horizon)
+        out["gemm_flops_per_clk_per_sm"] = finished * flops / horizon
+    return out
 
 
 def compare(points: list[dict], profile) -> list[dict]:
@@ -72,4 +130,77 @@ def compare(points: list[dict], profile) -> list[dict]:
     for p in points:
         model = model_cycles(profile, p["head_dim"], p["block_n"], p["warps_per_scheduler"])
         out.append({**p, "model_cycles": model, "model_error": model / p["cycles_per_iteration"] - 1})
+    return out
+
+
+# softmax_gemm.cu: (GEMM warpgroups, softmax warpgroups, GEMM form) of each kernel
+MIXES = ((1, 0, "ss"), (1, 0, "rs"), (0, 1, "ss"), (0, 2, "ss"), (1, 1, "ss"), (1, 2, "ss"), (1, 1, "rs"),
+         (1, 2, "rs"), (2, 1, "ss"), (1, 0, "mma"), (1, 1, "mma"), (1, 2, "mma"), (2, 1, "mma"))
+# FLOPs of one GEMM step of a warpgroup: a wgmma m64n128k16 (SS) or m64n64k16 (RS), or one mma.sync m16n8k16
+# on each of its 4 warps
+GEMM_FLOPS = {"ss": 2 * 64 * 128 * 16, "rs": 2 * 64 * 64 * 16, "mma": 4 * 2 * 16 * 8 * 16}
+LONG_STEPS = {"ss": 1, "rs": 2, "mma": 8}  # steps that outlast the softmax, relative to SS
+
+
+def softmax_gemm(b) -> dict:
+    """Each mix twice: GEMMs long enough that every softmax warpgroup's span lies within theirs (the softmax's
+    rate beside the GEMMs), and softmaxes long enough that the GEMMs' spans lie within theirs (the GEMMs'
+    rate beside the softmax). Per side: its spans' median over blocks."""
+    cp = b.cp
+    sink = cp.zeros(1, dtype=cp.float32)
+    scale = 1 if b.quick else 8
+    rows = []
+    for g, w, form in MIXES:
+        name = f"sg_g{g}_w{w}_{form}"
+        fn = b.fn("softmax_gemm", name)
+        blocks = b.gpu.sm_count
+        long = 4096 * scale * LONG_STEPS[form]
+        for inside, (gemm_iters, softmax_iters) in (("softmax", (long, 100 * scale)),
+                                                    ("gemm", (512 * scale, 800 * scale))):
+            if (inside == "softmax" and not w) or (inside == "gemm" and not g):
+                continue
+            times = cp.zeros(blocks * (g + w) * 3, dtype=cp.int64)
+            args = (np.int32(gemm_iters), np.int32(softmax_iters), np.float32(SOFTMAX_SCALE_LOG2), sink, times)
+            b.elapsed(lambda fn=fn, args=args, blocks=blocks, n=g + w: fn((blocks,), (128 * n,), args), reps=3)
+            t = times.get().reshape(blocks, g + w, 3)
+            spans = t[:, :, 1] - t[:, :, 0]
+            row = {"kernel": name, "gemm_warpgroups": g, "softmax_warpgroups": w, "gemm_form": form,
+                   "gemm_iters": gemm_iters, "softmax_iters": softmax_iters, "inside": inside,
+                   "registers": int(getattr(fn, "num_regs", 0))}
+            if g:
+                span = float(np.median(spans[:, :g].max(axis=1)))
+                row["gemm_span_cycles"] = span
+                row["gemm_flops_per_clk_per_sm"] = g * gemm_iters * GEMM_FLOPS[form] / span
+            if w:
+                span = float(np.median(spans[:, g:].max(axis=1)))
+                row["softmax_span_cycles"] = span
+                row["softmax_cycles_per_iteration"] = span / softmax_iters
+            rows.append(row)
+    return {
+        "points": rows,
+        "how": ("softmax_gemm.cu: one block per SM of G GEMM warpgroups (wgmma m64n128k16 SS x 4 or m64n64k16 RS "
+                "x 8 per commit group, one group in flight) and W softmax warpgroups (v3's consumer softmax at "
+                "d64, block_n 128); each warpgroup's clock64 span from a common start; per side the median over "
+                "blocks of its longest span; 'inside' names the side whose spans lie within the other's; mma: "
+                "each warp per 8 steps one ldmatrix.x4 and 8 mma.sync m16n8k16 (A in registers), 8 accumulators"),
+    }
+
+
+def compare_mix(points: list[dict], profile) -> list[dict]:
+    """Each softmax_gemm point beside the model's number for it: a softmax's cycles per iteration where the
+    softmax ran inside the GEMMs' span, the GEMMs' FLOPs per cycle where they ran inside the softmax's."""
+    out = []
+    for p in points:
+        g, w, form = p["gemm_warpgroups"], p["softmax_warpgroups"], p["gemm_form"]
+        model = model_mix(profile, g, w, form)
+        if p["inside"] == "softmax" and w:
+            key = "softmax_cycles_per_iteration"
+        elif p["inside"] == "gemm" and g:
+            key = "gemm_flops_per_clk_per_sm"
+        else:
+            continue
+        if key not in p or key not in model:
+            continue
+        out.append({"kernel": p["kernel"], "inside": p["inside"], "quantity": key, "measured": p[key],
+                    "model": model[key], "model_error": model[key] / p[key] - 1})
     return out

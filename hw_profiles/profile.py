@@ -35,6 +35,7 @@ OVERRIDE_KIND = "override"
 WARP = 32
 # Keys for which zero is a meaningful value (a what-if without the per-block reservation).
 ZERO_ALLOWED = frozenset({"smem_reserved_per_block_bytes", "issue_model", "clock_model",
+                           "wgmma_ss_pipe_steal_fraction", "wgmma_rs_pipe_steal_fraction",
                            "mma_sync_ldsm_unhidden_fraction", "icache_miss_cycles_per_line", "icache_branch_cycles"})
 
 # Unit of a key, read from its name's suffix (longest suffixes first). No suffix: a plain count.
@@ -159,6 +160,11 @@ class Profile:
     wgmma_clock_knee_fraction: float | None = _p(float, "wgmma")
     # 1: wgmma kernels run at the clock of their duty; 0: at sm_clock_wgmma_load_hz (the shipped default)
     clock_model: int | None = _p(int, "wgmma")
+    # the issue model's share of each elementwise pipe (issue, FMA, ALU, MUFU, shuffle) a running wgmma takes
+    # from the other warps on its SM (its accumulators, and an RS product's A fragments, go through the
+    # register file), for products with both operands in shared memory (SS) and with A in registers (RS)
+    wgmma_ss_pipe_steal_fraction: float | None = _p(float, "wgmma")
+    wgmma_rs_pipe_steal_fraction: float | None = _p(float, "wgmma")
     tma_issue_cycles: int | None = _p(int, "tma")
     tma_latency_cycles: int | None = _p(int, "tma")  # added to the L2/HBM latency of the bytes it moves
 
@@ -254,6 +260,10 @@ class Profile:
         if self.clock_model not in (None, 0, 1):
             raise self._fail("clock_model", f"must be 0 (the saturated clock) or 1 (the clock of the tensor duty), "
                                             f"got {self.clock_model}")
+        for key in ("wgmma_ss_pipe_steal_fraction", "wgmma_rs_pipe_steal_fraction"):
+            value = getattr(self, key)
+            if value is not None and not 0 <= value < 1:
+                raise self._fail(key, f"is a share of the elementwise pipes, at least 0 and below 1, got {value}")
         if self.wgmma_clock_knee_fraction is not None and not 0 < self.wgmma_clock_knee_fraction < 1:
             raise self._fail("wgmma_clock_knee_fraction", f"is a share of the tensor cores' peak, between 0 and 1, "
                                                           f"got {self.wgmma_clock_knee_fraction}")

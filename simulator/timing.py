@@ -129,6 +129,24 @@ class RoleTimer:
         for unit, rid in reqs:
             unit.release(rid)
 
+    def _steal(self, steal: tuple, tensor_req) -> None:
+        """From the start of a wgmma's tensor work (its queue's end less the work), the pipe capacity it
+        takes from the SM's other warps; nobody waits for it."""
+        tensor, taken = steal
+        unit, rid = tensor_req
+        env = self.env
+
+        def submit(_event=None):
+            now = env._now
+            for u, work, cap in taken:
+                u.release(u.submit(now, work, cap))
+
+        delay = math.ceil(unit.estimate(env._now, rid) - tensor) - env._now
+        if delay > 0:
+            env.timeout(delay).callbacks.append(submit)
+        else:
+            submit()
+
     def run(self, program):
         env, gpu, sm, p = self.env, self.gpu, self.sm, self.p
         tracing = self.trace is not None
@@ -179,6 +197,8 @@ class RoleTimer:
                 if plan is None:
                     plan = _gemm_plan(op, sm, p)
                 reqs = [(unit, unit.submit(now, work, cap)) for unit, work, cap in plan[1]]
+                if plan[3]:
+                    self._steal(plan[3], reqs[0])
                 if op.async_token:
                     self.tokens[op.async_token] = (reqs, plan[2], now)
                     yield env.timeout(1)
@@ -436,10 +456,29 @@ def _gemm_plan(op: Gemm, sm, p) -> tuple:
     reqs = [tensor_req, (sm.smem, smem_bytes, 1.0)]
     if op.a_scale or op.b_scale:  # scaled products accumulate outside the tensor core
         reqs.append((sm.alu, 2 * op.m * op.n, share))
+    steal = ()
     if p.issue_model:  # the HMMA / HGMMA and ldmatrix instructions take issue slots too
         reqs.append((sm.issue, _gemm_issue(op) * op.warps, share))
+        if op.instr == "wgmma":
+            steal = _wgmma_steal(op, tensor, sm, p)
     latency = p.wgmma_latency_cycles if op.instr == "wgmma" else p.mma_sync_latency_cycles
-    return _keep(sm.plans, op, (op, tuple(reqs), latency))
+    return _keep(sm.plans, op, (op, tuple(reqs), latency, steal))
+
+
+def _taken(fraction: float, tensor: float, sm) -> tuple:
+    """(unit, work, cap) of `fraction` of each elementwise pipe over `tensor` cycles."""
+    units = (sm.issue, sm.alu, sm.int_alu, sm.sfu, sm.shfl)
+    return tuple((unit, fraction * tensor * unit.rate, 1.0) for unit in units)
+
+
+def _wgmma_steal(op: Gemm, tensor: float, sm, p) -> tuple:
+    """(tensor cycles, the pipe requests) of the elementwise capacity a wgmma takes from the SM's other warps
+    while it runs: its accumulators, and an RS product's A fragments, go through the register file
+    (wgmma_ss/rs_pipe_steal_fraction, measured by kernels/microbench/softmax_gemm.cu). The product does not
+    wait for them; RoleTimer._steal serves them from its start."""
+    rs = op.a_level == RMEM
+    fraction = (p.wgmma_rs_pipe_steal_fraction if rs else p.wgmma_ss_pipe_steal_fraction) or 0.0
+    return (tensor, _taken(fraction, tensor, sm)) if fraction else ()
 
 
 def _elementwise_plan(op, sm, p) -> tuple:
