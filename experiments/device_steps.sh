@@ -32,3 +32,17 @@ ncu_configs() {
     rm -f "$OUT/$name.ncu-rep"
   done
 }
+# ncu_microbench BENCHMARK KERNEL...: Nsight Compute's full set of each named kernel of a `flashsim calibrate`
+# microbenchmark (its first launch in a --quick run), with its details page and per-SASS source page (CSV)
+# as ncu-KERNEL{,-details,-sass}.txt
+ncu_microbench() {
+  local bench=$1 k
+  shift
+  for k in "$@"; do
+    step "ncu-$k" 150 ncu --clock-control none --set full --import-source no --kernel-name "$k" --launch-count 1 \
+      -f -o "$OUT/$k" python3 -m flashsim.cli calibrate --only "$bench" --quick --out-dir "$OUT/cal-$k"
+    step "ncu-$k-details" 30 ncu -i "$OUT/$k.ncu-rep" --print-details all
+    step "ncu-$k-sass" 40 ncu -i "$OUT/$k.ncu-rep" --page source --csv --print-source sass
+    rm -rf "$OUT/$k.ncu-rep" "$OUT/cal-$k"
+  done
+}

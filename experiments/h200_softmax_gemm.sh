@@ -23,13 +23,7 @@ for p in r.get("softmax_gemm", {}).get("points", []):
     print(f"{p['kernel']:<14} inside {p['inside']:<8} gemm {gemm:>6}  softmax {soft:>8}  spans "
           f"{p.get('gemm_span_cycles')} {p.get('softmax_span_cycles')}")
 PY
-for k in sg_g1_w2_ss sg_g1_w2_mma; do
-  step "ncu-$k" 150 ncu --clock-control none --set full --import-source no --kernel-name "$k" --launch-count 1 \
-  -f -o "$OUT/$k" python3 -m flashsim.cli calibrate --only softmax_gemm --quick --out-dir "$OUT/cal-$k"
-  step "ncu-$k-details" 30 ncu -i "$OUT/$k.ncu-rep" --print-details all
-  step "ncu-$k-sass" 40 ncu -i "$OUT/$k.ncu-rep" --page source --csv --print-source sass
-  rm -rf "$OUT/$k.ncu-rep" "$OUT/cal-$k"
-done
+ncu_microbench softmax_gemm sg_g1_w2_ss sg_g1_w2_mma
 gzip -f "$OUT"/ncu-*-sass.txt "$OUT"/ncu-*-details.txt 2>/dev/null
 cd "$OUT" && tar czf results.tgz --ignore-failed-read softmax-gemm.json softmax-gemm-table.txt softmax-gemm.txt \
   ncu-* gpu.txt summary.txt

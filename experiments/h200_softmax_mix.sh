@@ -23,13 +23,7 @@ for p in compare(r["softmax_mix"]["points"], load_profile("h200")):
     print(f"d{p['head_dim']:<4} n{p['block_n']:<4} w{p['warps_per_scheduler']}  regs {p['registers']:<4}"
           f"measured {p['cycles_per_iteration']:8.1f}  model {p['model_cycles']:8.1f}  ({p['model_error']:+.1%})")
 PY
-for k in softmax_d64_n128_w3 softmax_d128_n176_w2; do
-  step "ncu-$k" 150 ncu --clock-control none --set full --import-source no --kernel-name "$k" --launch-count 1 \
-    -f -o "$OUT/$k" python3 -m flashsim.cli calibrate --only softmax_mix --quick --out-dir "$OUT/cal-$k"
-  step "ncu-$k-details" 30 ncu -i "$OUT/$k.ncu-rep" --print-details all
-  step "ncu-$k-sass" 40 ncu -i "$OUT/$k.ncu-rep" --page source --csv --print-source sass
-  rm -rf "$OUT/$k.ncu-rep" "$OUT/cal-$k"
-done
+ncu_microbench softmax_mix softmax_d64_n128_w3 softmax_d128_n176_w2
 gzip -f "$OUT"/ncu-*-sass.txt "$OUT"/ncu-*-details.txt 2>/dev/null
 cd "$OUT" && tar czf results.tgz --ignore-failed-read softmax-mix.json softmax-mix-table.txt softmax-mix.txt \
   ncu-* gpu.txt summary.txt

@@ -7,7 +7,7 @@
 // side's rate over its span is its rate beside the other while that span lies within the other's. The
 // shared-memory operands are constants: only the time is read. sm_90a only.
 #include "common.cuh"
-#include "v3_mainloop.cuh"
+#include "softmax_loop.cuh"
 
 using v3::Bf16;
 using v3::smem_desc;
@@ -77,33 +77,6 @@ __device__ __forceinline__ float mma_chain(uint32_t base, int iters) {
   return s;
 }
 
-__device__ __forceinline__ float softmax_loop(int iters, float sl2) {
-  using C = v3::Cfg<Bf16, 64, 128, 128, 2, false, true, true>;
-  v3::Consumer<C> cs;
-#pragma unroll
-  for (int i = 0; i < v3::Consumer<C>::NS; ++i) cs.s[i] = 1e-3f * ((threadIdx.x + 7 * i) & 63);
-#pragma unroll
-  for (int i = 0; i < v3::Consumer<C>::NO; ++i) cs.o[i] = 1.f;
-  cs.m[0] = cs.m[1] = -INFINITY;
-  cs.l[0] = cs.l[1] = 0.f;
-  for (int it = 0; it < iters; ++it) {
-    v3::pin(cs.s);
-    float alpha[2];
-    cs.softmax(sl2, alpha);
-    v3::pin(cs.o);
-    cs.rescale_o(alpha, 1.f);
-    cs.convert_p();
-    v3::pin(cs.p);
-  }
-  float acc = cs.l[0] + cs.l[1];
-#pragma unroll
-  for (int i = 0; i < v3::Consumer<C>::NO; ++i) acc += cs.o[i];
-  uint32_t bits = 0;
-#pragma unroll
-  for (int i = 0; i < v3::Consumer<C>::NP; ++i) bits ^= cs.p[i];
-  return acc + __uint_as_float(bits & 0x3f803f80u);
-}
-
 // times: per block, per warpgroup, its (start, end) clock64 and the SM it ran on.
 // FORM: 0 wgmma SS, 1 wgmma RS, 2 mma.sync
 template <int G, int W, int FORM>
@@ -117,7 +90,7 @@ __device__ __forceinline__ void run(int gemm_iters, int softmax_iters, float sl2
   const uint32_t base = v3::smem_u32(tiles);
   float v;
   if (wg >= G) {
-    v = softmax_loop(softmax_iters, sl2);
+    v = softmax_loop<64, 128>(softmax_iters, sl2);
   } else if constexpr (FORM == 2) {
     v = mma_chain(base, gemm_iters);
   } else {
