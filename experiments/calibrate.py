@@ -183,7 +183,26 @@ def to_params(report: dict) -> dict[str, tuple[int | float, str]]:
         la = r["launch"]
         p["launch_overhead_s"] = (la["launch_overhead_s"], src(la["how"]))
         p["cta_launch_cycles"] = (max(1, round(la["cta_launch_cycles"])), src(la["how"]))
+    if "softmax_gemm" in r:
+        p.update(_steal_params(r["softmax_gemm"], base_profile_for(prov["gpu"], int(gpu["major"])), src))
     return p
+
+
+def _steal_params(sg: dict, base: str, src) -> dict[str, tuple[float, str]]:
+    """The shares of the elementwise pipes a running wgmma takes, fitted through the issue model (on the
+    shipped profile of this GPU) to the softmax's measured slowdowns beside SS and RS streams."""
+    from flashsim.hw_profiles import load_profile
+
+    from .calibrate_softmax import fit_steal
+
+    profile = load_profile(base)
+    out = {}
+    for form, mixes in (("ss", ((1, 1), (1, 2), (2, 1))), ("rs", ((1, 1),))):
+        value = fit_steal(sg["points"], profile, form, mixes)
+        out[f"wgmma_{form}_pipe_steal_fraction"] = (value, src(
+            f"the issue model's share that reproduces the softmax's slowdowns beside wgmma {form.upper()} streams "
+            f"(experiments/calibrate_softmax.py fit_steal, mixes {list(mixes)}), {sg['how']}"))
+    return out
 
 
 def _toml_value(v: int | float) -> str:

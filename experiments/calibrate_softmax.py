@@ -7,6 +7,7 @@ the timing interpreter, one role per warpgroup, so the sweep checks the elementw
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -204,3 +205,44 @@ def compare_mix(points: list[dict], profile) -> list[dict]:
         out.append({"kernel": p["kernel"], "inside": p["inside"], "quantity": key, "measured": p[key],
                     "model": model[key], "model_error": model[key] / p[key] - 1})
     return out
+
+
+def _slowdowns(points: list[dict], form: str) -> dict[tuple[int, int], float]:
+    """(GEMM warpgroups, softmax warpgroups) -> the softmax's time beside the GEMMs over its time alone."""
+    alone = {p["softmax_warpgroups"]: p["softmax_cycles_per_iteration"] for p in points
+             if not p["gemm_warpgroups"] and p["inside"] == "softmax"}
+    return {(p["gemm_warpgroups"], p["softmax_warpgroups"]): p["softmax_cycles_per_iteration"] /
+            alone[p["softmax_warpgroups"]]
+            for p in points if p["gemm_form"] == form and p["gemm_warpgroups"] and p["inside"] == "softmax"
+            and p["softmax_warpgroups"] in alone}
+
+
+def fit_steal(points: list[dict], profile, form: str, mixes: tuple = ((1, 1), (1, 2), (2, 1))) -> float:
+    """The wgmma_<form>_pipe_steal_fraction with which the issue model's softmax slows beside the GEMMs as
+    measured: least squares on the log of the slowdowns of `mixes` (those measured), by golden-section search
+    on [0, 0.95] (the modelled slowdown grows with the fraction)."""
+    measured = {m: r for m, r in _slowdowns(points, form).items() if m in mixes}
+    if not measured:
+        raise ValueError(f"no softmax_gemm points of form {form!r}")
+    base = profile.with_overrides(["issue_model=1"])
+    alone = {w: model_mix(base, 0, w, "ss", iters=12)["softmax_cycles_per_iteration"] for _, w in measured}
+
+    def cost(f: float) -> float:
+        p = base.with_overrides([f"wgmma_{form}_pipe_steal_fraction={f}"])
+        return sum(math.log(model_mix(p, g, w, form, iters=12)["softmax_cycles_per_iteration"] / alone[w] / r) ** 2
+                   for (g, w), r in measured.items())
+
+    lo, hi = 0.0, 0.95
+    golden = (math.sqrt(5) - 1) / 2
+    a, b = hi - golden * (hi - lo), lo + golden * (hi - lo)
+    fa, fb = cost(a), cost(b)
+    while hi - lo > 0.005:
+        if fa <= fb:
+            hi, b, fb = b, a, fa
+            a = hi - golden * (hi - lo)
+            fa = cost(a)
+        else:
+            lo, a, fa = a, b, fb
+            b = lo + golden * (hi - lo)
+            fb = cost(b)
+    return round((lo + hi) / 2, 2)

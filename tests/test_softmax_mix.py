@@ -90,3 +90,12 @@ def test_the_default_model_does_not_use_the_share():
     free = default.with_overrides(["wgmma_ss_pipe_steal_fraction=0", "wgmma_rs_pipe_steal_fraction=0"])
     point = Problem(1, 8, 2048, 64)
     assert simulate("v3", point, default).cycles == simulate("v3", point, free).cycles
+
+
+def test_calibrate_fits_the_profiles_shares_from_the_measurement():
+    from flashsim.experiments.calibrate_softmax import fit_steal
+
+    points = json.loads(MIXED.read_text())["results"]["softmax_gemm"]["points"]
+    h200 = load_profile("h200")
+    assert fit_steal(points, h200, "ss") == pytest.approx(h200.wgmma_ss_pipe_steal_fraction, abs=0.02)
+    assert fit_steal(points, h200, "rs", ((1, 1),)) == pytest.approx(h200.wgmma_rs_pipe_steal_fraction, abs=0.02)
