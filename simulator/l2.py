@@ -142,6 +142,39 @@ class L2Cache:
         self.miss_bytes += miss
         return pending_ready, fetching, miss, missed
 
+    def replay(self, loads: list, now: int, copies: dict, default: float) -> None:
+        """Loads a loop skip leaves out, in issue order: each changes the L2 as read() would, without the
+        answers (what it waits for) nobody reads, and the pieces it misses land at `now`. copies: the room
+        each line of a tensor takes (default for tensors not in it)."""
+        lines, tiles = self.lines, self._tiles
+        for op in loads:
+            g = op.src
+            got = tiles.get(id(g))
+            if got is None or got[0] is not g:
+                got = self._tile(g)
+            scale = copies.get(g.tensor, default)
+            miss = 0.0
+            for key, mask, slice_bytes in got[1]:
+                entry = lines.get(key)
+                if entry is None:
+                    entry = [0.0, False, None, 0, scale]
+                    lines[key] = entry
+                else:
+                    lines.move_to_end(key)
+                absent = mask & ~entry[3]
+                if absent:
+                    nbytes = absent.bit_count() * slice_bytes
+                    miss += nbytes
+                    entry[3] |= absent
+                    grow = nbytes * scale
+                    entry[0] += grow
+                    self.used += grow
+                    if self.used > self.capacity:
+                        self._evict(entry)
+                    entry[2] = now
+            self.read_bytes += got[2]
+            self.miss_bytes += miss
+
     def write(self, g: GTile, copies: float = 1.0) -> None:
         """Store a tile: its slices become present and dirty (allocated without reading HBM)."""
         for key, mask, slice_bytes in self._lines(g):

@@ -263,10 +263,7 @@ class LoopSkip:
         before = (l2.read_bytes, l2.miss_bytes, l2.evictions)
         for n, (loads, _) in enumerate(stretches[:reps]):
             missed_before = l2.miss_bytes
-            for op in loads:
-                _, _, _, missed = l2.read(op.src, now, copies.get(op.src.tensor, default))
-                for entry in missed:
-                    entry[2] = now
+            l2.replay(loads, now, copies, default)
             if evicted and not math.isclose(l2.miss_bytes - missed_before, delta["hbm_read"], rel_tol=EVICTING_TOL):
                 reps = n + 1  # the L2 left its steady state: this stretch is the last left out
                 break

@@ -225,6 +225,20 @@ class SharedUnit:
 
     def _advance(self, now: float) -> None:
         active = self.active
+        if len(active) == 1 and not self.caps and self.t0 < now:  # the loop below for one request, unrolled
+            ((k, w),) = active.items()
+            t0 = self.t0
+            t_free = t0 + w / self.rate
+            if t_free > now:
+                active[k] = w - (now - t0) * self.rate
+            else:
+                del active[k]
+                if k in self._detached:
+                    self._detached.discard(k)
+                else:
+                    self.done[k] = t_free
+            self.t0 = now
+            return
         while self.caps and active and self.t0 < now:  # water-filling, until the capped requests are done
             rates = self._shares(active)
             dt = min(w / rates[k] for k, w in active.items())
@@ -268,7 +282,10 @@ class SharedUnit:
         if not 0 < cap <= 1:
             raise ValueError(f"{self.name}: a request's cap must be in (0, 1], got {cap}")
         if self.t0 < now:
-            self._advance(now)
+            if self.active:
+                self._advance(now)
+            else:  # _advance of an idle unit
+                self.t0 = now
         rid = self._next_id
         self._next_id += 1
         if work <= 0:
@@ -285,7 +302,10 @@ class SharedUnit:
     def estimate(self, now: float, rid: int) -> float:
         """Finish cycle of a request if nothing else arrives (its real finish time once it is done)."""
         if self.t0 < now:
-            self._advance(now)
+            if self.active:
+                self._advance(now)
+            else:  # _advance of an idle unit
+                self.t0 = now
         finish = self.done.get(rid)
         if finish is not None:
             return finish
