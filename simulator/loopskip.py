@@ -335,6 +335,8 @@ def _fits(l2: L2Cache, stretches: list, misses: float, copies: dict, default: fl
             got = tiles.get(id(tile))  # the L2's own record of the tile's lines (l2._lines, inlined)
             for key, mask, slice_bytes in got[1] if got is not None and got[0] is tile else lines_of(tile):
                 entry = lines.get(key)
+                if entry is not None and not mask & ~entry[3]:
+                    continue  # all there already (the usual case): nothing to add
                 present = (entry[3] if entry is not None else 0) | added.get(key, 0)
                 absent = mask & ~present
                 if absent:
