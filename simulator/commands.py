@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 from typing import Any
@@ -349,6 +348,8 @@ def _cmd_sweep(args) -> int:
     plot = sweep_plot(rows, out_path(args.out, "sweep.png"),
                       f"simulated {_pass_words(args.pass_)} TFLOP/s on {profile.name} ({shape})", profile)
     if args.csv:
+        import csv  # only where a table is written
+
         def write_rows(f) -> None:
             writer = csv.DictWriter(f, fieldnames=list(rows[0]))
             writer.writeheader()

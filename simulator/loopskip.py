@@ -22,9 +22,18 @@ same work take the same op in the same cycle, one after another, and an op the r
 would otherwise run against the L2 state of the stretches its twins left out (lines their left-out loads
 brought in at once), putting its SM ahead of theirs. Warp-specialized kernels (V3's producer feeding
 consumer warpgroups through a ring) take it like one-role kernels. Causal grids gain little, since a block
-ending somewhere on the sampled SMs every few iterations leaves few whole stretches between block ends. Nor do
-V3's three-consumer tiles (d64, d96): their softmaxes share the schedulers' dependent dispatch, the other
-roles' phases against the reference drift from stretch to stretch, and the premise never holds.
+ending somewhere on the sampled SMs every few iterations leaves few whole stretches between block ends.
+
+V3's three-consumer tiles, whose softmaxes share the schedulers' dependent dispatch: d96's (192 x 112) lock
+into a whole number of cycles per iteration and are left out like the others; d64's (192 x 192) do not, and
+no premise of this kind can hold for them. Their iteration takes a fraction of a cycle more or less than a
+whole number (6679.6 cycles on average on the H100 at 2 x 16 x 8k), so stretches of one iteration alternate
+between 6679 and 6680 cycles and the consumers' distance from their last op wanders by one or two cycles:
+no stretch of 1 to 8 iterations repeats the one before it. The machine's state at the reference's marks
+first recurs after 18 iterations, which needs 37 marks watched with the same roles running, and a tile
+ending on one of the 8 sampled SMs changes the roles every 18 marks at most. A skip watched over fewer roles
+(one SM's) would leave its traffic out of the ports and the L2 the other SMs share, so it would not be the
+plain run either.
 """
 
 from __future__ import annotations

@@ -128,8 +128,13 @@ class Port:
             if callback is not None:
                 callback(now + latency)
             return
-        self._advance(now)
-        self._announce(now)
+        if self.heap:
+            self._advance(now)
+        else:  # _advance of an idle port
+            self.V, self.t = 0.0, now
+        departed = self.departed
+        if departed and departed[0][0] <= now:
+            self._announce(now)
         self.work += work
         if flow in self.serving:
             self.queues.setdefault(flow, deque()).append((work, callback, latency))

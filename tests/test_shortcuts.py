@@ -280,12 +280,14 @@ def test_loop_skip_leaves_out_stretches_that_evict_alike():
         # loop skips inside the periods the periodic skip watches (two consumers: three-consumer d64 tiles,
         # whose softmaxes share their schedulers, do not phase-lock, and the loop skip waits there in vain)
         ("v3", Problem(2, 16, 8192, 128), H100),
+        # three consumers (192 x 112) whose softmaxes share their schedulers and still lock into step
+        ("v3", Problem(1, 16, 8192, 96), H100),
         ("v3", Problem(2, 32, 8192, 128, kv_heads=8, causal=True), H200),
         ("v3-fp8", Problem(1, 16, 8192, 128, dtype="fp8"), H100),
     ],
 )
 def test_loop_skip_is_exact_for_warp_specialized_kernels(algo, problem, profile):
-    """A producer feeding two consumer warpgroups through a ring, with ping-pong and intra-warpgroup overlap:
+    """A producer feeding two or three consumer warpgroups through a ring, with ping-pong and intra-warpgroup overlap:
     the skip waits for the end of the cycle (SMs doing the same work take the same op in that cycle, one
     after another), and gives the plain run's cycles and bytes."""
     fast = simulate(algo, problem, profile)
