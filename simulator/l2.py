@@ -129,14 +129,7 @@ class L2Cache:
                         fetching.append(ready)
             absent = mask & ~entry[3]
             if absent:
-                nbytes = absent.bit_count() * slice_bytes
-                miss += nbytes
-                entry[3] |= absent
-                grow = nbytes * copies
-                entry[0] += grow
-                self.used += grow
-                if self.used > self.capacity:  # _grow, inlined
-                    self._evict(entry)
+                miss += self._fill(entry, absent, slice_bytes, copies)
                 missed.append(entry)
         self.read_bytes += tile_bytes
         self.miss_bytes += miss
@@ -146,15 +139,12 @@ class L2Cache:
         """Loads a loop skip leaves out, in issue order: each changes the L2 as read() would, without the
         answers (what it waits for) nobody reads, and the pieces it misses land at `now`. copies: the room
         each line of a tensor takes (default for tensors not in it)."""
-        lines, tiles = self.lines, self._tiles
+        lines = self.lines
         for op in loads:
-            g = op.src
-            got = tiles.get(id(g))
-            if got is None or got[0] is not g:
-                got = self._tile(g)
-            scale = copies.get(g.tensor, default)
+            _, covered, tile_bytes = self._tile(op.src)
+            scale = copies.get(op.src.tensor, default)
             miss = 0.0
-            for key, mask, slice_bytes in got[1]:
+            for key, mask, slice_bytes in covered:
                 entry = lines.get(key)
                 if entry is None:
                     entry = [0.0, False, None, 0, scale]
@@ -163,16 +153,9 @@ class L2Cache:
                     lines.move_to_end(key)
                 absent = mask & ~entry[3]
                 if absent:
-                    nbytes = absent.bit_count() * slice_bytes
-                    miss += nbytes
-                    entry[3] |= absent
-                    grow = nbytes * scale
-                    entry[0] += grow
-                    self.used += grow
-                    if self.used > self.capacity:
-                        self._evict(entry)
+                    miss += self._fill(entry, absent, slice_bytes, scale)
                     entry[2] = now
-            self.read_bytes += got[2]
+            self.read_bytes += tile_bytes
             self.miss_bytes += miss
 
     def write(self, g: GTile, copies: float = 1.0) -> None:
@@ -201,6 +184,13 @@ class L2Cache:
             old[1] = False
             self.dirty_room -= old[0]
             self._written_back(key, old)
+
+    def _fill(self, entry: list, absent: int, slice_bytes: float, copies: float) -> float:
+        """Bring a line's `absent` pieces in (their room taken, evicting what no longer fits); their bytes."""
+        nbytes = absent.bit_count() * slice_bytes
+        entry[3] |= absent
+        self._grow(entry, nbytes * copies)
+        return nbytes
 
     def _grow(self, entry: list, chip_bytes: float) -> None:
         entry[0] += chip_bytes
