@@ -560,10 +560,14 @@ class Gpu:
             taken = [env.event()]  # taken[k] fires once tile k is taken or the queue was found empty
             unfinished = []  # roles still running each tile
 
+            # a role's part of tile k: part() gives the generator to run, finished() follows it (two plain
+            # functions, not one generator around it: one frame less for each of the run's resumptions)
             def part(role, k: int):
                 cta, state = tiles[k]
                 timer = RoleTimer(self, sm, barriers, self.trace, f"SM{sm.index}.{slot} {role.name}", slot)
-                yield from timer.run(role.program(cta, state))
+                return timer.run(role.program(cta, state))
+
+            def finished(k: int) -> None:
                 unfinished[k] -= 1
                 if not unfinished[k]:
                     block_done()
@@ -579,7 +583,9 @@ class Gpu:
                     state = kernel.carry(state, cta)
                     taken[-1].succeed()
                     taken.append(env.event())
-                    yield from part(role, len(tiles) - 1)
+                    k = len(tiles) - 1
+                    yield from part(role, k)
+                    finished(k)
                 taken[-1].succeed()
 
             def follow(role):
@@ -590,6 +596,7 @@ class Gpu:
                     if k == len(tiles):
                         return
                     yield from part(role, k)
+                    finished(k)
                     k += 1
 
             yield simpy.AllOf(env, [env.process(lead(kernel.roles[0]))]
