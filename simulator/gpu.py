@@ -627,15 +627,18 @@ class Gpu:
         after = counters()
         delta = {k: after[k] - before[k] for k in after}
         cycles = env.now + self.skipped_cycles - start + self.launch_fixed_cycles()
-        if self.loop_skip is not None:
-            done = self.loop_skip
-            for key, value in (("skips", done.skips), ("ops_left_out", done.ops_left_out),
-                               ("cycles_left_out", done.cycles_left_out), ("mismatch_bytes", done.mismatch_bytes),
-                               ("evicting_skips", done.evicting_skips)):
-                self.loop_skips[key] += value
-            self.loop_skip = None
+        self._end_loop_skip()
         self.dirty_scale = total / (total - run["filling"] - (tiles.filling if tiles is not None else 0))
         return cycles, total, delta
+
+    def _end_loop_skip(self) -> None:
+        """Add the launch's loop skips to the run's."""
+        done = self.loop_skip
+        if done is None:
+            return
+        for key in ("skips", "ops_left_out", "cycles_left_out", "mismatch_bytes", "evicting_skips"):
+            self.loop_skips[key] += getattr(done, key)
+        self.loop_skip = None
 
 
 class _Dispatch(deque):
