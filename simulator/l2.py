@@ -146,12 +146,12 @@ class L2Cache:
             miss = 0.0
             for key, mask, slice_bytes in covered:
                 entry = lines.get(key)
-                if entry is None:
-                    entry = [0.0, False, None, 0, scale]
-                    lines[key] = entry
+                if entry is None:  # a line the L2 lacks: every piece of it misses
+                    entry = lines[key] = [0.0, False, None, 0, scale]
+                    absent = mask
                 else:
                     lines.move_to_end(key)
-                absent = mask & ~entry[3]
+                    absent = mask & ~entry[3]
                 if absent:
                     miss += self._fill(entry, absent, slice_bytes, scale)
                     entry[2] = now
