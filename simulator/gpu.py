@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import gc
 import math
-from collections import defaultdict, deque
+from collections import defaultdict
 from heapq import heappop, heappush
 
 import simpy
@@ -18,11 +18,8 @@ from flashsim.errors import FlashsimError
 
 from .icache import CodeCache
 from .l2 import FLUSH, L2Cache
-from .loopskip import LoopSkip
-from .periodic import CarriedSkip, counters_repeat, skip_plan
-from .resources import Barrier, Port, QueueUnit, SharedUnit
-from .timing import RoleTimer
-from .unitskip import UnitSkip
+from .launch import Launch
+from .resources import Port, QueueUnit, SharedUnit
 
 NORMAL = simpy.core.NORMAL
 # Objects allocated between two collections of the youngest generation while a launch runs (Python's default: 700).
@@ -408,228 +405,23 @@ class Gpu:
         return max(0, round(p.kernel_busy_overhead_s * self.clock_hz) - p.cta_launch_cycles)
 
     def run_kernel(self, kernel, counters, extrapolate: bool = True) -> tuple[int, int, dict]:
-        """Run one launch; returns (cycles, thread blocks or tiles it covers, counter increments).
-
-        `counters()` snapshots the byte and busy counters. Periodic skip: a kernel whose blocks all do the
-        same work (kernel.uniform) is watched each time one more block per SM is done. Once the intervals
-        repeat exactly twice over (`_skip_plan`) and the L2 stays in one regime (`_l2_regime`), whole periods
-        of blocks that are copies of those running are left out: their time and every counter are added
-        period by period, watching starts again, and the rest of the launch, its tail included, runs as
-        usual (a launch over many heads leaves out a stretch of each, or whole heads)."""
+        """Run one launch (simulator/launch.py, with its shortcuts); returns (cycles, thread blocks or tiles
+        it covers, counter increments). `counters()` snapshots the byte and busy counters."""
         env, p = self.env, self.profile
         self.set_clock(p.clock_hz(self.tensor_instr(kernel)))
         start = env.now + self.skipped_cycles  # cycles on the virtual clock (with the loop periods left out)
         slots = blocks_per_sm(kernel, p)
         self.copies = self.sharing(kernel, slots)
-        if extrapolate and self.trace is None:
-            # the evicting loop skip only where a K/V head, in the room its lines take, overflows the L2: its
-            # K/V stream through it, and which lines survive does not hang on the exact order of reads
-            # (where they partly fit, a run left 2-4% fewer HBM bytes than its plain run)
-            room = self.kv_head_bytes * max(self.copies.values(), default=1.0)
-            self.loop_skip = LoopSkip(self, counters, evicting=room > self.l2.capacity)
-        items = self.sample(kernel)
-        wave = slots * self.n_sms
-        total = len(items)
-        # a block that runs on from tile to tile takes its next tile before the last has ended: no waves
-        steady = extrapolate and kernel.uniform and total >= 4 * wave
-        watch = steady and kernel.carry is None
-        of = kernel.kv_head_of or (lambda c: (c[0], c[1] // self.group))
-        if steady:
-            heads = [of(c) for c in items]
-        # blocks that run on from tile to tile are watched where they take their tiles (periodic.py)
-        tiles = CarriedSkip(self, heads, self.n_sms, slots, counters) if steady and not watch else None
-        units = UnitSkip(items, wave, of) if extrapolate and self.trace is None and self.heads is not None else None
-        if units is not None and not units.ok:
-            units = None
-        # the periodic skip queues blocks as they are dispatched; otherwise the queue holds them all, and the
-        # unit skip (and the carried blocks' periodic skip) leaves out blocks from its front when a worker
-        # asks whether any block is left
-        queue = deque(items[:wave]) if watch else _Dispatch(items, lambda index: asking(index)) \
-            if units or tiles else deque(items)
-        before = counters()
-        run = {"done": 0, "next": len(queue), "skip": None, "left_out": 0, "filling": 0, "from": 0, "unit": -1}
-        skips: list[tuple[int, int]] = []  # (first block, blocks) of each stretch of blocks left out
-        marks: list[tuple[int, dict]] = [(start, before)]  # (cycle, counters) each time n_sms more blocks are done
-        l2_marks = [self._l2_state()]
-
-        def block_of(done: int) -> int:
-            """The launch index of the `done`-th block to finish (blocks finish in launch order, but past the
-            blocks left out)."""
-            for at, blocks in skips:
-                if done >= at:
-                    done += blocks
-            return done
-
-        def leave_out(plan: dict) -> None:
-            """Leave out a plan's blocks: their time and every counter, bytes included, move by what they moved
-            in the watched period, once per period; watching starts again from here."""
-            k, period, reps = plan["mark"], plan["period"], plan["reps"]
-            (t0, c0), (t1, c1) = marks[k - period], marks[k]
-            self.skipped_cycles += (t1 - t0) * reps
-            for key in c1:
-                self.skipped[key] = self.skipped.get(key, 0.0) + (c1[key] - c0[key]) * reps
-            if plan["regime"] == "filling":  # the left-out blocks' dirty lines would still be there too
-                run["filling"] += plan["blocks"]
-            skips.append((plan["at"], plan["blocks"]))
-            run["next"] += plan["blocks"]
-            run["left_out"] += plan["blocks"]
-            self.extrapolated_blocks += plan["blocks"]
-            self.periodic_skips += 1
-            run["skip"] = None
-            run["from"] = run["done"] + self.n_sms - run["done"] % self.n_sms  # the next whole round
-            marks.clear()
-            l2_marks.clear()
-
-        def units_from(at: int) -> int:
-            """Before block `at` is dispatched: if it is a head's first, the blocks of the heads from it on
-            that the last two heads say are copies (unitskip.py), left out; how many."""
-            unit = units.unit_at(at)
-            if unit is None or unit <= run["unit"]:
-                return 0
-            run["unit"] = unit  # marked once, however often the queue is asked
-            plan = units.mark(unit, env.now + self.skipped_cycles, counters(), self._l2_state(), self.l2)
-            if plan is None:
-                return 0
-            self.skipped_cycles += plan["cycles"] * plan["units"]
-            for key, value in plan["delta"].items():
-                self.skipped[key] = self.skipped.get(key, 0.0) + value * plan["units"]
-            if plan["filling"]:
-                run["filling"] += plan["blocks"]
-            skips.append((at, plan["blocks"]))
-            if watch:
-                run["next"] += plan["blocks"]
-            run["left_out"] += plan["blocks"]
-            self.extrapolated_blocks += plan["blocks"]
-            self.unit_skips["skips"] += 1
-            self.unit_skips["units_left_out"] += plan["units"]
-            self.unit_skips["worst"] = max(self.unit_skips["worst"], units.worst)
-            if watch:  # the periodic skip watches again from the next whole round
-                run["skip"] = None
-                run["from"] = run["done"] + self.n_sms - run["done"] % self.n_sms
-                marks.clear()
-                l2_marks.clear()
-            return plan["blocks"]
-
-        def asking(index: int) -> int:
-            """A worker asks for block `index` (the queue holds every block): the blocks left out from it on."""
-            blocks = tiles.asking(index) if tiles is not None else 0
-            run["left_out"] += blocks
-            if not blocks and units is not None:
-                blocks = units_from(index)
-                if blocks and tiles is not None:
-                    tiles.restart(index + blocks)
-            return blocks
-
-        def block_done() -> None:
-            run["done"] += 1
-            if self.on_block is not None:
-                self.on_block(run["done"] + run["left_out"], total)
-            if not watch:
-                return
-            if watch and run["skip"] is None and run["done"] % self.n_sms == 0 and run["done"] >= run["from"]:
-                marks.append((env.now + self.skipped_cycles, counters()))
-                l2_marks.append(self._l2_state())
-                first = run["from"]
-                plan = skip_plan(heads, self.n_sms, slots, [m[0] for m in marks], run["next"],
-                                  lambda n: block_of(first + n))
-                regime = (plan and counters_repeat(marks, plan["period"])
-                          and self._l2_regime(l2_marks, plan, run["done"] + run["left_out"], total))
-                if regime:
-                    plan["mark"], plan["regime"] = len(marks) - 1, regime
-                    run["skip"] = plan
-            plan = run["skip"]
-            # the finishing worker takes the next block from the queue (one that finds it empty is done)
-            if not queue and run["next"] < total:
-                if plan and plan["at"] == run["next"]:
-                    leave_out(plan)
-                if units is not None and run["next"] < total:
-                    units_from(run["next"])
-                if run["next"] < total:
-                    queue.append(items[run["next"]])
-                    run["next"] += 1
-
-        def carried(sm: Sm, slot: int):
-            """A block whose roles run on from tile to tile (Kernel.carry): the first role takes the next tile
-            from the queue as it ends its part of the last one (as the kernel's producer takes it from the
-            grid's counter), the others follow it tile by tile; one set of barriers keeps its counts."""
-            if not queue:
-                return
-            yield env.timeout(p.cta_launch_cycles)
-            barriers = defaultdict(lambda: Barrier(env))
-            tiles = []  # (cta, the block's state before it) of each tile taken, in order
-            taken = [env.event()]  # taken[k] fires once tile k is taken or the queue was found empty
-            unfinished = []  # roles still running each tile
-
-            # a role's part of tile k: part() gives the generator to run, finished() follows it (two plain
-            # functions, not one generator around it: one frame less for each of the run's resumptions)
-            def part(role, k: int):
-                cta, state = tiles[k]
-                timer = RoleTimer(self, sm, barriers, self.trace, f"SM{sm.index}.{slot} {role.name}", slot)
-                return timer.run(role.program(cta, state))
-
-            def finished(k: int) -> None:
-                unfinished[k] -= 1
-                if not unfinished[k]:
-                    block_done()
-
-            def lead(role):
-                state = None
-                while queue:
-                    cta = queue.popleft()
-                    if tiles and kernel.tile_counter:  # the next tile's index: an atomic on the L2's counter
-                        yield env.timeout(p.l2_hit_latency_cycles)
-                    tiles.append((cta, state))
-                    unfinished.append(len(kernel.roles))
-                    state = kernel.carry(state, cta)
-                    taken[-1].succeed()
-                    taken.append(env.event())
-                    k = len(tiles) - 1
-                    yield from part(role, k)
-                    finished(k)
-                taken[-1].succeed()
-
-            def follow(role):
-                k = 0
-                while True:
-                    if not taken[k].processed:
-                        yield taken[k]
-                    if k == len(tiles):
-                        return
-                    yield from part(role, k)
-                    finished(k)
-                    k += 1
-
-            yield simpy.AllOf(env, [env.process(lead(kernel.roles[0]))]
-                              + [env.process(follow(role)) for role in kernel.roles[1:]])
-
-        def worker(sm: Sm, slot: int):
-            if kernel.carry is not None:
-                yield from carried(sm, slot)
-                return
-            first = True
-            while queue:
-                cta = queue.popleft()
-                if first or not kernel.persistent:
-                    yield env.timeout(p.cta_launch_cycles)
-                    first = False
-                barriers = defaultdict(lambda: Barrier(env))
-                procs = []
-                for role in kernel.roles:
-                    track = f"SM{sm.index}.{slot} {role.name}"
-                    timer = RoleTimer(self, sm, barriers, self.trace, track, slot)
-                    procs.append(env.process(timer.run(role.program(cta))))
-                yield simpy.AllOf(env, procs)
-                block_done()
-
-        workers = [env.process(worker(sm, slot)) for slot in range(slots) for sm in self.sms]
+        launch = Launch(self, kernel, counters, extrapolate, slots, start)
+        workers = [env.process(launch.worker(sm, slot)) for slot in range(slots) for sm in self.sms]
         # the kernel ends with its last block; write-backs still in flight carry on into the next launch
         env.run_until(simpy.AllOf(env, workers))
         after = counters()
-        delta = {k: after[k] - before[k] for k in after}
+        delta = {k: after[k] - launch.before[k] for k in after}
         cycles = env.now + self.skipped_cycles - start + self.launch_fixed_cycles()
         self._end_loop_skip()
-        self.dirty_scale = total / (total - run["filling"] - (tiles.filling if tiles is not None else 0))
-        return cycles, total, delta
+        self.dirty_scale = launch.total / (launch.total - launch.filling)
+        return cycles, launch.total, delta
 
     def _end_loop_skip(self) -> None:
         """Add the launch's loop skips to the run's."""
@@ -639,19 +431,3 @@ class Gpu:
         for key in ("skips", "ops_left_out", "cycles_left_out", "mismatch_bytes", "evicting_skips"):
             self.loop_skips[key] += getattr(done, key)
         self.loop_skip = None
-
-
-class _Dispatch(deque):
-    """A launch's blocks in launch order, taken from the front by workers that first ask whether any is left
-    (`while queue`): asking lets `first(index)` leave out blocks from the front one (launch index `index`)
-    on; it returns how many. A block is left out before any worker takes it, wherever workers take blocks."""
-
-    def __init__(self, items: list, first):
-        super().__init__(items)
-        self.total, self.first = len(items), first
-
-    def __bool__(self) -> bool:
-        if len(self):
-            for _ in range(self.first(self.total - len(self))):
-                self.popleft()
-        return len(self) > 0
