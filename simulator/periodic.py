@@ -1,7 +1,7 @@
 """Periodic skip: leave out whole periods of blocks (or work tiles) that are copies of those running.
 
-Gpu.run_kernel watches a launch whose blocks all do the same work each time one more block per SM is done
-(`skip_plan`, `counters_repeat`). Blocks that run on from tile to tile (Kernel.carry: V3's persistent
+A launch (simulator/launch.py) whose blocks all do the same work is watched each time one more block per SM
+is done (`skip_plan`, `counters_repeat`). Blocks that run on from tile to tile (Kernel.carry: V3's persistent
 blocks) are watched by `CarriedSkip` instead, at the moments a tile is taken.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-# Periodic skip (Gpu.run_kernel): periods of up to PERIOD_MAX waves within a head, launch patterns of up to
+# Periodic skip (launch.Launch): periods of up to PERIOD_MAX waves within a head, launch patterns of up to
 # PATTERN_MAX waves across heads are recognised.
 PERIOD_MAX = 4
 PATTERN_MAX = 16
