@@ -52,20 +52,25 @@ def model_cycles(profile, d: int, bn: int, warpgroups: int, iters: int = 32) -> 
     """The timing interpreter's cycles per iteration for the same work: one role of 4 warps per warpgroup,
     each issuing v3's consumer ops for a K/V block (OnlineSoftmax, then the deferred Rescale) `iters` times
     on one SM, nothing else running."""
-    from flashsim.algorithms.ir import Kernel, OnlineSoftmax, Rescale, Role
+    from flashsim.algorithms.ir import Kernel, Role
     from flashsim.simulator.gpu import Gpu
 
-    def program(cta):
-        for j in range(iters):
-            yield OnlineSoftmax("S", f"P{j % 2}", "m", "l", 64, bn, 0.1, None, "bf16", acc="acc", acc_cols=d,
-                                corr="corr", warps=4)
-            yield Rescale("acc", "corr", 64, d, 4)
-
-    roles = tuple(Role(f"consumer{i}", 4, program) for i in range(warpgroups))
+    roles = tuple(Role(f"consumer{i}", 4, lambda cta: _softmax_ops(d, bn, iters)) for i in range(warpgroups))
     kernel = Kernel("softmax_mix", [(0, 0, 0)], roles, smem_bytes=0, regs_per_thread=128)
     gpu = Gpu(profile, sms=1, trace=[])
     gpu.run_kernel(kernel, dict, extrapolate=False)
     return _span(gpu.trace, "consumer") / iters
+
+
+def _softmax_ops(d: int, bn: int, iters: int):
+    """v3's consumer ops for `iters` K/V blocks of a warpgroup (64 rows): the online softmax, then the deferred
+    O rescale."""
+    from flashsim.algorithms.ir import OnlineSoftmax, Rescale
+
+    for j in range(iters):
+        yield OnlineSoftmax("S", f"P{j % 2}", "m", "l", 64, bn, 0.1, None, "bf16", acc="acc", acc_cols=d,
+                            corr="corr", warps=4)
+        yield Rescale("acc", "corr", 64, d, 4)
 
 
 def _span(trace: list, role: str) -> float:
@@ -79,7 +84,7 @@ def model_mix(profile, gemms: int, softmaxes: int, form: str, iters: int = 24) -
     K^T of a 64 x 128 tile at d64, four k16 steps; RS: O += P V of a 64 x 64 tile over 128 keys, eight), one
     group left in flight, long enough to outlast the `softmaxes` roles' `iters` v3 softmax iterations (d64,
     block_n 128). Returns the softmax's cycles per iteration and the GEMMs' FLOPs per cycle."""
-    from flashsim.algorithms.ir import RMEM, Gemm, GemmWait, Kernel, OnlineSoftmax, Rescale, Role
+    from flashsim.algorithms.ir import RMEM, Gemm, GemmWait, Kernel, Role
     from flashsim.simulator.gpu import Gpu
 
     def gemm_program(cta, name, groups):
@@ -100,15 +105,9 @@ def model_mix(profile, gemms: int, softmaxes: int, form: str, iters: int = 24) -
         if form != "mma":
             yield GemmWait(f"{name}{groups - 1}")
 
-    def softmax_program(cta):
-        for j in range(iters):
-            yield OnlineSoftmax("S", f"P{j % 2}", "m", "l", 64, 128, 0.1, None, "bf16", acc="acc", acc_cols=64,
-                                corr="corr", warps=4)
-            yield Rescale("acc", "corr", 64, 64, 4)
-
     groups = iters * 40 if softmaxes else 256
     roles = tuple(Role(f"gemm{i}", 4, lambda c, i=i: gemm_program(c, f"g{i}_", groups)) for i in range(gemms))
-    roles += tuple(Role(f"softmax{i}", 4, softmax_program) for i in range(softmaxes))
+    roles += tuple(Role(f"softmax{i}", 4, lambda cta: _softmax_ops(64, 128, iters)) for i in range(softmaxes))
     kernel = Kernel("softmax_gemm", [(0, 0, 0)], roles, smem_bytes=0, regs_per_thread=128)
     gpu = Gpu(profile, sms=1, trace=[])
     gpu.run_kernel(kernel, dict, extrapolate=False)
