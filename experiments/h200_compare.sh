@@ -8,11 +8,13 @@
 # repository root with simpy's wheel in .whl/. Everything ends up in $OUT/results.tgz (the machine returns a
 # handful of files only): each set's directory, logs and summary.txt. SETS picks the sets (default: these five,
 # "test fa2 test-bwd test-decode published"; dev-llm, the LLM-shaped development set, when named); the cores
-# are shared among those picked.
+# are shared among those picked. IMPLS (comma-separated) keeps only those implementations' measurements, for a
+# change that moves only theirs.
 set -uo pipefail
 OUT=${OUT:-out}
 LIMIT=${LIMIT:-540}
 SETS=${SETS:-test fa2 test-bwd test-decode published}
+IMPLS=${IMPLS:-}
 mkdir -p "$OUT"
 source experiments/device_env.sh
 source experiments/device_steps.sh
@@ -22,7 +24,16 @@ cores=$(nproc)
 run_set() {
   local grid=$1 stem=$2 jobs=$3
   mkdir -p "$OUT/$grid"
-  cp "$RES/$stem-measured.jsonl" "$OUT/$grid/"
+  if [ -n "$IMPLS" ]; then
+    python3 - "$RES/$stem-measured.jsonl" "$OUT/$grid/$stem-measured.jsonl" "$IMPLS" <<'PY'
+import json, sys
+keep = set(sys.argv[3].split(","))
+with open(sys.argv[1]) as src, open(sys.argv[2], "w") as dst:
+    dst.writelines(line for line in src if json.loads(line).get("impl", next(iter(keep))) in keep)
+PY
+  else
+    cp "$RES/$stem-measured.jsonl" "$OUT/$grid/"
+  fi
   cp "$RES"/.*"-predictions.jsonl" "$OUT/$grid/" 2>/dev/null  # a journal left by an earlier cut-off run
   step "$grid" "$LIMIT" python3 -m flashsim.cli validate --grid "$grid" --compare-only --hw h200 --jobs "$jobs" \
     --out-dir "$OUT/$grid"
@@ -34,7 +45,8 @@ picked test && run_set test testset "$share_test" &
 picked fa2 && run_set fa2 validation $((cores / 4)) &
 picked test-bwd && run_set test-bwd testset-bwd $((cores / 8 > 0 ? cores / 8 : 1)) &
 picked test-decode && run_set test-decode testset-decode 1 &
-picked dev-llm && run_set dev-llm devset-llm $((cores / 8 > 0 ? cores / 8 : 1)) &
+share_llm=$((cores / 8 > 0 ? cores / 8 : 1)); picked test-bwd || share_llm=$((cores / 4))
+picked dev-llm && run_set dev-llm devset-llm "$share_llm" &
 if picked published; then
   mkdir -p "$OUT/published"
   step published "$LIMIT" python3 -m flashsim.cli validate --published --jobs 2 --out-dir "$OUT/published" &

@@ -29,7 +29,7 @@ from flashsim.algorithms import catalog
 from flashsim.errors import FlashsimError
 
 from . import validate_store as store
-from .validate_impls import IMPLS, kernel_tiling
+from .validate_impls import IMPLS, kernel_tiling, launch_rule
 from .validate_metrics import summarize, summarize_groups
 from .validate_sets import DEV, DataSet
 
@@ -64,6 +64,8 @@ def ran_tiling(rec: dict) -> dict | None:
     carried it, its tile table's entry for the head dim and mask (what the kernel picks when the caller names
     no tiles; V1's split count is left to FA1's rule, which the kernel also follows)."""
     impl = IMPLS.get(rec["impl"])
+    if impl is not None and impl.launch:
+        return launch_rule(impl, rec["algo"], rec["config"]["headdim"])[0] or rec.get("tiling")
     if impl is not None and impl.exp2 and rec["algo"] == impl.algo:
         # a kernel whose code computes the exponential its own way: the schedule's tiles, with that form
         return {**(rec.get("tiling") or {}), "exp2": impl.exp2}
@@ -81,6 +83,16 @@ def ran_tiling(rec: dict) -> dict | None:
     return tiling
 
 
+def _sim_headdim(rec: dict) -> dict:
+    """{"sim_headdim": D} where the measured kernel runs another head dim than the problem's (cuDNN's d96 runs
+    its d128 kernel), else {}."""
+    impl = IMPLS.get(rec["impl"])
+    if impl is None or not impl.launch:
+        return {}
+    d = launch_rule(impl, rec["algo"], rec["config"]["headdim"])[1]
+    return {"sim_headdim": d} if d != rec["config"]["headdim"] else {}
+
+
 def rows_from(records: list[dict]) -> list[dict]:
     """One row per (implementation, configuration): its timing and, where ncu ran, its bytes."""
     rows: dict[tuple[str, str], dict] = {}
@@ -94,6 +106,7 @@ def rows_from(records: list[dict]) -> list[dict]:
                 "config_id": rec["config_id"],
                 "config": rec["config"],
                 "tiling": ran_tiling(rec),
+                **_sim_headdim(rec),
                 "measured": {},
                 "status": {},
             },
@@ -206,8 +219,8 @@ def predict(rows: list[dict], hw: str, overrides: list[str], jobs: int, cached: 
     if not todo:
         return
     job_args = [
-        (r["algo"], _problem_args(r["config"]), r.get("tiling"), hw, overrides, SIM_SWAPS.get(r["impl"], {}),
-         flushed_l2)
+        (r["algo"], _problem_args(r["config"], r.get("sim_headdim")), r.get("tiling"), hw, overrides,
+         SIM_SWAPS.get(r["impl"], {}), flushed_l2)
         for r in todo
     ]
     # a row that names no tiles runs the model's default: named, it is one simulation with a row that names
@@ -299,10 +312,13 @@ def _work(job_args: tuple) -> float:
     return cfg["batch"] * cfg["heads"] * nq * nk * cfg["headdim"] / (2 if cfg.get("causal") else 1)
 
 
-def _problem_args(config: dict) -> dict:
+def _problem_args(config: dict, sim_headdim: int | None = None) -> dict:
+    """Problem's arguments for a row: its configuration, with the head dim its kernel runs where that differs
+    (the products and tiles of that kernel; its global reads are then counted at that width too)."""
     keys = ("batch", "heads", "kv_heads", "seqlen_q", "seqlen_k", "headdim", "causal", "dtype", "causal_align",
             "page_size")
-    return {k: config[k] for k in keys if k in config}
+    args = {k: config[k] for k in keys if k in config}
+    return args | {"headdim": sim_headdim} if sim_headdim else args
 
 
 def _cached(path: Path, fingerprint: str, l2_start: str) -> dict:
@@ -326,7 +342,7 @@ def _cached(path: Path, fingerprint: str, l2_start: str) -> dict:
 
 
 def _cache_key(row: dict) -> tuple:
-    return row["impl"], row["config_id"], json.dumps(row.get("tiling"), sort_keys=True)
+    return row["impl"], row["config_id"], json.dumps(row.get("tiling"), sort_keys=True), row.get("sim_headdim")
 
 
 def compare(out_dir: Path, measured: Path, hw: str = "h200", overrides: list[str] | None = None, jobs: int = 0,

@@ -98,6 +98,8 @@ class Impl:
     # the forward schedule's form of the exponential where the kernel's code differs from ours (the tiling's
     # exp2; "" for the schedule's own): what its SASS issues per exponential
     exp2: str = ""
+    # the library's own launch rule where it is known (simulator/sdpa.py): "cudnn-sm90"; "" for the schedule's
+    launch: str = ""
 
 
 DENSE_STAND_IN = "on the decode set a dense K/V cache: SDPA has no paged cache, the dense call stands in"
@@ -114,7 +116,8 @@ IMPLS: dict[str, Impl] = {
         Impl("sdpa-flash", "v2", "bf16", "sdpa", "FLASH_ATTENTION",
              f"FA2 kernels, FA2 tiles, PyTorch's exp2f; {DENSE_STAND_IN}", exp2="exp2f"),
         Impl("sdpa-cudnn", "v3", "bf16", "sdpa", "CUDNN_ATTENTION",
-             f"cuDNN Hopper kernel, FA3 tiles assumed; {DENSE_STAND_IN}"),  # fmt: skip
+             f"cuDNN Hopper kernel, its tiles and head dims (simulator/sdpa.py); {DENSE_STAND_IN}",
+             launch="cudnn-sm90"),  # fmt: skip
         Impl("sdpa-math", "standard", "fp32", "sdpa", "MATH", "unfused, upcast to fp32, cuBLAS FFMA SGEMMs"),
         Impl("sdpa-math-bf16", "standard", "bf16", "sdpa", "MATH", "unfused, bf16 cuBLAS GEMMs and softmax"),
         Impl("sdpa-efficient", "v2", "bf16", "sdpa", "EFFICIENT_ATTENTION",
@@ -126,6 +129,16 @@ IMPLS: dict[str, Impl] = {
 # What the development set measures unless --impls says otherwise: every forward implementation it had
 # before the decode and backward sets came.
 DEV_IMPLS = ["standard", "v1", "v2", "v3", "v3-fp8", "sdpa-flash", "sdpa-cudnn", "sdpa-math", "sdpa-math-bf16"]
+
+
+def launch_rule(impl: Impl, algo: str, headdim: int) -> tuple[dict | None, int]:
+    """(tiling dict or None, head dim the kernel runs) for a forward record of impl: the library's own launch
+    where simulator/sdpa.py knows it, else (None, headdim)."""
+    if impl.launch == "cudnn-sm90" and algo == impl.algo:
+        from flashsim.simulator.sdpa import cudnn_sm90_headdim, cudnn_sm90_tiling
+
+        return cudnn_sm90_tiling(headdim), cudnn_sm90_headdim(headdim)
+    return None, headdim
 
 
 def sim_algo(impl: Impl, cfg: Config) -> str:

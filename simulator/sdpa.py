@@ -43,6 +43,31 @@ def _cudnn(major: int, dtype: str, headdim: int) -> str | None:
     return None
 
 
+# What cuDNN's fused forward on Hopper (its `..._sm90_flash_fprop_wgmma_f16_knob_7_{BM}x{BN}x{D}_...` kernels)
+# launches, read from the kernel names and launch geometry PyTorch's profiler recorded on every shape of both
+# development sets (experiments/results/h200/sdpa-launches-*.json, `experiments/sdpa_launches.py`): a grid of
+# at most one block per SM that walks the tiles (persistent), 384 threads (a producer warpgroup and two
+# consumers of 64 query rows each), tiles of 128 query and 128 key rows, and kernels compiled for head dims
+# 64, 128 and 256 only: a head dim of 96 runs the d128 kernel, so its products and its shared-memory tiles
+# are those of d128.
+CUDNN_SM90_HEADDIMS = (64, 128, 256)
+CUDNN_SM90_TILE = {"block_m": 128, "block_n": 128, "warps": 12}
+
+
+def cudnn_sm90_headdim(headdim: int) -> int:
+    """The head dim of the kernel cuDNN runs for `headdim` (the next one it is compiled for)."""
+    return next((d for d in CUDNN_SM90_HEADDIMS if d >= headdim), headdim)
+
+
+def cudnn_sm90_tiling(headdim: int) -> dict | None:
+    """cuDNN's tiles for this head dim as a Tiling dict, None where the development sets saw too few shapes
+    to say (d256: one). Its K/V ring holds 3 stages in 227 KB because the output is staged in Q's buffer;
+    v3's schedule stages it apart, so 3 stages do not fit there: the model runs 2."""
+    if cudnn_sm90_headdim(headdim) > 128:
+        return None
+    return {**CUDNN_SM90_TILE, "stages": 2}
+
+
 CHECKS = {"flash": _flash, "efficient": _efficient, "cudnn": _cudnn, "math": lambda *_: None}
 
 
