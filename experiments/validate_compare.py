@@ -64,11 +64,13 @@ def ran_tiling(rec: dict) -> dict | None:
     carried it, its tile table's entry for the head dim and mask (what the kernel picks when the caller names
     no tiles; V1's split count is left to FA1's rule, which the kernel also follows)."""
     impl = IMPLS.get(rec["impl"])
-    if impl is not None and impl.launch:
+    if impl is not None and impl.launch == "cudnn-sm90":
         return launch_rule(impl, rec["algo"], rec["config"]["headdim"])[0] or rec.get("tiling")
     if impl is not None and impl.exp2 and rec["algo"] == impl.algo:
-        # a kernel whose code computes the exponential its own way: the schedule's tiles, with that form
-        return {**(rec.get("tiling") or {}), "exp2": impl.exp2}
+        # a kernel whose code computes the exponential its own way: the schedule's tiles, with that form (and,
+        # for FA2, its launch rule, which _simulate settles on the profile's GPU)
+        launch = {"launch": impl.launch} if impl.launch else {}
+        return {**(rec.get("tiling") or {}), "exp2": impl.exp2, **launch}
     if rec.get("tiling") or impl is None or impl.kind != "ours":
         return rec.get("tiling")
     if rec["algo"] != IMPLS[rec["impl"]].algo:
@@ -181,6 +183,10 @@ def _simulate(job: tuple) -> dict:
             from flashsim.algorithms.tiling import fa1_splits
 
             tiling = {**tiling, "splits": fa1_splits(prob, Tiling(**tiling), profile)}
+        if tiling and tiling.get("launch") == "fa2":  # FA2's tiles or its split-KV kernel's, on this GPU
+            from flashsim.simulator.sdpa import fa2_tiling
+
+            tiling = {**fa2_tiling(prob, profile), **{k: v for k, v in tiling.items() if k != "launch"}}
         if tiling and "block_m" not in tiling:  # only the code's form given: the schedule's own tiles
             from flashsim.algorithms.tiling import resolve_tiling
 

@@ -98,7 +98,8 @@ class Impl:
     # the forward schedule's form of the exponential where the kernel's code differs from ours (the tiling's
     # exp2; "" for the schedule's own): what its SASS issues per exponential
     exp2: str = ""
-    # the library's own launch rule where it is known (simulator/sdpa.py): "cudnn-sm90"; "" for the schedule's
+    # the library's own launch rule where it is known (simulator/sdpa.py): "cudnn-sm90" (fixed tiles and head
+    # dims), "fa2" (its tiles and split-KV rule, which need the GPU: settled at simulation); "" for the schedule's
     launch: str = ""
 
 
@@ -114,7 +115,8 @@ IMPLS: dict[str, Impl] = {
         Impl("v3", "v3", "bf16", "ours"),
         Impl("v3-fp8", "v3-fp8", "fp8", "ours", note="bf16 inputs, fp8 e4m3 inside"),
         Impl("sdpa-flash", "v2", "bf16", "sdpa", "FLASH_ATTENTION",
-             f"FA2 kernels, FA2 tiles, PyTorch's exp2f; {DENSE_STAND_IN}", exp2="exp2f"),
+             f"FA2 kernels, FA2 tiles and split rule, PyTorch's exp2f; {DENSE_STAND_IN}", exp2="exp2f",
+             launch="fa2"),
         Impl("sdpa-cudnn", "v3", "bf16", "sdpa", "CUDNN_ATTENTION",
              f"cuDNN Hopper kernel, its tiles and head dims (simulator/sdpa.py); {DENSE_STAND_IN}",
              launch="cudnn-sm90"),  # fmt: skip

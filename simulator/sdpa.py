@@ -68,6 +68,21 @@ def cudnn_sm90_tiling(headdim: int) -> dict | None:
     return {**CUDNN_SM90_TILE, "stages": 2}
 
 
+def fa2_tiling(problem, profile) -> dict:
+    """The tiles SDPA's flash backend (FlashAttention-2's forward) launches for this problem: its usual tiles
+    (the v2 record's), or, where its split heuristic splits the K/V sequence (too few Q tiles to fill the SMs),
+    its split-KV kernel's: 64 query rows, FA2's split block of keys, 4 warps. Seen on the development sets
+    (experiments/results/h200/sdpa-launches-*.json): `flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<96, 64,
+    128, 4, ...>>` and its combine for B1 H8 N1024 d96, the usual kernel on every other shape."""
+    from ..algorithms.splitkv import split_block_n
+    from ..algorithms.tiling import resolve_tiling
+
+    t = resolve_tiling("v2", problem, profile, splits="auto")
+    if t.splits == 1:
+        return t.as_dict()
+    return {**t.as_dict(), "block_m": 64, "block_n": split_block_n(problem.headdim), "warps": 4}
+
+
 CHECKS = {"flash": _flash, "efficient": _efficient, "cudnn": _cudnn, "math": lambda *_: None}
 
 

@@ -86,3 +86,32 @@ def test_trace_reading(tmp_path):
     assert len(events) == 1 and events[0]["block"] == [384, 1, 1] and events[0]["dynamic_smem_bytes"] == 232448
     text = summary([{"impl": "sdpa-cudnn", "kernels": events}, {"impl": "sdpa-cudnn", "kernels": events}])
     assert text.startswith("   2  sdpa-cudnn  block [384, 1, 1]  smem 232448  regs 168")
+
+
+@pytest.mark.parametrize("grid", ["dev-llm", "fa2"])
+def test_fa2_rule_matches_what_flash_launched(grid):
+    """SDPA's flash backend on every development shape it took: the tiles in its kernel's traits and, where it
+    split the K/V sequence, the split count in its grid's y, are fa2_tiling's on the h200."""
+    import re
+
+    from flashsim.algorithms.problem import Problem
+    from flashsim.hw_profiles import load_profile
+    from flashsim.simulator.sdpa import fa2_tiling
+
+    profile = load_profile("h200")
+    doc = json.loads((RESULTS / f"sdpa-launches-{grid}.json").read_text())
+    checked = split = 0
+    for row in doc["rows"]:
+        if row["impl"] != "sdpa-flash" or row.get("error"):
+            continue
+        main = [k for k in row["kernels"] if re.search(r"flash_fwd_(splitkv_)?kernel<", k["name"])]
+        assert len(main) == 1
+        traits = re.search(r"Flash_fwd_kernel_traits<(\d+), (\d+), (\d+), (\d+),", main[0]["name"])
+        d, bm, bn, warps = (int(x) for x in traits.groups())
+        rule = fa2_tiling(Problem(**row["config"]), profile)
+        splits = main[0]["grid"][1] if "splitkv" in main[0]["name"] else 1
+        assert (bm, bn, warps, splits) == (rule["block_m"], rule["block_n"], rule["warps"], rule["splits"])
+        assert d == -(-row["config"]["headdim"] // 32) * 32
+        checked += 1
+        split += splits > 1
+    assert checked >= 30 and (split >= 1 if grid == "dev-llm" else True)
