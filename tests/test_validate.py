@@ -338,15 +338,16 @@ def test_a_job_simulates_the_flushed_l2_it_names() -> None:
 
 def test_compare_simulates_sdpa_flash_with_its_own_exponential(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """SDPA flash names no tiles (the schedule's own, FA2's) but its code's exponential; our v2 names its
-    kernel's tiles, here the same ones, and our exponential: two runs."""
+    """SDPA flash names no tiles (FA2's launch rule settles them on the GPU) but its code's exponential; our v2
+    names its kernel's tiles, here the same ones, and our exponential: two runs."""
     calls = []
     monkeypatch.setattr(validate_compare, "_simulate", lambda job: calls.append(job) or _fake_simulate(job))
     report = validate_compare.compare(tmp_path, _measured_file(tmp_path), "h200", jobs=1, log=lambda _: None)
     v2 = sorted((job[2] for job in calls if job[0] == "v2" and job[6]), key=len)
-    assert v2 == [{"exp2": "exp2f"}, {"block_m": 128, "block_n": 128, "warps": 4, "stages": 2, "splits": 1}]
+    flash = {"exp2": "exp2f", "launch": "fa2"}
+    assert v2 == [flash, {"block_m": 128, "block_n": 128, "warps": 4, "stages": 2, "splits": 1}]
     rows = {r["impl"]: r for r in report["rows"] if r["algo"] == "v2"}
-    assert rows["sdpa-flash"]["tiling"] == {"exp2": "exp2f"} and "exp2" not in rows["v2"]["tiling"]
+    assert rows["sdpa-flash"]["tiling"] == flash and "exp2" not in rows["v2"]["tiling"]
 
 
 def test_compare_predicts_again_a_kernel_measured_with_other_tiles(tmp_path: Path,
