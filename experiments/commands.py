@@ -50,7 +50,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--grid", default="fa2",
                    help="configurations: fa2 (FA2 grid + ragged: the development set), test (the held-out test "
                    "set, timed only, into testset-measured.jsonl), test-decode (decoding steps against a dense or "
-                   "paged K/V cache), test-bwd (the backward kernels alone) or smoke")  # fmt: skip
+                   "paged K/V cache), test-bwd (the backward kernels alone), dev-llm (LLM-shaped development set), "
+                   "dev-tiles (per-tile development set) or smoke")  # fmt: skip
     p.add_argument("--impls", metavar="NAMES",
                    help="comma-separated implementations (default: the grid's: fa2 every forward one; test "
                    "v2,v3,sdpa-flash,sdpa-cudnn; test-decode decode and SDPA's flash, cuDNN and efficient; "

@@ -38,7 +38,7 @@ from .validate_impls import (  # noqa: F401 (re-exported: validate's callers use
     sim_algo,
 )
 from .validate_passes import reference as pass_reference
-from .validate_sets import BWD, DECODE, DEV, DEV_LLM, TEST
+from .validate_sets import BWD, DECODE, DEV, DEV_LLM, DEV_TILES, TEST
 
 DEFAULT_OUT_DIR = Path("experiments/results/h200")
 BACKWARD_FLOPS_RATIO = 2.5  # FA2's convention (algorithms/problem.py): the backward counts 2.5x the forward
@@ -92,6 +92,15 @@ def llm_dev_set() -> list[Config]:
     return committed(DEV_FILE)
 
 
+def tiles_dev_set() -> list[Config]:
+    """What a tile costs beyond its K/V iterations: 128 query rows per head (one Q tile of our kernels) over 1056
+    heads (8 tiles per SM of the H200) against 128 to 8192 keys, so that time against the keys is a line whose
+    intercept is the per-tile cost; and short causal GQA problems, whose tiles run one to eight iterations."""
+    out = [Config(8, 132, 128, d, seqlen_k=nk) for d in (64, 128) for nk in (128, 512, 2048, 8192)]
+    out += [Config(16, 48, n, d, causal=True, kv_heads=6) for d in (64, 128) for n in (256, 512, 1024)]
+    return out
+
+
 def decode_test_set() -> list[Config]:
     """The held-out decode set (experiments/testset_passes.py): one decoding step against a dense or paged cache."""
     from .testset_passes import DECODE_SET
@@ -108,10 +117,11 @@ def backward_test_set() -> list[Config]:
 
 GRIDS: dict[str, Callable[[], list[Config]]] = {"fa2": lambda: fa2_grid() + ragged(), "smoke": smoke,
                                                 "test": test_set, DECODE.name: decode_test_set,
-                                                BWD.name: backward_test_set, DEV_LLM.name: llm_dev_set}  # fmt: skip
+                                                BWD.name: backward_test_set, DEV_LLM.name: llm_dev_set,
+                                                DEV_TILES.name: tiles_dev_set}  # fmt: skip
 # The measurement file of each grid: each test set's own, everything else the development set's.
 MEASURED_NAMES = {"test": TEST_MEASURED_NAME, DECODE.name: DECODE.measured, BWD.name: BWD.measured,
-                  DEV_LLM.name: DEV_LLM.measured}  # fmt: skip
+                  DEV_LLM.name: DEV_LLM.measured, DEV_TILES.name: DEV_TILES.measured}  # fmt: skip
 # What each grid times unless --impls says otherwise.
 DEFAULT_IMPLS = {
     "fa2": DEV_IMPLS,
@@ -120,9 +130,10 @@ DEFAULT_IMPLS = {
     DECODE.name: ["decode", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient"],
     BWD.name: ["v2", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient"],
     DEV_LLM.name: ["v2", "v3", "sdpa-flash", "sdpa-cudnn"],
+    DEV_TILES.name: ["v2", "v3", "sdpa-flash", "sdpa-cudnn"],
 }
 # Grids that are timed only (no Nsight Compute byte counts unless --ncu-sample asks for a sample of them).
-TIMED_ONLY = ("test", DECODE.name, BWD.name, DEV_LLM.name)
+TIMED_ONLY = ("test", DECODE.name, BWD.name, DEV_LLM.name, DEV_TILES.name)
 # The byte sample's draw: fixed, so a rerun measures (and resumes) the same configurations.
 BYTE_SAMPLE_SEED = 2026
 

@@ -4,6 +4,8 @@ dev: the FA2 benchmark grid and the ragged shapes, on which the model was develo
 test: the held-out LLM shapes of experiments/testset.py, on which it never was.
 test-decode, test-bwd: held-out decoding steps and backward passes (experiments/testset_passes.py).
 dev-llm: LLM shapes drawn like the test set from another seed, as development data off the FA2 grid.
+dev-tiles: one Q tile per head against K/V of 128-8192 keys, and short causal problems: what a tile costs
+beyond its K/V iterations, as development data.
 """
 
 from __future__ import annotations
@@ -32,4 +34,7 @@ BWD = DataSet("test-bwd", "backward test set (the backward kernels alone; never 
               "testset-bwd-measured.jsonl", "testset-bwd")  # fmt: skip
 DEV_LLM = DataSet("dev-llm", "LLM-shaped development set (drawn like the test set from another seed; "
                   "mechanisms may be looked for here)", "devset-llm-measured.jsonl", "devset-llm")  # fmt: skip
-SETS = (DEV, TEST, DECODE, BWD, DEV_LLM)
+DEV_TILES = DataSet("dev-tiles", "per-tile development set (a Q tile per head against 128-8192 keys, and short "
+                    "causal problems; what a tile costs beyond its iterations)", "devset-tiles-measured.jsonl",
+                    "devset-tiles")  # fmt: skip
+SETS = (DEV, TEST, DECODE, BWD, DEV_LLM, DEV_TILES)
