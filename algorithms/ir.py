@@ -83,6 +83,9 @@ class Store:
     # stores per thread that wait for one another: each thread's fragment stores reuse one data register, so
     # each waits about an L2 round trip for the one before it (the timing interpreter's floor); 0: none
     chained: int = 0
+    # each thread stores its accumulator fragments itself (4 bytes, 16 per row per warp instruction): the
+    # warp goes on once the SM's store path has taken them out of its registers, at the rate such stores get
+    fragments: bool = False
 
     @property
     def nbytes(self) -> int:
@@ -179,6 +182,11 @@ MASK_OPS_PER_ELEMENT = 3
 # Its SASS, per warp and K/V tile: experiments/results/h200/fa2-sass/.
 EXP2_FORMS = ("approx", "exp2f")
 EXP2F_EXTRA_PER_EXP = 3  # the range test and the two FMULs (the unfused product is already two ops here)
+# How a kernel's epilogue writes O: "tma": staged in shared memory and written by a TMA store, which no warp
+# waits for (FA3's epilogue); "fragments": each thread stores its accumulator fragments straight to global
+# memory, 4 bytes per thread and 16 per row per instruction (our v3 kernel, kernels/v3_epilogue.cuh), and
+# the warp reuses those registers for the next tile only once the stores have drained.
+O_STORE_FORMS = ("tma", "fragments")
 
 
 @dataclass(frozen=True, slots=True)

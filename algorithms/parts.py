@@ -51,9 +51,12 @@ def tile_mask(p: Problem, row0: int, col0: int, rows: int, cols: int) -> Mask | 
 
 def flash_epilogue(p: Problem, b: int, h: int, row0: int, block: int, acc: str, m: str, l: str,
                    warps: int, o_via: str = "st"):
-    """O = acc / l written once in the input dtype, LSE = m + log l written for the backward pass."""
+    """O = acc / l written once in the input dtype, LSE = m + log l written for the backward pass. o_via: "st",
+    "tma" or "fragments" (each thread's plain stores of its accumulator fragments)."""
     yield Normalize(acc, m, l, "lse", block, p.headdim, warps)
-    yield Store(acc, row_tile(p, "O", b, h, row0, block, elem_bytes=out_bytes(p)), RMEM, o_via)
+    fragments = o_via == "fragments"
+    yield Store(acc, row_tile(p, "O", b, h, row0, block, elem_bytes=out_bytes(p)), RMEM, "st" if fragments else o_via,
+                fragments=fragments)
     yield Store("lse", stat_tile(p, "LSE", b, h, row0, block), RMEM)
 
 

@@ -528,6 +528,41 @@ def red_dq(b: Bench) -> dict:
     return out
 
 
+def frag_store(b: Bench) -> dict:
+    """Stores of O from accumulator fragments (kernels/microbench/membw.cu store_frag: 16 bytes into each of 8
+    rows per warp instruction, as our v3 epilogue writes O) against the same bytes as coalesced 16-byte words,
+    one block per SM with 4, 8 or 16 warps, 16 x 128 bf16 tiles, into a 16 MiB buffer (L2) or a 1 GiB one
+    (HBM). Per SM: bytes per cycle over the block's clocks (the stores issued; the warp goes on once its
+    registers are read); chip: bytes per second over CUDA events (the stores performed)."""
+    cp = b.cp
+    fn = b.fn("membw", "store_frag")
+    d, blocks = 128, b.gpu.sm_count
+    tiles = 64 if b.quick else 512
+    row_bytes = d * 2
+    out: dict = {"points": []}
+    for where, size in (("l2", 16 * MiB), ("hbm", GiB)):
+        dst = cp.zeros(size // 4, dtype=cp.uint32)
+        n_rows = size // row_bytes
+        for warps in (4, 8, 16):
+            tb = b.times(blocks)
+            payload = 16 * row_bytes * tiles * warps  # bytes one block stores
+            for form, coalesced in (("fragments", 0), ("coalesced", 1)):
+                args = (dst, _i32(d), _u64(n_rows), _i32(tiles), _i32(coalesced), tb)
+                seconds = b.elapsed(lambda a=args, w=warps: fn((blocks,), (32 * w,), a), reps=5)
+                t = block_times(tb)
+                out["points"].append({"where": where, "warps": warps, "form": form,
+                                      "bytes_per_clk_per_sm": per_sm_rate(t, payload),
+                                      "chip_bytes_per_s": payload * blocks / seconds})  # fmt: skip
+        del dst
+    pts = {(p["where"], p["warps"], p["form"]): p for p in out["points"]}
+    out["fragments_bytes_per_clk_per_sm"] = max(p["bytes_per_clk_per_sm"] for k, p in pts.items()
+                                                if k[0] == "l2" and k[2] == "fragments")  # fmt: skip
+    out["how"] = (f"store_frag: {blocks} blocks x 4/8/16 warps, {tiles} tiles of 16 x {d} bf16 per warp, from "
+                  "fragments (16 B into each of 8 rows per warp instruction) or as coalesced 16-byte words, into "
+                  "16 MiB (L2) or 1 GiB (HBM); bytes per SM cycle over block clocks (median over SMs)")
+    return out
+
+
 def wgmma(b: Bench) -> dict:
     """wgmma m64n256 throughput with both operands in shared memory (1 and 2 warpgroups per SM; the better is
     the rate) and its issue-to-completion latency (one warpgroup, wait after each)."""
@@ -798,6 +833,7 @@ BENCHMARKS: dict[str, Callable[[Bench], dict]] = {
     "ldsm_mma": ldsm_mma,
     "ldsm_form": ldsm_form,
     "red_dq": red_dq,
+    "frag_store": frag_store,
     "wgmma": wgmma,
     "wgmma_shape": wgmma_shape,
     "power_mix": power_mix,

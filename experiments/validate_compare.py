@@ -71,15 +71,25 @@ def ran_tiling(rec: dict) -> dict | None:
         # for FA2, its launch rule, which _simulate settles on the profile's GPU)
         launch = {"launch": impl.launch} if impl.launch else {}
         return {**(rec.get("tiling") or {}), "exp2": impl.exp2, **launch}
+    if impl is not None and impl.o_store and rec["algo"] == impl.algo:
+        # our v3 kernels store O from their fragments: the tiles they ran, with that form
+        base = rec.get("tiling") or _table_tiling(rec)
+        return {**base, "o_store": impl.o_store} if base else None
     if rec.get("tiling") or impl is None or impl.kind != "ours":
         return rec.get("tiling")
     if rec["algo"] != IMPLS[rec["impl"]].algo:
         return None  # a backward or decode record: its kernel's tiles are recorded or the schedule's own
+    return _table_tiling(rec)
+
+
+def _table_tiling(rec: dict) -> dict | None:
+    """Our kernel's tile table entry for the record's head dim and mask (None: no entry, e.g. a head dim the
+    kernels are no longer built for: the model's default tiles)."""
     cfg = rec["config"]
     try:
         tiling = kernel_tiling(rec["impl"], cfg["headdim"], cfg["causal"])
     except FlashsimError:
-        return None  # no table entry (a head dim the kernels are no longer built for): the model's default tiles
+        return None
     if catalog.get(rec["algo"]).kv_outer_loop:
         tiling.pop("splits", None)
     return tiling

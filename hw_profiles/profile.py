@@ -103,6 +103,9 @@ class Profile:
     l2_hit_latency_cycles: int = _p(int)
     l2_dirty_max_bytes: int = _p(int)  # dirty data L2 keeps before writing the oldest back to HBM
     l2_atomic_bytes_per_clk: float = _p(float)  # fp32 reduce-adds the L2 slices perform (bytes added, chip)
+    # an SM's stores straight from accumulator fragments (4 bytes a thread, 16 per row per warp instruction)
+    # leave its warps' registers at this rate: a quarter of what coalesced 16-byte stores reach
+    fragment_store_bytes_per_clk_per_sm: float = _p(float)
     hbm_bytes: int = _p(int)
     hbm_bandwidth_bytes_per_s: float = _p(float)  # achievable, not the datasheet's pin rate
     # the rate writes drain at amid reads (bus turnarounds): from a copy stream's time minus its reads' time

@@ -153,6 +153,8 @@ class Sm:
         self.sfu = SharedUnit(f"SM{index}.sfu", profile.mufu_ops_per_clk_per_sm)
         self.alu = SharedUnit(f"SM{index}.alu", profile.fp32_flops_per_clk_per_sm)
         self.smem = SharedUnit(f"SM{index}.smem", profile.smem_bandwidth_bytes_per_clk_per_sm)
+        # the path stores from accumulator fragments take out of the warps' registers (ir.Store.fragments)
+        self.stores = SharedUnit(f"SM{index}.stores", profile.fragment_store_bytes_per_clk_per_sm)
         # the instruction-issue model's units (profile.issue_model): warp schedulers (warp instructions), the
         # ALU pipe (lanes of compares, min/max, selects, packing) and the shuffle path (lanes)
         self.issue = SharedUnit(f"SM{index}.issue",

@@ -266,7 +266,12 @@ class RoleTimer:
             elif kind is SyncThreads:
                 yield env.timeout(p.smem_latency_cycles)
             elif kind is Store:
-                if op.via == "tma":
+                if op.fragments:
+                    # the warp waits only for its registers: the SM's store path takes the fragments out at
+                    # the rate such stores get; the L2 then takes them with no warp waiting
+                    yield from self._until([(sm.stores, sm.stores.submit(now, op.nbytes))], 1)
+                    gpu.store(op.dst, env.now, False, sm)
+                elif op.via == "tma":
                     gpu.store(op.dst, now, op.level == SMEM, sm)
                     yield env.timeout(p.tma_issue_cycles)
                 else:

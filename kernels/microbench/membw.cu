@@ -174,3 +174,33 @@ extern "C" __global__ void red_dq(float* __restrict__ accum, int tiles, int iter
   }
   timer.stop(times);
 }
+
+// O written from mma accumulator fragments, as our v3 epilogue (kernels/v3_epilogue.cuh) writes it: lane
+// (g = lane / 4, t = lane % 4) holds two 16-bit values of rows g and g + 8 at columns 8c + 2t of each 8-column
+// chunk c and stores them as one 4-byte word, so a warp instruction writes 16 bytes into each of 8 rows. Each
+// warp writes `tiles` tiles of 16 rows x d columns one after another into its own stretch of dst (row r of
+// tile k at row (warp * tiles + k) * 16 + r, wrapped at n_rows rows, so a small buffer stays in L2).
+// coalesced = 1: the same bytes as 16-byte words, each warp instruction 512 contiguous bytes. Plain stores, as
+// the kernel's.
+extern "C" __global__ void store_frag(unsigned* __restrict__ dst, int d, unsigned long long n_rows, int tiles,
+                                      int coalesced, BlockTime* times) {
+  BlockTimer timer;
+  timer.start();
+  const int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  const unsigned long long warp = ((unsigned long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const int words = d / 2;  // 4-byte words per row
+  for (int k = 0; k < tiles; ++k) {
+    unsigned* tile = dst + (((warp * tiles + k) * 16) % n_rows) * words;
+    const unsigned v = (unsigned)warp * 2654435761u ^ (unsigned)k;
+    if (coalesced) {
+      uint4* t4 = reinterpret_cast<uint4*>(tile);
+      for (int i = lane; i < 4 * words; i += 32) t4[i] = make_uint4(v, v ^ 1u, v ^ 2u, v ^ (unsigned)i);
+    } else {
+      for (int c = 0; c < d / 8; ++c) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) tile[(g + 8 * i) * words + 4 * c + t] = v ^ (unsigned)(2 * c + i);
+      }
+    }
+  }
+  timer.stop(times);
+}
