@@ -158,6 +158,10 @@ def to_params(report: dict) -> dict[str, tuple[int | float, str]]:
             round(rd["own_tile_bytes_per_s"] / r["clock"]["clock_hz"]),
             src(f"fp32 reductions, one tile per block, at the SM clock above, {rd['how']}"),
         )
+    if "frag_store" in r:
+        f = r["frag_store"]
+        p["fragment_store_bytes_per_clk_per_sm"] = (round(f["fragments_bytes_per_clk_per_sm"], 1), src(
+            f"8 warps per SM into 1 GiB (our v3 kernel's consumers storing O), {f['how']}"))
     if "wgmma" in r:
         w = r["wgmma"]
         for dtype in ("fp16", "bf16", "fp8", "tf32"):

@@ -7,7 +7,8 @@
 # `flashsim validate --compare-only` resumes it from there on any machine. Needs no GPU; run from the
 # repository root with simpy's wheel in .whl/. Everything ends up in $OUT/results.tgz (the machine returns a
 # handful of files only): each set's directory, logs and summary.txt. SETS picks the sets (default: these five,
-# "test fa2 test-bwd test-decode published"; dev-llm, the LLM-shaped development set, when named); the cores
+# "test fa2 test-bwd test-decode published"; dev-llm and dev-tiles, the LLM-shaped and per-tile development sets,
+# when named); the cores
 # are shared among those picked. IMPLS (comma-separated) keeps only those implementations' measurements, for a
 # change that moves only theirs.
 set -uo pipefail
@@ -47,6 +48,7 @@ picked test-bwd && run_set test-bwd testset-bwd $((cores / 8 > 0 ? cores / 8 : 1
 picked test-decode && run_set test-decode testset-decode 1 &
 share_llm=$((cores / 8 > 0 ? cores / 8 : 1)); picked test-bwd || share_llm=$((cores / 4))
 picked dev-llm && run_set dev-llm devset-llm "$share_llm" &
+picked dev-tiles && run_set dev-tiles devset-tiles "$share_llm" &
 if picked published; then
   mkdir -p "$OUT/published"
   step published "$LIMIT" python3 -m flashsim.cli validate --published --jobs 2 --out-dir "$OUT/published" &
