@@ -15,7 +15,7 @@ from pathlib import Path
 from flashsim.console import make_console
 from flashsim.errors import FlashsimError
 
-from .validate_sets import DEV_LLM, TEST
+from .validate_sets import DEV_LLM, DEV_TILES, TEST
 
 # Packaged with flashsim.experiments (package data), so found from any working directory.
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -166,15 +166,16 @@ def _pct(x: float | None, signed: bool = False) -> str:
 def main(args) -> int:
     path = Path(args.file) if args.file else DEFAULT_FILE
     report, test = load(path), load_test(path)
-    llm_path = path.parent / DEV_LLM.report  # the LLM-shaped development set, where one is committed
-    llm = load(llm_path) if llm_path.is_file() else None
+    # the LLM-shaped and per-tile development sets, where committed
+    sets = (("dev_llm", path.parent / DEV_LLM.report), ("dev_tiles", path.parent / DEV_TILES.report))
+    extra = {key: p for key, p in sets if p.is_file()}
     if args.json:
         out = summary_sets(report, path, test)
-        if llm is not None:
-            out["dev_llm"] = summary(llm, llm_path)
+        for key, p in extra.items():
+            out[key] = summary(load(p), p)
         print(json.dumps(out, indent=2))
         return 0
     render_sets(report, path, test)
-    if llm is not None:
-        render_one(llm, llm_path)
+    for p in extra.values():
+        render_one(load(p), p)
     return 0
