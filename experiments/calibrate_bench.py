@@ -557,9 +557,26 @@ def frag_store(b: Bench) -> dict:
     pts = {(p["where"], p["warps"], p["form"]): p for p in out["points"]}
     # the kernel's case: its 8 consumer warps storing a fresh output (1 GiB: written lines go on to HBM)
     out["fragments_bytes_per_clk_per_sm"] = pts["hbm", 8, "fragments"]["bytes_per_clk_per_sm"]
+    # a burst per warp, all warps of one block per SM at once: the cycles a warp is held by its own stores
+    burst = b.fn("membw", "store_frag_burst")
+    out["bursts"] = []
+    for warps in (4, 8):
+        for count in (4, 8, 16, 32, 64, 128):
+            dst = cp.zeros(blocks * warps * 16 * 4 * count, dtype=cp.uint32)
+            cyc = cp.zeros(blocks * warps, dtype=cp.int64)
+            samples = []
+            for _ in range(5):
+                burst((blocks,), (32 * warps,), (dst, _i32(count), cyc))
+                cp.cuda.runtime.deviceSynchronize()
+                samples.append(float(np.median(cyc.get())))
+            out["bursts"].append({"warps": warps, "stores_per_thread": count,
+                                  "bytes_per_warp": 32 * 4 * count, "median_warp_cycles": float(np.median(samples))})
+            del dst, cyc
     out["how"] = (f"store_frag: {blocks} blocks x 4/8/16 warps, {tiles} tiles of 16 x {d} bf16 per warp, from "
                   "fragments (16 B into each of 8 rows per warp instruction) or as coalesced 16-byte words, into "
-                  "16 MiB (L2) or 1 GiB (HBM); bytes per SM cycle over block clocks (median over SMs)")
+                  "16 MiB (L2) or 1 GiB (HBM); bytes per SM cycle over block clocks (median over SMs); "
+                  "store_frag_burst: each warp's clock64 span over a burst of 4-128 fragment stores per thread, "
+                  "4 or 8 warps per SM at once, median over warps and 5 launches")
     return out
 
 

@@ -18,6 +18,9 @@ r = json.load(open(sys.argv[1]))["results"]["frag_store"]
 for p in r["points"]:
     print(f"{p['where']:4} w{p['warps']:<3} {p['form']:10} {p['bytes_per_clk_per_sm']:8.1f} B/clk/SM  "
           f"{p['chip_bytes_per_s'] / 1e12:6.2f} TB/s")
+for p in r.get("bursts", []):
+    print(f"burst w{p['warps']:<2} {p['stores_per_thread']:4d} stores/thread ({p['bytes_per_warp']:6d} B/warp): "
+          f"{p['median_warp_cycles']:8.0f} cycles")
 PY
 cd "$OUT" && tar czf results.tgz --ignore-failed-read frag-store.json frag-store-table.txt frag-store.txt gpu.txt \
   summary.txt && find . -mindepth 1 -maxdepth 1 ! -name results.tgz ! -name frag-store-table.txt -exec rm -rf {} +

@@ -204,3 +204,22 @@ extern "C" __global__ void store_frag(unsigned* __restrict__ dst, int d, unsigne
   }
   timer.stop(times);
 }
+
+// How long a warp is held by its own fragment stores: each warp times (clock64) a burst of `count` fragment
+// stores per thread (16 bytes into each of 8 rows per instruction, as store_frag) into its own rows of dst, all
+// warps of the block at once; the stores are fire-and-forget, so the time is what the warp waits for room in the
+// load/store path, not for the stores to land. cycles[warp] receives it.
+extern "C" __global__ void store_frag_burst(unsigned* __restrict__ dst, int count, long long* cycles) {
+  const int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  const unsigned long long warp = ((unsigned long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const int words = 4 * count;  // one 16-byte piece per row per store: count pieces of 16 B per row
+  unsigned* rows = dst + warp * 16 * words;
+  __syncthreads();
+  const long long t0 = clock64();
+  for (int c = 0; c < count / 2; ++c) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) rows[(g + 8 * i) * words + 4 * c + t] = (unsigned)(warp + c + i);
+  }
+  const long long t1 = clock64();
+  if (lane == 0) cycles[warp] = t1 - t0;
+}
