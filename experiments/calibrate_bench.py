@@ -580,6 +580,32 @@ def frag_store(b: Bench) -> dict:
     return out
 
 
+def cp_async_layout(b: Bench) -> dict:
+    """cp.async into our v2 kernel's d96 shared-memory layout (kernels/microbench/membw.cu cp_async_d96): 64 x 96
+    bf16 tiles with the kernel's copy mapping, rows padded to 208 bytes (the kernel's) or packed at 192, from an
+    L2-resident source, 2 or 4 blocks of 128 threads per SM. Bytes copied per SM cycle (block clocks)."""
+    cp = b.cp
+    fn = b.fn("membw", "cp_async_d96")
+    n16 = (8 * MiB) // 16
+    src = cp.random.randint(0, 2**30, n16 * 4, dtype=cp.int32)
+    iters = 256 if b.quick else 2048
+    out: dict = {"points": []}
+    for per_sm in (2, 4):
+        blocks = per_sm * b.gpu.sm_count
+        tb = b.times(blocks)
+        for stride in (208, 192):
+            smem = 2 * 64 * stride
+            args = (src, _u64(n16), _i32(stride), _i32(iters), tb)
+            b.elapsed(lambda a=args, m=smem, n=blocks: fn((n,), (128,), a, shared_mem=m), reps=3)
+            t = block_times(tb)
+            out["points"].append({"blocks_per_sm": per_sm, "row_stride_bytes": stride,
+                                  "bytes_per_clk_per_sm": per_sm_rate(t, 64 * 12 * 16 * iters)})  # fmt: skip
+    out["how"] = (f"cp_async_d96: 2 or 4 blocks of 128 threads per SM, {iters} tiles of 64 x 96 bf16 each, two in "
+                  "flight, the v2 kernel's copy mapping, rows 208 (padded) or 192 bytes apart, 8 MiB source; bytes "
+                  "per SM cycle over block clocks (median over SMs)")
+    return out
+
+
 def wgmma(b: Bench) -> dict:
     """wgmma m64n256 throughput with both operands in shared memory (1 and 2 warpgroups per SM; the better is
     the rate) and its issue-to-completion latency (one warpgroup, wait after each)."""
@@ -851,6 +877,7 @@ BENCHMARKS: dict[str, Callable[[Bench], dict]] = {
     "ldsm_form": ldsm_form,
     "red_dq": red_dq,
     "frag_store": frag_store,
+    "cp_async_layout": cp_async_layout,
     "wgmma": wgmma,
     "wgmma_shape": wgmma_shape,
     "power_mix": power_mix,

@@ -223,3 +223,28 @@ extern "C" __global__ void store_frag_burst(unsigned* __restrict__ dst, int coun
   const long long t1 = clock64();
   if (lane == 0) cycles[warp] = t1 - t0;
 }
+
+// cp.async copies of 64 x 96 bf16 tiles (12 16-byte chunks per row) into shared memory, as our v2 kernel copies
+// K and V at d96 (kernels/include/common.cuh load_tile_async: copy idx -> row idx / 12, chunk idx % 12), with a
+// row stride of `stride` bytes: 208 is the kernel's padded layout (96 columns are no whole 128-byte swizzle
+// atom), 192 packs the rows. Two tiles in flight per block (wait_group 1); the source is L2-resident, so the
+// rate is the SM's: how the layout's shared-memory write conflicts cost.
+extern "C" __global__ void cp_async_d96(const uint4* __restrict__ src, unsigned long long n16, int stride, int iters,
+                                        BlockTime* times) {
+  extern __shared__ __align__(128) unsigned char tiles[];  // 2 x 64 rows x stride bytes
+  BlockTimer timer;
+  timer.start();
+  const unsigned long long mask = n16 - 1;
+  for (int it = 0; it < iters; ++it) {
+    unsigned char* tile = tiles + (it & 1) * 64 * stride;
+    const unsigned long long base = ((unsigned long long)blockIdx.x * iters + it) * 64 * 12;
+    for (int idx = threadIdx.x; idx < 64 * 12; idx += blockDim.x) {
+      const int row = idx / 12, chunk = idx % 12;
+      cp_async16(smem_addr(tile + row * stride + chunk * 16), src + ((base + idx) & mask));
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    asm volatile("cp.async.wait_group 1;" ::: "memory");
+  }
+  asm volatile("cp.async.wait_all;" ::: "memory");
+  timer.stop(times);
+}
