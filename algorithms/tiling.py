@@ -15,6 +15,7 @@ from flashsim.errors import FlashsimError
 
 from . import catalog, footprint
 from .footprint import REG_OVERHEAD
+from .ir import O_STORE_FORMS
 from .mapping import Tiling
 from .problem import Problem
 
@@ -66,6 +67,10 @@ def check_fits(algo: str, problem: Problem, t: Tiling, profile) -> None:
     footprint.check_fits(catalog.get(algo), problem, t, profile)
 
 
+# the schedules whose epilogue stores O in either form (Tiling.o_store)
+O_STORE_ALGOS = ("v3", "v3-fp8")
+
+
 def resolve_tiling(algo: str, problem: Problem, profile, paper: bool = False, **overrides) -> Tiling:
     """The default tiling (with `paper`: the paper's own blocks, where the record has them) with any of
     block_m/block_n/warps/stages/splits overridden, checked against the SM. splits="auto": the record's
@@ -75,6 +80,9 @@ def resolve_tiling(algo: str, problem: Problem, profile, paper: bool = False, **
         raise FlashsimError(f"--paper-tiles applies to v1 only (Algorithm 1's block sizes), not {algo}")
     t = rec.paper_tiling(problem, profile) if paper else default_tiling(algo, problem, profile)
     given = {k: v for k, v in overrides.items() if v is not None}
+    if given.get("o_store", O_STORE_FORMS[0]) != O_STORE_FORMS[0] and algo not in O_STORE_ALGOS:
+        raise FlashsimError(f"--o-store applies to {' and '.join(O_STORE_ALGOS)} (their epilogue's O store), "
+                            f"not {algo}")
     splits = given.get("splits")
     if splits is not None and rec.auto_splits is None and splits != 1:
         raise FlashsimError(f"{algo} does not split its work over more thread blocks (--splits); "

@@ -49,3 +49,17 @@ def test_fragment_stores_cost_the_store_path():
     assert frag > tma
     assert cycles(slow, "fragments") > frag
     assert cycles(slow, "tma") == tma
+
+
+def test_cli_takes_the_form_for_v3_only(capsys):
+    from flashsim import cli
+
+    argv = ["simulate", "--hw", "h200", "--algo", "v3", "--batch", "1", "--heads", "4", "--seqlen", "512",
+            "--headdim", "128", "--json"]  # fmt: skip
+    assert cli.main([*argv, "--o-store", "fragments"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["tiling"]["o_store"] == "fragments"
+    assert cli.main(["simulate", "--hw", "h200", "--algo", "v2", "--batch", "1", "--heads", "4", "--seqlen", "512",
+                     "--headdim", "128", "--o-store", "fragments"]) == 2  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--o-store applies to v3" in err[0]
