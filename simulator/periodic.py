@@ -30,7 +30,11 @@ def skip_plan(heads: list, step: int, slots: int, times: list[int], queued: int,
     room = len(heads)
     pattern = per_head // math.gcd(step, per_head)
     in_order = len(heads) % per_head == 0 and all(heads[i] == heads[i - i % per_head] for i in range(len(heads)))
-    if in_order and pattern <= PATTERN_MAX * slots and repeats(gaps, pattern):
+    # blocks that end together in each of `slots` rounds repeat with a multiple of the pattern, each as good
+    multiples = range(pattern, PATTERN_MAX * slots + 1, pattern) if in_order else ()
+    whole = next((n for n in multiples if repeats(gaps, n)), 0)
+    if whole:
+        pattern = whole
         unit = pattern * step
         at = -(-queued // per_head) * per_head
         reps = (room - at) // unit

@@ -118,6 +118,17 @@ def test_periodic_skip_is_exact(algo, problem, profile, sms, options):
     _same(fast, plain)
 
 
+@pytest.mark.parametrize("problem", [Problem(1, 64, 512, 64), Problem(2, 32, 512, 128)])
+def test_periodic_skip_takes_whole_heads_in_a_multiple_of_the_launch_pattern(problem):
+    """Heads of 4 blocks on 4 SMs of 2 slots: a head ends at every round of blocks done, but the 2 blocks of
+    an SM end together, so the rounds' intervals repeat every 2 rounds (a short one, a long one), not every
+    one. Whole heads are left out with that multiple of the pattern as the period."""
+    fast = simulate("v2", problem, FOUR_SMS, sms=None)
+    plain = simulate("v2", problem, FOUR_SMS, sms=None, extrapolate=False)
+    assert fast.sim["periodic_skips"] == 1 and fast.sim["blocks_extrapolated"] > 0
+    _same(fast, plain)
+
+
 @pytest.mark.parametrize(
     "problem,profile,sms",
     [
