@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -48,14 +49,16 @@ def _shortcuts(sim: dict) -> str:
     return ", ".join(out)
 
 
+def point_name(algo: str, problem) -> str:
+    causal = "causal" if problem.causal else "full"
+    return f"{algo} d{problem.headdim} {causal} N={problem.seqlen_q} B={problem.batch} H={problem.heads}"
+
+
 def point_cost(algo: str, problem, profile) -> dict:
     start_cpu, start = time.process_time(), time.perf_counter()
     result = simulate_task((algo, problem, profile, DEFAULT_SAMPLE_SMS, True, None, None, None))
     cpu, wall = time.process_time() - start_cpu, time.perf_counter() - start
-    point = (
-        f"{algo} d{problem.headdim} {'causal' if problem.causal else 'full'} N={problem.seqlen_q} "
-        f"B={problem.batch} H={problem.heads}"
-    )
+    point = point_name(algo, problem)
     if isinstance(result, dict):
         return {"point": point, "skipped": result["reason"]}
     sim = result.sim
@@ -66,6 +69,7 @@ def point_cost(algo: str, problem, profile) -> dict:
         "events": sim["events"],
         "ops": sim["ops"],
         "cycles": result.cycles,
+        "bytes": result.bytes,
         "shortcuts": _shortcuts(sim),
         "sim": sim,
     }
@@ -86,14 +90,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hw", default="h100")
     ap.add_argument("--algos", nargs="+", default=["v2", "v3"])
     ap.add_argument("--out", default=None, help="write the points as JSON here")
+    ap.add_argument("--match", nargs="+", default=None, help="only the points whose name holds one of these")
+    ap.add_argument("--repeats", type=int, default=1, help="runs of each point (its CPU seconds: the median)")
     args = ap.parse_args(argv)
     profile = load_profile(args.hw)
     grid = fa2_grid(FA2_SEQLENS, [64, 128], "both", args.algos)
     load_before = os.getloadavg()
     points = []
     for algo, problem in grid:
-        points.append(point_cost(algo, problem, profile))
-        p = points[-1]
+        if args.match and not any(m in point_name(algo, problem) for m in args.match):
+            continue
+        runs = [point_cost(algo, problem, profile) for _ in range(args.repeats)]
+        p = runs[0]
+        if "cpu_s" in p and args.repeats > 1:
+            p["cpu_s_runs"] = [r["cpu_s"] for r in runs]
+            p["cpu_s"] = statistics.median(p["cpu_s_runs"])
+        points.append(p)
         print(
             f"{p['point']:42s} {p.get('cpu_s', '-'):>7} s {p.get('events', '-'):>9} events  "
             f"{p.get('shortcuts', p.get('skipped'))}",
