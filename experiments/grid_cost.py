@@ -75,6 +75,28 @@ def point_cost(algo: str, problem, profile) -> dict:
     }
 
 
+def kind(point: dict) -> str:
+    """Which of the grid's costs a point is: whole-chip runs (grids of little work), V3's d64 tiles (no loop
+    skip: simulator/loopskip.py), other causal samples, the rest."""
+    if not point["sim"].get("sample"):
+        return "whole chip"
+    if point["point"].startswith("v3 d64"):
+        return "sampled v3 d64"
+    return "sampled causal" if " causal " in point["point"] else "sampled, not causal"
+
+
+def by_kind(points: list[dict]) -> dict:
+    """CPU seconds, events and points of each kind."""
+    out: dict = {}
+    for p in points:
+        if "cpu_s" in p:
+            k = out.setdefault(kind(p), {"points": 0, "cpu_s": 0.0, "events": 0})
+            k["points"] += 1
+            k["cpu_s"] = round(k["cpu_s"] + p["cpu_s"], 3)
+            k["events"] += p["events"]
+    return out
+
+
 def _version() -> str:
     here = Path(__file__).resolve().parent.parent
     try:
@@ -127,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                 + " ".join(argv if argv is not None else sys.argv[1:]),
             },
             "total_cpu_s": round(total, 2),
+            "by_kind": by_kind(ran),
             "points": sorted(points, key=lambda p: -p.get("cpu_s", 0)),
         }
         Path(args.out).write_text(json.dumps(out, indent=1) + "\n")

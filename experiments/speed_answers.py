@@ -64,15 +64,22 @@ def answer(case: str) -> dict:
     }
 
 
+def _load(path: str) -> dict:
+    with open(path) as f:
+        return {row["case"]: row for row in map(json.loads, f) if "case" in row}
+
+
 def differences(a_path: str, b_path: str) -> list[str]:
     """The cases of both files whose answers differ."""
-
-    def load(path: str) -> dict:
-        with open(path) as f:
-            return {row["case"]: row for row in map(json.loads, f) if "case" in row}
-
-    a, b = load(a_path), load(b_path)
+    a, b = _load(a_path), _load(b_path)
     return [case for case in a if case in b and a[case].get("answer") != b[case].get("answer")]
+
+
+def changed(a_path: str, b_path: str, case: str) -> list[str]:
+    """What of a case's answer differs between the files (a shortcut newly taken changes events, ops and the
+    shortcut counts; a prediction changed changes cycles or bytes)."""
+    a, b = _load(a_path)[case].get("answer") or {}, _load(b_path)[case].get("answer") or {}
+    return [key for key in dict.fromkeys([*a, *b]) if a.get(key) != b.get(key)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.compare:
         differ = differences(*args.compare)
-        print(f"{len(differ)} cases differ" + "".join(f"\n  {case}" for case in differ))
+        print(f"{len(differ)} cases differ" + "".join(
+            f"\n  {case}: {', '.join(changed(*args.compare, case))}" for case in differ))
         return 1 if differ else 0
     with open(args.out, "w") if args.out else contextlib.nullcontext(sys.stdout) as f:
         for case in CASES:

@@ -23,6 +23,10 @@ would otherwise run against the L2 state of the stretches its twins left out (li
 brought in at once), putting its SM ahead of theirs. Warp-specialized kernels (V3's producer feeding
 consumer warpgroups through a ring) take it like one-role kernels. Causal grids gain little, since a block
 ending somewhere on the sampled SMs every few iterations leaves few whole stretches between block ends.
+Nor do the SMs of a causal sample keep one rhythm: on v2's causal GQA run (h200, 2 x 64 heads, 8 K/V heads,
+64k, two blocks per SM on 8 SMs) the two blocks of some SMs do 10 to 11 iterations while the reference's do
+12, others 12.9, and which SMs lag changes from stretch to stretch; 13 of the first 1,157 reference marks
+found every role in phase, so almost nothing is left out and the run goes op by op.
 
 V3's three-consumer tiles, whose softmaxes share the schedulers' dependent dispatch: d96's (192 x 112) lock
 into a whole number of cycles per iteration and are left out like the others; d64's (192 x 192) do not, and

@@ -27,3 +27,13 @@ def test_cases_whose_answers_differ_are_named_and_wall_times_do_not_count(tmp_pa
     assert speed_answers.differences(a, b) == ["b"]
     assert speed_answers.main(["--compare", a, b]) == 1
     assert speed_answers.main(["--compare", a, a]) == 0
+
+
+def test_a_differing_case_names_what_of_its_answer_differs(tmp_path):
+    """A shortcut newly taken moves events and its own count, not cycles or bytes: the comparison says so."""
+    base = {"cycles": 10, "bytes": {"hbm_read": 4}, "events": 100, "periodic_skips": 0}
+    a = _write(tmp_path / "a.jsonl", [{"case": "c", "answer": base}])
+    b = _write(tmp_path / "b.jsonl", [{"case": "c", "answer": {**base, "events": 80, "periodic_skips": 1}}])
+    assert speed_answers.changed(a, b, "c") == ["events", "periodic_skips"]
+    c = _write(tmp_path / "c.jsonl", [{"case": "c", "answer": {**base, "bytes": {"hbm_read": 5}}}])
+    assert speed_answers.changed(a, c, "c") == ["bytes"]
