@@ -29,15 +29,16 @@ Nor do the SMs of a causal sample keep one rhythm: on v2's causal GQA run (h200,
 found every role in phase, so almost nothing is left out and the run goes op by op.
 
 V3's three-consumer tiles, whose softmaxes share the schedulers' dependent dispatch: d96's (192 x 112) lock
-into a whole number of cycles per iteration and are left out like the others; d64's (192 x 192) do not, and
-no premise of this kind can hold for them. Their iteration takes a fraction of a cycle more or less than a
-whole number (6679.6 cycles on average on the H100 at 2 x 16 x 8k), so stretches of one iteration alternate
-between 6679 and 6680 cycles and the consumers' distance from their last op wanders by one or two cycles:
-no stretch of 1 to 8 iterations repeats the one before it. The machine's state at the reference's marks
-first recurs after 18 iterations, which needs 37 marks watched with the same roles running, and a tile
-ending on one of the 8 sampled SMs changes the roles every 18 marks at most. A skip watched over fewer roles
-(one SM's) would leave its traffic out of the ports and the L2 the other SMs share, so it would not be the
-plain run either.
+into a whole number of cycles per iteration and are left out like the others; d64's (192 x 192) do not.
+Their iteration takes a fraction of a cycle more or less than a whole number (6679.6 cycles on average on
+the H100 at 2 x 16 x 8k), so stretches of one iteration alternate between 6679 and 6680 cycles and the
+consumers' distance from their last op wanders by one or two cycles: no stretch of 1 to 8 iterations
+repeats the one before it. The machine's state at the reference's marks first recurs after 18 iterations
+(MAX_PERIOD reaches past it), which needs 37 marks watched with the same roles running: where tiles are long
+enough for that (h100 1 x 32 x 16k d64: 86 iterations a tile, 17 SMs in step) 18-iteration stretches are left
+out exactly; at 2 x 16 x 8k a tile ending on one of the 8 sampled SMs changes the roles every 18 marks at
+most. A skip watched over fewer roles (one SM's) would leave its traffic out of the ports and the L2 the
+other SMs share, so it would not be the plain run either.
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ from flashsim.algorithms.ir import AtomicAdd, Load, Store, Wait
 
 from .l2 import L2Cache
 
-# Stretches of up to MAX_PERIOD reference iterations are recognised; loops of up to MAX_BODY ops.
-MAX_PERIOD = 4
+# Stretches of up to MAX_PERIOD reference iterations are recognised (V3's d64 tiles recur every 18); loops of
+# up to MAX_BODY ops.
+MAX_PERIOD = 24
 MAX_BODY = 64
 # Ops a role remembers (its last stretch must fit).
 HISTORY = 1024
