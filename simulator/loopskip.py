@@ -35,9 +35,10 @@ the H100 at 2 x 16 x 8k), so stretches of one iteration alternate between 6679 a
 consumers' distance from their last op wanders by one or two cycles: no stretch of 1 to 8 iterations
 repeats the one before it. The machine's state at the reference's marks first recurs after 18 iterations
 (MAX_PERIOD reaches past it), which needs 37 marks watched with the same roles running: where tiles are long
-enough for that (h100 1 x 32 x 16k d64: 86 iterations a tile, 17 SMs in step) 18-iteration stretches are left
-out exactly; at 2 x 16 x 8k a tile ending on one of the 8 sampled SMs changes the roles every 18 marks at
-most. A skip watched over fewer roles (one SM's) would leave its traffic out of the ports and the L2 the
+enough for that (h100 1 x 32 x 16k d64: 86 iterations a tile, 17 SMs in step) such stretches are left out,
+the cycles one off the plain run's and the bytes equal, as with the rare stretch of 2 to 10 iterations that
+passes (the marks compare whole cycles and phases, not the units' fractions of a cycle); at 2 x 16 x 8k a
+tile ending on one of the 8 sampled SMs changes the roles every 18 marks at most. A skip watched over fewer roles (one SM's) would leave its traffic out of the ports and the L2 the
 other SMs share, so it would not be the plain run either.
 """
 
