@@ -38,8 +38,9 @@ repeats the one before it. The machine's state at the reference's marks first re
 enough for that (h100 1 x 32 x 16k d64: 86 iterations a tile, 17 SMs in step) such stretches are left out,
 the cycles one off the plain run's and the bytes equal, as with the rare stretch of 2 to 10 iterations that
 passes (the marks compare whole cycles and phases, not the units' fractions of a cycle); at 2 x 16 x 8k a
-tile ending on one of the 8 sampled SMs changes the roles every 18 marks at most. A skip watched over fewer roles (one SM's) would leave its traffic out of the ports and the L2 the
-other SMs share, so it would not be the plain run either.
+tile ending on one of the 8 sampled SMs changes the roles every 18 marks at most. A skip watched over fewer
+roles (one SM's) would leave its traffic out of the ports and the L2 the other SMs share, so it would not be
+the plain run either.
 """
 
 from __future__ import annotations
