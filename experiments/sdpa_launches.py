@@ -121,6 +121,11 @@ def main(argv=None) -> int:
         with open(args.summary) as f:
             print(summary(json.load(f)["rows"]))
         return 0
+    from .validate import GRIDS
+
+    if args.grid not in GRIDS:
+        print(f"sdpa_launches: unknown grid {args.grid!r} (choose from {', '.join(GRIDS)})", file=sys.stderr)
+        return 2
     impls = args.impls.split(",")
     if bad := [i for i in impls if i not in BACKENDS]:
         print(f"sdpa_launches: unknown implementation {bad[0]!r} (choose from {', '.join(BACKENDS)})", file=sys.stderr)

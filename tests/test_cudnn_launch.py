@@ -115,3 +115,12 @@ def test_fa2_rule_matches_what_flash_launched(grid):
         checked += 1
         split += splits > 1
     assert checked >= 30 and (split >= 1 if grid == "dev-llm" else True)
+
+
+def test_sdpa_launches_refuses_bad_input_in_one_line(capsys):
+    from flashsim.experiments.sdpa_launches import main
+
+    assert main(["--grid", "nope"]) == 2
+    assert main(["--impls", "sdpa-x"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "unknown grid 'nope'" in err[0] and "unknown implementation 'sdpa-x'" in err[1]
