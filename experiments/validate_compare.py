@@ -71,10 +71,6 @@ def ran_tiling(rec: dict) -> dict | None:
         # for FA2, its launch rule, which _simulate settles on the profile's GPU)
         launch = {"launch": impl.launch} if impl.launch else {}
         return {**(rec.get("tiling") or {}), "exp2": impl.exp2, **launch}
-    if impl is not None and impl.o_store and rec["algo"] == impl.algo:
-        # our v3 kernels store O from their fragments: the tiles they ran, with that form
-        base = rec.get("tiling") or _table_tiling(rec)
-        return {**base, "o_store": impl.o_store} if base else None
     if rec.get("tiling") or impl is None or impl.kind != "ours":
         return rec.get("tiling")
     if rec["algo"] != IMPLS[rec["impl"]].algo:

@@ -101,10 +101,6 @@ class Impl:
     # the library's own launch rule where it is known (simulator/sdpa.py): "cudnn-sm90" (fixed tiles and head
     # dims), "fa2" (its tiles and split-KV rule, which need the GPU: settled at simulation); "" for the schedule's
     launch: str = ""
-    # how the kernel's epilogue writes O where it differs from the schedule's (the tiling's o_store). Our v3
-    # kernels store O from their fragments, but the model of that form (the warp waits for the whole drain)
-    # puts the development sets further off (experiments/results/h200/RUNS.md, run 85), so none is named yet
-    o_store: str = ""
 
 
 DENSE_STAND_IN = "on the decode set a dense K/V cache: SDPA has no paged cache, the dense call stands in"
