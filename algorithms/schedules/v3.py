@@ -164,8 +164,6 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
     prefetch = not fp8 and splits == 1 and tile_order.prefetch(p.causal, p.seqlen_k, d, elem, bm, bn)
     persistent = prefetch or tile_order.persistent(p.causal, p.seqlen_k, p.headdim, elem, bm)
     q_bufs = 2 if prefetch else 1
-    # FA3's epilogue writes O by TMA from shared memory; our kernel stores the fragments from registers
-    o_via = t.o_store
     # Every persistent block runs on from tile to tile, one Q buffer or two: its producer waits only for the
     # Q buffer's release (the consumers' last S GEMMs of the tile that used it last) and the ring's slots, so
     # the next tile's Q and first K/V blocks load under the current tile's last PV GEMM and epilogue.
@@ -383,7 +381,8 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
             if splits > 1:
                 yield from partial_epilogue(p, b, h, row0, WG_ROWS, cta[3], "acc", "m", "l", 4)
             else:
-                yield from flash_epilogue(p, b, h, row0, WG_ROWS, "acc", "m", "l", 4, o_via=o_via)
+                # O by TMA from shared memory as FA3 does, or (t.o_store) stored from the fragments
+                yield from flash_epilogue(p, b, h, row0, WG_ROWS, "acc", "m", "l", 4, o_via=t.o_store)
 
         return program
 
