@@ -24,6 +24,11 @@ JSON_NAME = "calibration.json"
 L2_LINE = 128  # profiles require l2_bytes to be whole lines
 
 
+def b_sms(points: list[dict]) -> int:
+    """The SM count of a sweep over blocks, one per SM: its largest."""
+    return max(x["blocks"] for x in points)
+
+
 def base_profile_for(gpu_name: str, major: int) -> str:
     """The shipped profile a calibrated one is based on: by name, else by architecture."""
     name = gpu_name.upper()
@@ -158,10 +163,16 @@ def to_params(report: dict) -> dict[str, tuple[int | float, str]]:
             round(rd["own_tile_bytes_per_s"] / r["clock"]["clock_hz"]),
             src(f"fp32 reductions, one tile per block, at the SM clock above, {rd['how']}"),
         )
-    if "frag_store" in r:
-        f = r["frag_store"]
-        p["fragment_store_bytes_per_clk_per_sm"] = (round(f["fragments_bytes_per_clk_per_sm"], 1), src(
-            f"8 warps per SM into 1 GiB (our v3 kernel's consumers storing O), {f['how']}"))
+    if "frag_store_sms" in r:
+        f = r["frag_store_sms"]
+        frag = [x for x in f["points"] if x["form"] == "fragments"]
+        # the SM's own rate where the chip's does not bind (at most half the SMs), the chip's on all of them
+        alone = sorted(x["bytes_per_clk_per_sm"] for x in frag if 2 * x["blocks"] <= b_sms(frag))
+        p["fragment_store_bytes_per_clk_per_sm"] = (round(alone[len(alone) // 2], 1), src(
+            f"the median on at most half the SMs (the SM's own rate), {f['how']}"))
+        chip = max(frag, key=lambda x: x["blocks"])["chip_bytes_per_s"]
+        p["fragment_store_chip_bytes_per_s"] = (float(f"{chip:.3g}"),
+                                                 src(f"on all the SMs (the chip's rate), {f['how']}"))
     if "wgmma" in r:
         w = r["wgmma"]
         for dtype in ("fp16", "bf16", "fp8", "tf32"):

@@ -528,6 +528,19 @@ def red_dq(b: Bench) -> dict:
     return out
 
 
+def _burst_cycles(b: Bench, burst, dst, blocks: int, warps: int, count: int) -> float:
+    """store_frag_burst on `blocks` SMs x `warps` warps of `count` stores per thread: the median over warps of
+    each warp's clock64 span, the median over 5 launches."""
+    cp = b.cp
+    cyc = cp.zeros(blocks * warps, dtype=cp.int64)
+    samples = []
+    for _ in range(5):
+        burst((blocks,), (32 * warps,), (dst, _i32(count), cyc))
+        cp.cuda.runtime.deviceSynchronize()
+        samples.append(float(np.median(cyc.get())))
+    return float(np.median(samples))
+
+
 def frag_store(b: Bench) -> dict:
     """Stores of O from accumulator fragments (kernels/microbench/membw.cu store_frag: 16 bytes into each of 8
     rows per warp instruction, as our v3 epilogue writes O) against the same bytes as coalesced 16-byte words,
@@ -563,20 +576,44 @@ def frag_store(b: Bench) -> dict:
     for warps in (4, 8):
         for count in (4, 8, 16, 32, 64, 128):
             dst = cp.zeros(blocks * warps * 16 * 4 * count, dtype=cp.uint32)
-            cyc = cp.zeros(blocks * warps, dtype=cp.int64)
-            samples = []
-            for _ in range(5):
-                burst((blocks,), (32 * warps,), (dst, _i32(count), cyc))
-                cp.cuda.runtime.deviceSynchronize()
-                samples.append(float(np.median(cyc.get())))
-            out["bursts"].append({"warps": warps, "stores_per_thread": count,
-                                  "bytes_per_warp": 32 * 4 * count, "median_warp_cycles": float(np.median(samples))})
-            del dst, cyc
+            out["bursts"].append({"warps": warps, "stores_per_thread": count, "bytes_per_warp": 32 * 4 * count,
+                                  "median_warp_cycles": _burst_cycles(b, burst, dst, blocks, warps, count)})
+            del dst
     out["how"] = (f"store_frag: {blocks} blocks x 4/8/16 warps, {tiles} tiles of 16 x {d} bf16 per warp, from "
                   "fragments (16 B into each of 8 rows per warp instruction) or as coalesced 16-byte words, into "
                   "16 MiB (L2) or 1 GiB (HBM); bytes per SM cycle over block clocks (median over SMs); "
                   "store_frag_burst: each warp's clock64 span over a burst of 4-128 fragment stores per thread, "
                   "4 or 8 warps per SM at once, median over warps and 5 launches")
+    return out
+
+
+def frag_store_sms(b: Bench) -> dict:
+    """Whether the fragment stores' rate is the SM's or the chip's: store_frag (fragments and coalesced, 8 warps,
+    into 1 GiB) and store_frag_burst (8 warps, 32 stores per thread: one v3 tile's epilogue per warp) on 8 to all
+    of the SMs, one block each. A rate per SM that rises as fewer SMs store is a limit shared by the chip."""
+    cp = b.cp
+    fn, burst = b.fn("membw", "store_frag"), b.fn("membw", "store_frag_burst")
+    d, warps, tiles, count = 128, 8, 64 if b.quick else 512, 32
+    sms = b.gpu.sm_count
+    row_bytes = d * 2
+    dst = cp.zeros(GiB // 4, dtype=cp.uint32)
+    out: dict = {"points": [], "bursts": []}
+    for blocks in sorted({8, 16, 33, 66, 99, sms}):
+        tb = b.times(blocks)
+        payload = 16 * row_bytes * tiles * warps
+        for form, coalesced in (("fragments", 0), ("coalesced", 1)):
+            args = (dst, _i32(d), _u64(GiB // row_bytes), _i32(tiles), _i32(coalesced), tb)
+            seconds = b.elapsed(lambda a=args, n=blocks: fn((n,), (32 * warps,), a), reps=5)
+            out["points"].append({"blocks": blocks, "form": form,
+                                  "bytes_per_clk_per_sm": per_sm_rate(block_times(tb), payload),
+                                  "chip_bytes_per_s": payload * blocks / seconds})  # fmt: skip
+        out["bursts"].append({"blocks": blocks, "warps": warps, "bytes_per_warp": 32 * 4 * count,
+                              "median_warp_cycles": _burst_cycles(b, burst, dst, blocks, warps, count)})
+    del dst
+    out["how"] = (f"store_frag on 8..{sms} blocks (one per SM) x {warps} warps, {tiles} tiles of 16 x {d} bf16 per "
+                  "warp into 1 GiB, fragments or coalesced; bytes per SM cycle over block clocks (median over SMs) "
+                  f"and chip bytes per second over CUDA events; store_frag_burst: {count} fragment stores per "
+                  "thread, each warp's clock64 span, median over warps and 5 launches")
     return out
 
 
@@ -877,6 +914,7 @@ BENCHMARKS: dict[str, Callable[[Bench], dict]] = {
     "ldsm_form": ldsm_form,
     "red_dq": red_dq,
     "frag_store": frag_store,
+    "frag_store_sms": frag_store_sms,
     "cp_async_layout": cp_async_layout,
     "wgmma": wgmma,
     "wgmma_shape": wgmma_shape,

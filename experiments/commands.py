@@ -77,6 +77,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--jobs", type=int, default=0, help="simulator processes (default: CPUs, at most 8)")
     p.add_argument("--empty-l2", action="store_true",
                    help="predict each call from an empty L2, not the full, partly dirty one the flush before it leaves")
+    p.add_argument("--o-store", choices=("tma", "fragments"), default="",
+                   help="simulate our v3 kernels' O store in this form (default: theirs, from the accumulator "
+                        "fragments; tma: FA3's, the schedule's default; docs/MODEL.md)")
     p.set_defaults(func=_validate)
 
     p = subparsers.add_parser(
@@ -166,7 +169,7 @@ def _validate(args: argparse.Namespace) -> int:
 
     command = command_line(["validate", *argv_tail()[1:]])
     reports = {s.name: compare(out_dir, out_dir / s.measured, args.hw, args.hw_set, args.jobs, command, data_set=s,
-                               flushed_l2=not args.empty_l2)
+                               flushed_l2=not args.empty_l2, o_store=args.o_store)
                for s in SETS if (out_dir / s.measured).is_file()}  # fmt: skip
     if not reports:
         raise FlashsimError(f"no measurements in {out_dir}; run `flashsim validate` on a GPU first")

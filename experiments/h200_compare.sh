@@ -10,12 +10,14 @@
 # "test fa2 test-bwd test-decode published"; dev-llm and dev-tiles, the LLM-shaped and per-tile development sets,
 # when named); the cores
 # are shared among those picked. IMPLS (comma-separated) keeps only those implementations' measurements, for a
-# change that moves only theirs.
+# change that moves only theirs. VALIDATE_ARGS goes to every comparison (e.g. "--set clock_model=1" or
+# "--o-store tma").
 set -uo pipefail
 OUT=${OUT:-out}
 LIMIT=${LIMIT:-540}
 SETS=${SETS:-test fa2 test-bwd test-decode published}
 IMPLS=${IMPLS:-}
+VALIDATE_ARGS=${VALIDATE_ARGS:-}
 mkdir -p "$OUT"
 source experiments/device_env.sh
 source experiments/device_steps.sh
@@ -36,8 +38,9 @@ PY
     cp "$RES/$stem-measured.jsonl" "$OUT/$grid/"
   fi
   cp "$RES"/.*"-predictions.jsonl" "$OUT/$grid/" 2>/dev/null  # a journal left by an earlier cut-off run
+  # shellcheck disable=SC2086  # VALIDATE_ARGS is a list of words
   step "$grid" "$LIMIT" python3 -m flashsim.cli validate --grid "$grid" --compare-only --hw h200 --jobs "$jobs" \
-    --out-dir "$OUT/$grid"
+    --out-dir "$OUT/$grid" $VALIDATE_ARGS
 }
 picked() { [[ " $SETS " == *" $1 "* ]]; }
 # shares of the cores: the test set is the largest; without the backward set its share goes to the test set

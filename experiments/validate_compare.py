@@ -59,11 +59,19 @@ BYTES = {"hbm_read", "hbm_write", "l2_bytes"}
 L2_STARTS = {True: "flushed", False: "empty"}
 
 
-def ran_tiling(rec: dict) -> dict | None:
+# our kernels whose epilogue stores O straight from the accumulator fragments (kernels/v3_epilogue.cuh)
+FRAGMENT_STORES = frozenset({"v3", "v3-fp8"})
+
+
+def ran_tiling(rec: dict, o_store: str = "") -> dict | None:
     """The tiling the measured kernel ran: the record's own, or, for one of our kernels measured before records
     carried it, its tile table's entry for the head dim and mask (what the kernel picks when the caller names
-    no tiles; V1's split count is left to FA1's rule, which the kernel also follows)."""
+    no tiles; V1's split count is left to FA1's rule, which the kernel also follows). Our kernels that store O
+    from their fragments run with that form; o_store names another ("tma": the schedule's default, FA3's)."""
     impl = IMPLS.get(rec["impl"])
+    if rec["impl"] in FRAGMENT_STORES and rec["algo"] == impl.algo and (o_store or "fragments") != "tma":
+        base = rec.get("tiling") or _table_tiling(rec) or {}
+        return {**base, "o_store": o_store or "fragments"}
     if impl is not None and impl.launch == "cudnn-sm90":
         return launch_rule(impl, rec["algo"], rec["config"]["headdim"])[0] or rec.get("tiling")
     if impl is not None and impl.exp2 and rec["algo"] == impl.algo:
@@ -101,8 +109,9 @@ def _sim_headdim(rec: dict) -> dict:
     return {"sim_headdim": d} if d != rec["config"]["headdim"] else {}
 
 
-def rows_from(records: list[dict]) -> list[dict]:
-    """One row per (implementation, configuration): its timing and, where ncu ran, its bytes."""
+def rows_from(records: list[dict], o_store: str = "") -> list[dict]:
+    """One row per (implementation, configuration): its timing and, where ncu ran, its bytes (o_store: as for
+    ran_tiling)."""
     rows: dict[tuple[str, str], dict] = {}
     for rec in list(store.latest(records, "time").values()) + list(store.latest(records, "ncu").values()):
         rid = (rec["impl"], rec["config_id"])
@@ -113,7 +122,7 @@ def rows_from(records: list[dict]) -> list[dict]:
                 "algo": rec["algo"],
                 "config_id": rec["config_id"],
                 "config": rec["config"],
-                "tiling": ran_tiling(rec),
+                "tiling": ran_tiling(rec, o_store),
                 **_sim_headdim(rec),
                 "measured": {},
                 "status": {},
@@ -358,10 +367,11 @@ def _cache_key(row: dict) -> tuple:
 
 
 def compare(out_dir: Path, measured: Path, hw: str = "h200", overrides: list[str] | None = None, jobs: int = 0,
-            command: str = "", log=print, data_set: DataSet = DEV, flushed_l2: bool = True) -> dict:  # fmt: skip
+            command: str = "", log=print, data_set: DataSet = DEV, flushed_l2: bool = True,
+            o_store: str = "") -> dict:  # fmt: skip
     """Predict, score and write the set's report (validation.json / .md / .png for the development set,
     testset.* for the test set) into out_dir. flushed_l2: simulate each call from the L2 validate's flush
-    leaves, as it was measured (False: from an empty L2). Returns the report."""
+    leaves, as it was measured (False: from an empty L2). o_store: as for ran_tiling. Returns the report."""
     from flashsim.hw_profiles import load_profile
 
     from .calibrate_gpu import today
@@ -371,7 +381,7 @@ def compare(out_dir: Path, measured: Path, hw: str = "h200", overrides: list[str
         raise FlashsimError(f"no measurements in {measured}; run `flashsim validate` on a GPU first")
     profile = load_profile(hw, overrides or [])
     fingerprint = profile_fingerprint(profile)
-    rows = rows_from(records)
+    rows = rows_from(records, o_store)
     jobs = jobs or max(1, min(8, (os.cpu_count() or 1)))
     json_path, md_path, png_path = (out_dir / f"{data_set.stem}{ext}" for ext in (".json", ".md", ".png"))
     journal = Journal(out_dir / f".{data_set.stem}-predictions.jsonl", fingerprint)

@@ -106,6 +106,8 @@ class Profile:
     # an SM's stores straight from accumulator fragments (4 bytes a thread, 16 per row per warp instruction)
     # leave its warps' registers at this rate: a quarter of what coalesced 16-byte stores reach
     fragment_store_bytes_per_clk_per_sm: float = _p(float)
+    # and the chip's L2 takes such partial-sector writes at this rate, shared by every SM storing so
+    fragment_store_chip_bytes_per_s: float = _p(float)
     hbm_bytes: int = _p(int)
     hbm_bandwidth_bytes_per_s: float = _p(float)  # achievable, not the datasheet's pin rate
     # the rate writes drain at amid reads (bus turnarounds): from a copy stream's time minus its reads' time

@@ -218,6 +218,10 @@ class Gpu:
         self.l2 = L2Cache(profile.l2_bytes, profile.l2_dirty_max_bytes)
         # the L2 slices' reduce units (fp32 atomics of the backward's dQ): their own rate, beside the port's
         self.l2_atomic = Port(self.env, "l2_atomic", profile.l2_atomic_bytes_per_clk, self.private_copies)
+        # the L2's rate for partial-sector writes (stores from accumulator fragments, 16 bytes per row), which
+        # every SM storing so shares
+        self.partial_writes = Port(self.env, "partial_writes",
+                                   profile.fragment_store_chip_bytes_per_s / profile.sm_clock_hz, self.private_copies)
         self.atomic_bytes = 0
         self.sms = [Sm(i, profile) for i in range(self.n_sms)]
         self.trace = trace
@@ -399,6 +403,7 @@ class Gpu:
         self.clock_hz = clock_hz
         self.hbm.rate = self.profile.hbm_bandwidth_bytes_per_s / clock_hz
         self.hbm.requester_rate = self.profile.hbm_requester_bandwidth_bytes_per_s / clock_hz
+        self.partial_writes.rate = self.profile.fragment_store_chip_bytes_per_s / clock_hz
 
     def launch_fixed_cycles(self) -> int:
         """A launch's busy cycles outside its blocks (the kernel's start and end, as the profiler times a

@@ -267,9 +267,13 @@ class RoleTimer:
                 yield env.timeout(p.smem_latency_cycles)
             elif kind is Store:
                 if op.fragments:
-                    # the warp waits only for its registers: the SM's store path takes the fragments out at
-                    # the rate such stores get; the L2 then takes them with no warp waiting
+                    # the warp waits for its registers to leave: through the SM's store path at its rate and
+                    # the L2's rate for partial-sector writes, which every SM storing so shares
+                    taken = env.event()
+                    gpu.partial_writes.submit(now, op.nbytes, taken.succeed, self.flow)  # succeed(cycle)
                     yield from self._until([(sm.stores, sm.stores.submit(now, op.nbytes))], 1)
+                    if not taken.triggered:
+                        yield taken
                     gpu.store(op.dst, env.now, False, sm)
                 elif op.via == "tma":
                     gpu.store(op.dst, now, op.level == SMEM, sm)
