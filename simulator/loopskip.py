@@ -47,7 +47,8 @@ the plain run either.
 from __future__ import annotations
 
 import math
-from itertools import islice
+from itertools import compress, islice
+from operator import attrgetter, not_
 from types import GeneratorType
 
 import simpy
@@ -73,6 +74,7 @@ LINE_BYTES = 2048  # a line's size at 16 bits, to express a line evicted by a re
 
 
 _LIST_ITER = type(iter([]))
+_SRC = attrgetter("src")
 
 
 # Op types whose signature is not the op itself.
@@ -98,10 +100,9 @@ def signatures(ops: list, out: list, memo: dict) -> None:
     """Append each op's signature to `out`, memoised by op id (the ops are alive while the memo is used)
     and equal signatures made one object, so that stretches compare by identity."""
     sigs = list(map(memo.get, map(id, ops)))  # no Python code per op where every one is known
-    if not all(sigs):  # signatures and ops are never falsy: None marks an op not seen yet
-        for k, sig in enumerate(sigs):
-            if sig is None:
-                sigs[k] = _signature(ops[k], memo)
+    # signatures and ops are never falsy: None marks an op not seen yet
+    for k in compress(range(len(sigs)), map(not_, sigs)):
+        sigs[k] = _signature(ops[k], memo)
     out += sigs
 
 
@@ -114,28 +115,21 @@ def _signature(op, memo: dict):
 def take(source, count: int, memo: dict) -> tuple[list, list]:
     """The next `count` ops of a program (fewer at its end), taken from it as its own next() would, and
     their signatures (memo as for `signatures`). A program suspended in `yield from` a list (a block's K/V
-    loop, built once per head and shared by its blocks) hands on that list's items one by one: they are
-    sliced from the list at once, its iterator moved past them, and their signatures sliced from the
-    list's, made once."""
+    loop) hands on that list's items one by one: they are sliced from the list at once and its iterator
+    moved past them."""
     inner = source
     while type(inner) is GeneratorType:
         inner = inner.gi_yieldfrom
     ops: list = []
-    sigs: list = []
     state = inner.__reduce__() if type(inner) is _LIST_ITER else ()
     if len(state) == 3:  # (iter, (items,), position); (iter, ((),)) once exhausted
         items, at = state[1][0], state[2]
         ops = items[at : at + count]
         inner.__setstate__(at + len(ops))
-        known = memo.get(("list", id(items)))
-        if known is None:  # the memo holds the list: its id stays its own
-            known = memo["list", id(items)] = (items, [])
-            signatures(items, known[1], memo)
-        sigs = known[1][at : at + len(ops)]
     if len(ops) < count:
-        more = list(islice(source, count - len(ops)))
-        ops += more
-        signatures(more, sigs, memo)
+        ops += islice(source, count - len(ops))
+    sigs: list = []
+    signatures(ops, sigs, memo)
     return ops, sigs
 
 
@@ -333,10 +327,10 @@ def _last_moves(loads: list) -> list:
     last_of_op = dict(zip(map(id, loads), range(len(loads)), strict=True))
     if len(last_of_op) < len(loads):
         loads = [loads[j] for j in sorted(last_of_op.values())]
-    last = {op.src: j for j, op in enumerate(loads)}
+    last = dict(zip(map(_SRC, loads), range(len(loads)), strict=True))
     if len(last) == len(loads):
         return loads
-    return [op for j, op in enumerate(loads) if last[op.src] == j]
+    return [loads[j] for j in sorted(last.values())]
 
 
 def _fits(l2: L2Cache, stretches: list, misses: float, copies: dict, default: float) -> int:
