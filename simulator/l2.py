@@ -139,24 +139,31 @@ class L2Cache:
         """Loads a loop skip leaves out, in issue order: each changes the L2 as read() would, without the
         answers (what it waits for) nobody reads, and the pieces it misses land at `now`. copies: the room
         each line of a tensor takes (default for tensors not in it)."""
-        lines = self.lines
+        lines, tiles, fill = self.lines, self._tiles, self._fill
+        get, to_end = lines.get, lines.move_to_end  # bound once: a replay touches millions of lines
+        read_bytes, miss_bytes = self.read_bytes, self.miss_bytes  # summed in the same order as read()'s
         for op in loads:
-            _, covered, tile_bytes = self._tile(op.src)
-            scale = copies.get(op.src.tensor, default)
+            g = op.src
+            got = tiles.get(id(g))  # _tile's lookup, inlined
+            if got is None or got[0] is not g:
+                got = self._tile(g)
+            _, covered, tile_bytes = got
+            scale = copies.get(g.tensor, default)
             miss = 0.0
             for key, mask, slice_bytes in covered:
-                entry = lines.get(key)
+                entry = get(key)
                 if entry is None:  # a line the L2 lacks: every piece of it misses
                     entry = lines[key] = [0.0, False, None, 0, scale]
                     absent = mask
                 else:
-                    lines.move_to_end(key)
+                    to_end(key)
                     absent = mask & ~entry[3]
                 if absent:
-                    miss += self._fill(entry, absent, slice_bytes, scale)
+                    miss += fill(entry, absent, slice_bytes, scale)
                     entry[2] = now
-            self.read_bytes += tile_bytes
-            self.miss_bytes += miss
+            read_bytes += tile_bytes
+            miss_bytes += miss
+        self.read_bytes, self.miss_bytes = read_bytes, miss_bytes
 
     def write(self, g: GTile, copies: float = 1.0) -> None:
         """Store a tile: its slices become present and dirty (allocated without reading HBM)."""

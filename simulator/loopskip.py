@@ -100,9 +100,9 @@ def signatures(ops: list, out: list, memo: dict) -> None:
     """Append each op's signature to `out`, memoised by op id (the ops are alive while the memo is used)
     and equal signatures made one object, so that stretches compare by identity."""
     sigs = list(map(memo.get, map(id, ops)))  # no Python code per op where every one is known
-    # signatures and ops are never falsy: None marks an op not seen yet
-    for k in compress(range(len(sigs)), map(not_, sigs)):
-        sigs[k] = _signature(ops[k], memo)
+    if not all(sigs):  # signatures and ops are never falsy: None marks an op not seen yet
+        for k in compress(range(len(sigs)), map(not_, sigs)):
+            sigs[k] = _signature(ops[k], memo)
     out += sigs
 
 
