@@ -37,6 +37,19 @@ def periodic(make: Callable[[int], object], start: int, stop: int, period: int) 
     return (one * -(-count // period))[:count] if one else []
 
 
-def interleave(columns: list[list]) -> list:
-    """The steps' ops in order: step j is the j-th item of every column, column by column."""
-    return list(chain.from_iterable(zip(*columns, strict=True)))
+class OpList(list):
+    """A loop's ops, with what a reader may take from their order: `repeat` (start, stop, period) says that
+    from start to stop each op is the one `period` places back but for what moves with a count (a barrier
+    wait's target, a load's tile coordinates): the same type, shapes, buffers, masks and barriers."""
+
+    repeat: tuple[int, int, int] | None = None
+
+
+def interleave(columns: list[list], head: list = (), period: int = 0, regular: int = 0) -> OpList:
+    """`head`, then the steps' ops in order: step j is the j-th item of every column, column by column. The
+    first `regular` steps repeat every `period` steps but for their counts (OpList.repeat)."""
+    ops = OpList(head)
+    ops += chain.from_iterable(zip(*columns, strict=True))
+    if period and regular >= 2 * period:
+        ops.repeat = (len(head), len(head) + regular * len(columns), period * len(columns))
+    return ops

@@ -116,21 +116,40 @@ def take(source, count: int, memo: dict) -> tuple[list, list]:
     """The next `count` ops of a program (fewer at its end), taken from it as its own next() would, and
     their signatures (memo as for `signatures`). A program suspended in `yield from` a list (a block's K/V
     loop) hands on that list's items one by one: they are sliced from the list at once and its iterator
-    moved past them."""
+    moved past them (and their signatures made as the list says they repeat)."""
     inner = source
     while type(inner) is GeneratorType:
         inner = inner.gi_yieldfrom
     ops: list = []
+    sigs: list = []
     state = inner.__reduce__() if type(inner) is _LIST_ITER else ()
     if len(state) == 3:  # (iter, (items,), position); (iter, ((),)) once exhausted
         items, at = state[1][0], state[2]
         ops = items[at : at + count]
         inner.__setstate__(at + len(ops))
+        _list_signatures(items, at, ops, sigs, memo)
     if len(ops) < count:
-        ops += islice(source, count - len(ops))
-    sigs: list = []
-    signatures(ops, sigs, memo)
+        more = list(islice(source, count - len(ops)))
+        ops += more
+        signatures(more, sigs, memo)
     return ops, sigs
+
+
+def _list_signatures(items: list, at: int, ops: list, out: list, memo: dict) -> None:
+    """Append the signatures of ops = items[at:at + len(ops)]. Where the list says that its ops repeat every
+    `period` places but for their counts (OpList.repeat), those of one period, repeated: no work per op."""
+    repeat = getattr(items, "repeat", None)
+    if repeat is not None:
+        start, stop, period = repeat
+        a, b = max(at, start), min(at + len(ops), stop)
+        if b - a >= 2 * period:
+            signatures(ops[: a - at], out, memo)
+            one: list = []
+            signatures(ops[a - at : a - at + period], one, memo)
+            out += (one * -(-(b - a) // period))[: b - a]
+            signatures(ops[b - at :], out, memo)
+            return
+    signatures(ops, out, memo)
 
 
 class LoopSkip:

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import pytest
 from flashsim.algorithms import Problem, Tiling
-from flashsim.algorithms.ir import Arrive, Gemm, GemmWait, Load, OnlineSoftmax, Rescale, Wait, causal_offset
+from flashsim.algorithms.ir import Arrive, Gemm, GemmWait, Load, OnlineSoftmax, Rescale, Store, Wait, causal_offset
 from flashsim.algorithms.oplists import Counted, interleave, periodic
 from flashsim.algorithms.parts import tile_mask
 from flashsim.algorithms.schedules import build
 from flashsim.algorithms.schedules.v3 import kv_range
+from flashsim.simulator.loopskip import signatures, take
 
 
 def _describe(op) -> tuple:
@@ -168,3 +169,39 @@ def test_counted_periodic_and_interleave() -> None:
     assert periodic(lambda j: j % 3, 1, 9, 3) == [1, 2, 0, 1, 2, 0, 1, 2]
     assert periodic(lambda j: j, 4, 4, 2) == [] and periodic(lambda j: j, 5, 2, 2) == []
     assert interleave([[1, 2], ["a", "b"], [None, None]]) == [1, "a", None, 2, "b", None]
+
+
+@pytest.mark.parametrize("chunk", [5, 37, 10**6])
+def test_the_loop_skip_takes_the_signatures_a_list_says_repeat_as_they_are(chunk: int) -> None:
+    """OpList.repeat's promise holds for V3's loops: the signatures take() repeats from one period are those
+    of the ops, wherever the slices it takes begin and end."""
+    p, t = Problem(1, 2, 2048, 128, causal=True), Tiling(128, 128, 12, 2)
+    kernel = build("v3", p, t).kernels[0]
+    program = next(role.program for role in kernel.roles if role.name == "consumer1")
+    state, claimed = None, 0
+    for cta in kernel.ctas[:4]:
+        source = program(cta, state)
+        taken = []
+        while type(source.gi_yieldfrom) is not type(iter([])):  # into the K/V loop's list
+            taken.append(next(source))
+        claimed += source.gi_yieldfrom.__reduce__()[1][0].repeat is not None
+        memo: dict = {}
+        sigs: list = []
+        before = len(taken)
+        while True:
+            ops, more = take(source, chunk, memo)
+            if not ops:
+                break
+            taken += ops
+            sigs += more
+        expected: list = []
+        signatures(taken, expected, {})
+        # a store's signature is never equal to another's (loops that write global memory are not left out)
+        tail = taken[len(taken) - len(sigs) :]
+        stores = [type(op) is Store for op in tail]
+        assert [s for s, x in zip(sigs, stores, strict=True) if not x] == [
+            s for s, x in zip(expected[len(expected) - len(sigs) :], stores, strict=True) if not x
+        ]
+        assert len(sigs) == len(taken) - before and sum(stores) == 2  # O and LSE
+        state = kernel.carry(state, cta)
+    assert claimed

@@ -385,8 +385,8 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
                 if loads_kv:  # each step's K/V loads go first
                     steps = zip(kv_steps(cta, at, first, n), [head, *zip(*columns, strict=True)], strict=True)
                     yield from [op for loads, step in steps for op in chain(chain.from_iterable(loads), step)]
-                else:
-                    yield from head + interleave(columns)
+                else:  # the steps before the first masked one repeat every slot and P buffer
+                    yield from interleave(columns, head, math.lcm(2, stages), unmasked - 1)
             if carried:  # every S GEMM of the tile has read Q: its buffer may take the next tile that uses it
                 buf = at.tiles % q_bufs
                 yield once((Arrive, "qempty", buf, weight), lambda: Arrive(f"qempty{buf}", weight))
