@@ -283,18 +283,16 @@ class LoopSkip:
         columns = _last_columns(
             [role.loads_at(place, n, reps) for role, n in ops.items() for place in role.load_places(n)]
         )
-        stretches = [([], 0)] * reps  # no loads: nothing to fit or replay
-        if columns:
-            stretches = [(_last_moves(list(loads)), len(loads)) for loads in zip(*columns, strict=True)]
+        stretches = _Stretches(columns)
         if not evicted:
-            reps = _fits(l2, stretches, delta["hbm_read"], copies, default)
+            reps = _fits(l2, stretches, reps, delta["hbm_read"], copies, default)
             if not reps:
                 return False
         now = gpu.env._now
         before = (l2.read_bytes, l2.miss_bytes, l2.evictions)
-        for n, (loads, _) in enumerate(stretches[:reps]):
+        for n in range(reps):
             missed_before = l2.miss_bytes
-            l2.replay(loads, now, copies, default)
+            l2.replay(stretches[n], now, copies, default)
             if evicted and not math.isclose(l2.miss_bytes - missed_before, delta["hbm_read"], rel_tol=EVICTING_TOL):
                 reps = n + 1  # the L2 left its steady state: this stretch is the last left out
                 break
@@ -352,15 +350,31 @@ def _last_moves(loads: list) -> list:
     return [loads[j] for j in sorted(last.values())]
 
 
-def _fits(l2: L2Cache, stretches: list, misses: float, copies: dict, default: float) -> int:
-    """How many of the stretches, from the first, the L2 answers as the watched one: the same bytes from
-    HBM, and room for the lines they bring without evicting any (the L2 is looked at, not changed)."""
+class _Stretches:
+    """The left-out stretches' loads (columns: _last_columns), each stretch's in issue order with each tile's
+    last move only (_last_moves), made when first asked for: a skip often leaves out fewer stretches than
+    its roles repeat (the L2 check stops it)."""
+
+    def __init__(self, columns: list):
+        self.rows = zip(*columns, strict=True) if columns else None  # no loads: nothing to fit or replay
+        self.made: list = []
+
+    def __getitem__(self, k: int) -> list:
+        made = self.made
+        while len(made) <= k:
+            made.append(_last_moves(list(next(self.rows))) if self.rows is not None else [])
+        return made[k]
+
+
+def _fits(l2: L2Cache, stretches: _Stretches, count: int, misses: float, copies: dict, default: float) -> int:
+    """How many of the `count` stretches, from the first, the L2 answers as the watched one: the same bytes
+    from HBM, and room for the lines they bring without evicting any (the L2 is looked at, not changed)."""
     lines, lines_of, tiles = l2.lines, l2._lines, l2._tiles
     added: dict = {}  # line -> presence bits the stretches so far brought
     room = l2.capacity - l2.used
-    for n, (loads, _) in enumerate(stretches):
+    for n in range(count):
         miss = 0.0
-        for op in loads:
+        for op in stretches[n]:
             tile = op.src
             scale = copies.get(tile.tensor, default)
             got = tiles.get(id(tile))  # the L2's own record of the tile's lines (l2._lines, inlined)
@@ -377,7 +391,7 @@ def _fits(l2: L2Cache, stretches: list, misses: float, copies: dict, default: fl
                     added[key] = present | absent
         if room < 0 or not math.isclose(miss, misses, rel_tol=REL_TOL, abs_tol=1e-6):
             return n
-    return len(stretches)
+    return count
 
 
 def _mirror(l2: L2Cache, tile, like) -> None:
