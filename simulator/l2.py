@@ -63,6 +63,12 @@ def _keys_and_masks(lines: tuple) -> tuple[tuple, tuple]:
 
 _PRESENT = itemgetter(3)  # a line entry's pieces present
 
+
+def held(entries: list, masks: tuple) -> bool:
+    """Whether every line entry (None: a line the L2 lacks) holds the pieces its mask asks for, without
+    Python code per line."""
+    return None not in entries and not any(map(and_, masks, map(invert, map(_PRESENT, entries))))
+
 # Tiles whose lines an L2 keeps by id before it starts again.
 TILES_KEPT = 1 << 16
 
@@ -157,8 +163,7 @@ class L2Cache:
             if got is None or got[0] is not g:
                 got = self._tile(g)
             _, covered, tile_bytes, keys, masks = got
-            entries = list(map(get, keys))
-            if None not in entries and not any(map(and_, masks, map(invert, map(_PRESENT, entries)))):
+            if held(list(map(get, keys)), masks):
                 # every piece there (the usual case): the lines only move to the LRU end, in order
                 deque(map(to_end, keys), 0)
                 read_bytes += tile_bytes

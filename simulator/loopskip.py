@@ -54,7 +54,7 @@ from types import GeneratorType
 import simpy
 from flashsim.algorithms.ir import AtomicAdd, Load, Store, Wait
 
-from .l2 import L2Cache
+from .l2 import L2Cache, held
 
 # Stretches of up to MAX_PERIOD reference iterations are recognised (V3's d64 tiles recur every 18); loops of
 # up to MAX_BODY ops.
@@ -369,16 +369,21 @@ class _Stretches:
 def _fits(l2: L2Cache, stretches: _Stretches, count: int, misses: float, copies: dict, default: float) -> int:
     """How many of the `count` stretches, from the first, the L2 answers as the watched one: the same bytes
     from HBM, and room for the lines they bring without evicting any (the L2 is looked at, not changed)."""
-    lines, lines_of, tiles = l2.lines, l2._lines, l2._tiles
+    lines, tiles = l2.lines, l2._tiles
+    get = lines.get
     added: dict = {}  # line -> presence bits the stretches so far brought
     room = l2.capacity - l2.used
     for n in range(count):
         miss = 0.0
         for op in stretches[n]:
             tile = op.src
+            got = tiles.get(id(tile))  # the L2's own record of the tile's lines (l2._tile, inlined)
+            if got is None or got[0] is not tile:
+                got = l2._tile(tile)
+            if held(list(map(get, got[3])), got[4]):
+                continue  # all there already (the usual case): nothing to add
             scale = copies.get(tile.tensor, default)
-            got = tiles.get(id(tile))  # the L2's own record of the tile's lines (l2._lines, inlined)
-            for key, mask, slice_bytes in got[1] if got is not None and got[0] is tile else lines_of(tile):
+            for key, mask, slice_bytes in got[1]:
                 entry = lines.get(key)
                 if entry is not None and not mask & ~entry[3]:
                     continue  # all there already (the usual case): nothing to add
