@@ -252,10 +252,9 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
 
     def kv_steps(cta, at: BlockState, first: int, n: int) -> list:
         """Per step j of a tile's `n` K/V blocks from `first` on, the K/V loads it issues (a tuple of tuples of
-        ops): K_0 first, then
-        K_j+1 and V_j, as the consumers need K_j+1 (for S_j+1) before V_j (for P_j V_j); each into its ring
-        slot once every consumer has released it. The ring's slot and fill count run on from the block's
-        earlier tiles (`at`)."""
+        ops): K_0 first, then K_j+1 and V_j, as the consumers need K_j+1 (for S_j+1) before V_j (for P_j V_j);
+        each into its ring slot once every consumer has released it. The ring's slot and fill count run on
+        from the block's earlier tiles (`at`)."""
         if not n:
             return []
         b, hk, ring = cta[0], cta[1] // p.group, at.kv_blocks
