@@ -8,8 +8,9 @@ reported separately: their write-back happens after the kernel (ncu's dram__byte
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from functools import lru_cache
+from operator import and_, invert, itemgetter
 
 from flashsim.algorithms.ir import GTile
 
@@ -56,6 +57,18 @@ def _tile_lines(g: GTile) -> tuple:
     return tuple(((*head, r0 + dr, c0 + dc), bits, nbytes) for dr, dc, bits, nbytes in pattern)
 
 
+def _keys_and_masks(lines: tuple) -> tuple[tuple, tuple]:
+    return tuple(key for key, _, _ in lines), tuple(mask for _, mask, _ in lines)
+
+
+_PRESENT = itemgetter(3)  # a line entry's pieces present
+
+
+def held(entries: list, masks: tuple) -> bool:
+    """Whether every line entry (None: a line the L2 lacks) holds the pieces its mask asks for, without
+    Python code per line."""
+    return None not in entries and not any(map(and_, masks, map(invert, map(_PRESENT, entries))))
+
 # Tiles whose lines an L2 keeps by id before it starts again.
 TILES_KEPT = 1 << 16
 
@@ -83,7 +96,7 @@ class L2Cache:
         self.flush_written_back = 0.0  # the part of it that the flush's dirty lines are
         self.evictions = 0  # lines evicted to make room
         self._charged = 0.0
-        self._tiles: dict = {}  # id -> (tile, its lines, its bytes) (_tile)
+        self._tiles: dict = {}  # id -> (tile, its lines, its bytes, their keys, their masks) (_tile)
 
     def _lines(self, g: GTile) -> tuple:
         """(key, presence bits, bytes per bit) of every line a tile touches (tiles recur: a head's K/V tiles
@@ -91,13 +104,15 @@ class L2Cache:
         return self._tile(g)[1]
 
     def _tile(self, g: GTile) -> tuple:
-        """(the tile, its _lines, its bytes), kept by its id: schedules reuse tile values (a head's K/V), and an id
-        costs less than a tile's hash. The kept entry holds the tile, so the id stays its own while kept."""
+        """(the tile, its _lines, its bytes, the lines' keys, their masks), kept by its id: schedules reuse tile
+        values (a head's K/V), and an id costs less than a tile's hash. The kept entry holds the tile, so the id
+        stays its own while kept."""
         got = self._tiles.get(id(g))
         if got is None or got[0] is not g:
             if len(self._tiles) >= TILES_KEPT:
                 self._tiles.clear()
-            got = self._tiles[id(g)] = (g, _tile_lines(g), g.nbytes)
+            lines = _tile_lines(g)
+            got = self._tiles[id(g)] = (g, lines, g.nbytes, *_keys_and_masks(lines))
         return got
 
     def read(self, g: GTile, now: int, copies: float = 1.0) -> tuple[int, list, float, list]:
@@ -112,7 +127,7 @@ class L2Cache:
         got = self._tiles.get(id(g))  # _tile's lookup, inlined: reads are the L2's most frequent call
         if got is None or got[0] is not g:
             got = self._tile(g)
-        _, covered, tile_bytes = got
+        covered, tile_bytes = got[1], got[2]
         for key, mask, slice_bytes in covered:
             entry = lines.get(key)
             if entry is None:
@@ -139,24 +154,43 @@ class L2Cache:
         """Loads a loop skip leaves out, in issue order: each changes the L2 as read() would, without the
         answers (what it waits for) nobody reads, and the pieces it misses land at `now`. copies: the room
         each line of a tensor takes (default for tensors not in it)."""
-        lines = self.lines
+        lines, tiles, capacity = self.lines, self._tiles, self.capacity
+        get, to_end = lines.get, lines.move_to_end  # bound once: a replay touches millions of lines
+        read_bytes, miss_bytes = self.read_bytes, self.miss_bytes  # summed in the same order as read()'s
         for op in loads:
-            _, covered, tile_bytes = self._tile(op.src)
-            scale = copies.get(op.src.tensor, default)
+            g = op.src
+            got = tiles.get(id(g))  # _tile's lookup, inlined
+            if got is None or got[0] is not g:
+                got = self._tile(g)
+            _, covered, tile_bytes, keys, masks = got
+            if held(list(map(get, keys)), masks):
+                # every piece there (the usual case): the lines only move to the LRU end, in order
+                deque(map(to_end, keys), 0)
+                read_bytes += tile_bytes
+                continue
+            scale = copies.get(g.tensor, default)
             miss = 0.0
             for key, mask, slice_bytes in covered:
-                entry = lines.get(key)
+                entry = get(key)
                 if entry is None:  # a line the L2 lacks: every piece of it misses
                     entry = lines[key] = [0.0, False, None, 0, scale]
                     absent = mask
                 else:
-                    lines.move_to_end(key)
+                    to_end(key)
                     absent = mask & ~entry[3]
-                if absent:
-                    miss += self._fill(entry, absent, slice_bytes, scale)
+                if absent:  # _fill and _grow, inlined
+                    nbytes = absent.bit_count() * slice_bytes
+                    entry[3] |= absent
+                    grow = nbytes * scale
+                    entry[0] += grow
+                    self.used += grow
+                    if self.used > capacity:
+                        self._evict(entry)
+                    miss += nbytes
                     entry[2] = now
-            self.read_bytes += tile_bytes
-            self.miss_bytes += miss
+            read_bytes += tile_bytes
+            miss_bytes += miss
+        self.read_bytes, self.miss_bytes = read_bytes, miss_bytes
 
     def write(self, g: GTile, copies: float = 1.0) -> None:
         """Store a tile: its slices become present and dirty (allocated without reading HBM)."""

@@ -47,13 +47,14 @@ the plain run either.
 from __future__ import annotations
 
 import math
-from itertools import islice
+from itertools import compress, islice
+from operator import attrgetter, not_
 from types import GeneratorType
 
 import simpy
 from flashsim.algorithms.ir import AtomicAdd, Load, Store, Wait
 
-from .l2 import L2Cache
+from .l2 import L2Cache, held
 
 # Stretches of up to MAX_PERIOD reference iterations are recognised (V3's d64 tiles recur every 18); loops of
 # up to MAX_BODY ops.
@@ -73,6 +74,7 @@ LINE_BYTES = 2048  # a line's size at 16 bits, to express a line evicted by a re
 
 
 _LIST_ITER = type(iter([]))
+_SRC = attrgetter("src")
 
 
 # Op types whose signature is not the op itself.
@@ -99,9 +101,8 @@ def signatures(ops: list, out: list, memo: dict) -> None:
     and equal signatures made one object, so that stretches compare by identity."""
     sigs = list(map(memo.get, map(id, ops)))  # no Python code per op where every one is known
     if not all(sigs):  # signatures and ops are never falsy: None marks an op not seen yet
-        for k, sig in enumerate(sigs):
-            if sig is None:
-                sigs[k] = _signature(ops[k], memo)
+        for k in compress(range(len(sigs)), map(not_, sigs)):
+            sigs[k] = _signature(ops[k], memo)
     out += sigs
 
 
@@ -114,9 +115,8 @@ def _signature(op, memo: dict):
 def take(source, count: int, memo: dict) -> tuple[list, list]:
     """The next `count` ops of a program (fewer at its end), taken from it as its own next() would, and
     their signatures (memo as for `signatures`). A program suspended in `yield from` a list (a block's K/V
-    loop, built once per head and shared by its blocks) hands on that list's items one by one: they are
-    sliced from the list at once, its iterator moved past them, and their signatures sliced from the
-    list's, made once."""
+    loop) hands on that list's items one by one: they are sliced from the list at once and its iterator
+    moved past them (and their signatures made as the list says they repeat)."""
     inner = source
     while type(inner) is GeneratorType:
         inner = inner.gi_yieldfrom
@@ -127,16 +127,29 @@ def take(source, count: int, memo: dict) -> tuple[list, list]:
         items, at = state[1][0], state[2]
         ops = items[at : at + count]
         inner.__setstate__(at + len(ops))
-        known = memo.get(("list", id(items)))
-        if known is None:  # the memo holds the list: its id stays its own
-            known = memo["list", id(items)] = (items, [])
-            signatures(items, known[1], memo)
-        sigs = known[1][at : at + len(ops)]
+        _list_signatures(items, at, ops, sigs, memo)
     if len(ops) < count:
         more = list(islice(source, count - len(ops)))
         ops += more
         signatures(more, sigs, memo)
     return ops, sigs
+
+
+def _list_signatures(items: list, at: int, ops: list, out: list, memo: dict) -> None:
+    """Append the signatures of ops = items[at:at + len(ops)]. Where the list says that its ops repeat every
+    `period` places but for their counts (OpList.repeat), those of one period, repeated: no work per op."""
+    repeat = getattr(items, "repeat", None)
+    if repeat is not None:
+        start, stop, period = repeat
+        a, b = max(at, start), min(at + len(ops), stop)
+        if b - a >= 2 * period:
+            signatures(ops[: a - at], out, memo)
+            one: list = []
+            signatures(ops[a - at : a - at + period], one, memo)
+            out += (one * -(-(b - a) // period))[: b - a]
+            signatures(ops[b - at :], out, memo)
+            return
+    signatures(ops, out, memo)
 
 
 class LoopSkip:
@@ -270,18 +283,16 @@ class LoopSkip:
         columns = _last_columns(
             [role.loads_at(place, n, reps) for role, n in ops.items() for place in role.load_places(n)]
         )
-        stretches = [([], 0)] * reps  # no loads: nothing to fit or replay
-        if columns:
-            stretches = [(_last_moves(list(loads)), len(loads)) for loads in zip(*columns, strict=True)]
+        stretches = _Stretches(columns)
         if not evicted:
-            reps = _fits(l2, stretches, delta["hbm_read"], copies, default)
+            reps = _fits(l2, stretches, reps, delta["hbm_read"], copies, default)
             if not reps:
                 return False
         now = gpu.env._now
         before = (l2.read_bytes, l2.miss_bytes, l2.evictions)
-        for n, (loads, _) in enumerate(stretches[:reps]):
+        for n in range(reps):
             missed_before = l2.miss_bytes
-            l2.replay(loads, now, copies, default)
+            l2.replay(stretches[n], now, copies, default)
             if evicted and not math.isclose(l2.miss_bytes - missed_before, delta["hbm_read"], rel_tol=EVICTING_TOL):
                 reps = n + 1  # the L2 left its steady state: this stretch is the last left out
                 break
@@ -333,25 +344,46 @@ def _last_moves(loads: list) -> list:
     last_of_op = dict(zip(map(id, loads), range(len(loads)), strict=True))
     if len(last_of_op) < len(loads):
         loads = [loads[j] for j in sorted(last_of_op.values())]
-    last = {op.src: j for j, op in enumerate(loads)}
+    last = dict(zip(map(_SRC, loads), range(len(loads)), strict=True))
     if len(last) == len(loads):
         return loads
-    return [op for j, op in enumerate(loads) if last[op.src] == j]
+    return [loads[j] for j in sorted(last.values())]
 
 
-def _fits(l2: L2Cache, stretches: list, misses: float, copies: dict, default: float) -> int:
-    """How many of the stretches, from the first, the L2 answers as the watched one: the same bytes from
-    HBM, and room for the lines they bring without evicting any (the L2 is looked at, not changed)."""
-    lines, lines_of, tiles = l2.lines, l2._lines, l2._tiles
+class _Stretches:
+    """The left-out stretches' loads (columns: _last_columns), each stretch's in issue order with each tile's
+    last move only (_last_moves), made when first asked for: a skip often leaves out fewer stretches than
+    its roles repeat (the L2 check stops it)."""
+
+    def __init__(self, columns: list):
+        self.rows = zip(*columns, strict=True) if columns else None  # no loads: nothing to fit or replay
+        self.made: list = []
+
+    def __getitem__(self, k: int) -> list:
+        made = self.made
+        while len(made) <= k:
+            made.append(_last_moves(list(next(self.rows))) if self.rows is not None else [])
+        return made[k]
+
+
+def _fits(l2: L2Cache, stretches: _Stretches, count: int, misses: float, copies: dict, default: float) -> int:
+    """How many of the `count` stretches, from the first, the L2 answers as the watched one: the same bytes
+    from HBM, and room for the lines they bring without evicting any (the L2 is looked at, not changed)."""
+    lines, tiles = l2.lines, l2._tiles
+    get = lines.get
     added: dict = {}  # line -> presence bits the stretches so far brought
     room = l2.capacity - l2.used
-    for n, (loads, _) in enumerate(stretches):
+    for n in range(count):
         miss = 0.0
-        for op in loads:
+        for op in stretches[n]:
             tile = op.src
+            got = tiles.get(id(tile))  # the L2's own record of the tile's lines (l2._tile, inlined)
+            if got is None or got[0] is not tile:
+                got = l2._tile(tile)
+            if held(list(map(get, got[3])), got[4]):
+                continue  # all there already (the usual case): nothing to add
             scale = copies.get(tile.tensor, default)
-            got = tiles.get(id(tile))  # the L2's own record of the tile's lines (l2._lines, inlined)
-            for key, mask, slice_bytes in got[1] if got is not None and got[0] is tile else lines_of(tile):
+            for key, mask, slice_bytes in got[1]:
                 entry = lines.get(key)
                 if entry is not None and not mask & ~entry[3]:
                     continue  # all there already (the usual case): nothing to add
@@ -364,7 +396,7 @@ def _fits(l2: L2Cache, stretches: list, misses: float, copies: dict, default: fl
                     added[key] = present | absent
         if room < 0 or not math.isclose(miss, misses, rel_tol=REL_TOL, abs_tol=1e-6):
             return n
-    return len(stretches)
+    return count
 
 
 def _mirror(l2: L2Cache, tile, like) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, replace
+from itertools import chain
 
 from flashsim.errors import FlashsimError
 
@@ -43,6 +44,7 @@ from ..ir import (
     causal_offset,
 )
 from ..mapping import Tiling
+from ..oplists import Counted, interleave, periodic
 from ..parts import cdiv, flash_epilogue, gemm_dtype, kv_block_count, lse_tensor, row_tile, tile_mask
 from ..problem import Problem
 from ..record import Algorithm
@@ -57,8 +59,9 @@ from ..splitkv import (
     workspace_shapes,
 )
 
-# K/V load ops a V3 schedule keeps for reuse (its tiles of a head issue the same ones)
-KV_LOADS_KEPT = 1 << 16
+# (tensor, K/V head, ring phase) whose load ops a V3 schedule keeps for reuse (its tiles of a head issue the
+# same ones)
+KV_HEADS_KEPT = 64
 WG_ROWS = 64  # rows of a wgmma accumulator: one warpgroup's share of block_m
 # Register budgets after setmaxnreg (FA3): consumers 240 / producer 24 with 1-2 consumer warpgroups,
 # 160 / 32 with 3.
@@ -209,42 +212,59 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
     ring_names = {(tensor, s): (f"empty{tensor}{s}", f"s{tensor}{s}", f"full{tensor}{s}")
                   for tensor in ("K", "V") for s in range(stages)}
 
-    # A head's K/V loads recur in every tile of the head, by ring slot: made once (ops are immutable values),
-    # at most KV_LOADS_KEPT at a time
+    arrivals = 2 if fp8 else 1  # arrivals per fill of a slot: the tile (and its block scale)
+
+    def ring_load(src: str, tensor: str, b: int, hk: int, phase: int, block: int) -> tuple:
+        """K/V block `block` loaded into its ring slot (phase: the slot of block 0), with its block scale."""
+        s = (phase + block) % stages
+        _, buffer, full = ring_names[tensor, s]
+        load = Load(row_tile(p, src, b, hk * p.group, block * bn, bn, kv=True), buffer, SMEM, "tma", full)
+        if not fp8:
+            return (load,)
+        # the block scale travels with its tile, on the same barrier
+        return load, Load(GTile(f"{tensor}scale", b, hk, block, 1, 0, 1, 4), f"{tensor.lower()}s{s}", SMEM, "tma", full)
+
+    # A head's K/V loads recur in every tile of the head, by ring slot: made once (ops are immutable values)
+    # along the head's blocks, for at most KV_HEADS_KEPT (tensor, head, slot phase) at a time
     kv_loads: dict = {}
 
-    def kv_step(cta, j, at: BlockState, first: int, n: int) -> list:
-        """The K/V loads issued at step j of a tile's `n` K/V blocks from `first` on: K_0 first, then K_j+1
-        and V_j, as the consumers need K_j+1 (for S_j+1) before V_j (for P_j V_j); each into its ring slot
-        once every consumer has released it. The ring's slot and fill count run on from the block's earlier
-        tiles (`at`)."""
-        b, h = cta[:2]
-        hk = h // p.group
-        ops = []
+    def head_loads(src: str, tensor: str, b: int, hk: int, phase: int) -> Counted:
+        key = (src, b, hk, phase)
+        loads = kv_loads.get(key)
+        if loads is None:
+            if len(kv_loads) >= KV_HEADS_KEPT:
+                kv_loads.clear()
+            loads = kv_loads[key] = Counted(lambda block: ring_load(src, tensor, b, hk, phase, block))
+        return loads
 
-        def load(tensor, src, j):
-            s, use = (at.kv_blocks + j) % stages, (at.kv_blocks + j) // stages
-            empty, buffer, full = ring_names[tensor, s]
-            if use:  # each fill is released by every consumer warpgroup (the last with rows for the others)
-                ops.append(wait(empty, consumers * use))
-            key = (src, b, hk, first + j, s)
-            op = kv_loads.get(key)
-            if op is None:
-                if len(kv_loads) >= KV_LOADS_KEPT:
-                    kv_loads.clear()
-                op = kv_loads[key] = Load(row_tile(p, src, b, h, (first + j) * bn, bn, kv=True), buffer, SMEM,
-                                          "tma", full)
-            ops.append(op)
-            if fp8:  # the block scale travels with its tile, on the same barrier
-                ops.append(Load(GTile(f"{tensor}scale", b, hk, first + j, 1, 0, 1, 4), f"{tensor.lower()}s{s}", SMEM,
-                                "tma", full))
+    # the wait for ring position r's slot to be released (every consumer warpgroup releases each fill; the
+    # last with rows arrives for the others): none for the first fill of each slot
+    empties = {tensor: Counted(lambda r, tensor=tensor: (wait(ring_names[tensor, r % stages][0],
+                                                              consumers * (r // stages)),) if r >= stages else ())
+               for tensor in ("K", "V")}
 
-        if j == 0:
-            load("K", k_src, 0)
-        if j + 1 < n:
-            load("K", k_src, j + 1)
-        load("V", v_src, j)
-        return ops
+    # the consumers' waits for ring position r's fill, and consumer c's for its k-th turn (counted from the
+    # block's first tile)
+    fulls = {tensor: Counted(lambda r, tensor=tensor: wait(ring_names[tensor, r % stages][2],
+                                                           arrivals * (r // stages + 1)))
+             for tensor in ("K", "V")}
+    turn_waits = [Counted(lambda k, c=c: wait(f"turn{c}", k + (1 if c else 0))) for c in range(consumers)]
+
+    def kv_steps(cta, at: BlockState, first: int, n: int) -> list:
+        """Per step j of a tile's `n` K/V blocks from `first` on, the K/V loads it issues (a tuple of tuples of
+        ops): K_0 first, then K_j+1 and V_j, as the consumers need K_j+1 (for S_j+1) before V_j (for P_j V_j);
+        each into its ring slot once every consumer has released it. The ring's slot and fill count run on
+        from the block's earlier tiles (`at`)."""
+        if not n:
+            return []
+        b, hk, ring = cta[0], cta[1] // p.group, at.kv_blocks
+        phase = (ring - first) % stages
+        k, v = head_loads(k_src, "K", b, hk, phase), head_loads(v_src, "V", b, hk, phase)
+        # per step: (empty K wait, K_j+1, empty V wait, V_j), the last step without K
+        steps = list(zip(empties["K"].slice(ring + 1, ring + n) + [()], k.slice(first + 1, first + n) + [()],
+                         empties["V"].slice(ring, ring + n), v.slice(first, first + n), strict=True))
+        steps[0] = (empties["K"][ring], k[first], *steps[0])
+        return steps
 
     def producer(cta, state=None):
         at = state or start
@@ -254,8 +274,8 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
             yield wait(f"qempty{at.tiles % q_bufs}", consumers * (at.tiles // q_bufs))
         for c in range(c_act if n or splits == 1 else 0):
             yield from load_q(cta, c, at)
-        for j in range(n):
-            yield from kv_step(cta, j, at, first, n)
+        # the tile's K/V loads as one list: the loop skip slices the ops it leaves out from it
+        yield from list(chain.from_iterable(chain.from_iterable(kv_steps(cta, at, first, n))))
 
     def carry(state, cta) -> BlockState:
         """The block's state after tile `cta` (the counts its programs add to the ring, Q and turn barriers)."""
@@ -278,7 +298,7 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
                 return
             row0 = i * bm + c * WG_ROWS
             first, n = kv_range(p, t, cta)
-            turns = iter(range(at.turns[c], 10**9))  # passes this turn barrier received in earlier tiles
+            t0 = at.turns[c]  # passes this turn barrier received in earlier tiles
             c_act = active(i)
             q_buf, q_bar = q_buffer(c, at)
             # the ring's slot and fill of the tile's block j, counted from the block's earlier tiles
@@ -293,8 +313,6 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
             # the loop's ops that do not move with the step, made once: by ring slot (and P buffer)
             pingponged = pingpong and c_act > 1
             pass_op = once((Arrive, c, c_act), lambda: Arrive(f"turn{(c + 1) % c_act}")) if pingponged else None
-            arrivals = 2 if fp8 else 1  # tile (+ its scale) per fill of a slot
-            full_k, full_v = [f"fullK{s}" for s in range(stages)], [f"fullV{s}" for s in range(stages)]
             qk_ops = [once(("qk", q_buf, s), lambda s=s: Gemm(
                 "S", q_buf, f"sK{s}", WG_ROWS, bn, d, SMEM, SMEM, "wgmma", dt, 4, trans_b=True,
                 a_scale="qs" if fp8 else None, b_scale=f"ks{s}" if fp8 else None, async_token="s"))
@@ -310,10 +328,8 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
                        for s in range(stages)]
             rescale = once((Rescale,), lambda: Rescale("acc", "corr", WG_ROWS, d, 4))
 
-            def pv(j):
-                s = (ring + j) % stages
-                yield wait(full_v[s], arrivals * ((ring + j) // stages + 1))
-                yield pv_ops[j % 2][s]
+            def pv(j) -> tuple:
+                return fulls["V"][ring + j], pv_ops[j % 2][(ring + j) % stages]
 
             # K/V tiles ending at or before `visible` need no mask (tile_mask's test, made once per tile)
             visible = p.seqlen_k
@@ -339,40 +355,43 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
             yield Fill("acc", WG_ROWS, d, 0.0)
             yield Fill("m", WG_ROWS, 1, -math.inf)
             yield Fill("l", WG_ROWS, 1, 0.0)
-            for j in range(n):
-                s = (ring + j) % stages
-                if loads_kv:
-                    yield from kv_step(cta, j, at, first, n)
-                yield wait(full_k[s], arrivals * ((ring + j) // stages + 1))
-                if pingponged:  # take the turn
-                    yield wait(f"turn{c}", next(turns) + (1 if c else 0))
-                if not j:
-                    yield qk_ops[s]
-                elif intra_overlap:  # S_j's softmax will run while P_j-1 V_j-1 does
-                    yield qk_ops[s]
-                    yield from pv(j - 1)
-                else:  # S_j after P_j-1 V_j-1 on the in-order tensor pipe: its softmax overlaps nothing
-                    yield from pv(j - 1)
-                    yield qk_ops[s]
-                if pingponged:
-                    yield pass_op
-                if j and not intra_overlap:
-                    yield o_done
-                    yield empty_v[(ring + j - 1) % stages]
-                yield s_done
-                yield empty_k[s]
-                yield softmax(j)
-                if j:
-                    if intra_overlap:
-                        yield o_done
-                        yield empty_v[(ring + j - 1) % stages]
-                    yield rescale
+            # the K/V loop as one list, made before it runs (its ops depend on nothing it does): the loop
+            # skip slices the ops it leaves out from it instead of resuming this program for each
+            if n:
+                s0, pp = ring % stages, [pass_op] if pingponged else []
+                # step 0: S_0 and its softmax
+                head = [fulls["K"][ring], *([turn_waits[c][t0]] if pingponged else []), qk_ops[s0], *pp, s_done,
+                        empty_k[s0], softmax(0)]
+
+                # steps 1..n-1, column by column (algorithms/oplists.py)
+                def slot(by_slot, back=0):
+                    return periodic(lambda j: by_slot[(ring + j - back) % stages], 1, n, stages)
+
+                def same(op):
+                    return [op] * (n - 1)
+
+                unmasked = max(1, min(n, visible // bn - first))  # steps before the first masked tile
+                gemms = [slot(qk_ops), fulls["V"].slice(ring, ring + n - 1),
+                         periodic(lambda j: pv_ops[(j - 1) % 2][(ring + j - 1) % stages], 1, n, 2 * stages)]
+                if not intra_overlap:  # S_j after P_j-1 V_j-1 on the in-order tensor pipe
+                    gemms = gemms[1:] + gemms[:1]
+                columns = [fulls["K"].slice(ring + 1, ring + n),
+                           *([turn_waits[c].slice(t0 + 1, t0 + n), *gemms, same(pass_op)] if pingponged else gemms)]
+                release_v = [same(o_done), slot(empty_v, 1)]  # P_j-1 V_j-1 done: V_j-1's slot is free
+                softmaxes = periodic(softmax, 1, unmasked, 2) + [softmax(j) for j in range(unmasked, n)]
+                columns += ([] if intra_overlap else release_v) + [same(s_done), slot(empty_k), softmaxes]
+                columns += (release_v if intra_overlap else []) + [same(rescale)]
+                if loads_kv:  # each step's K/V loads go first
+                    steps = zip(kv_steps(cta, at, first, n), [head, *zip(*columns, strict=True)], strict=True)
+                    yield from [op for loads, step in steps for op in chain(chain.from_iterable(loads), step)]
+                else:  # the steps before the first masked one repeat every slot and P buffer
+                    yield from interleave(columns, head, math.lcm(2, stages), unmasked - 1)
             if carried:  # every S GEMM of the tile has read Q: its buffer may take the next tile that uses it
                 buf = at.tiles % q_bufs
                 yield once((Arrive, "qempty", buf, weight), lambda: Arrive(f"qempty{buf}", weight))
             if n:
                 if pingponged:
-                    yield wait(f"turn{c}", next(turns) + (1 if c else 0))
+                    yield turn_waits[c][t0 + n]
                 yield from pv(n - 1)
                 if pingponged:
                     yield pass_op
