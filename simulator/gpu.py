@@ -219,11 +219,11 @@ class Gpu:
         # the L2 slices' reduce units (fp32 atomics of the backward's dQ): their own rate, beside the port's
         self.l2_atomic = Port(self.env, "l2_atomic", profile.l2_atomic_bytes_per_clk, self.private_copies)
         # the L2's rate for partial-sector writes (stores from accumulator fragments, 16 bytes per row), which
-        # every SM storing so shares. It binds only when most SMs store at once (a whole-chip run's blocks
-        # drift apart, so its stores rarely do); a sample stands for no copies here: its copies would store in
-        # lockstep with it, where the chip's SMs are not
+        # every SM storing so shares. It binds when most SMs store at once: blocks that run in lockstep waves
+        # do, and a sample's copies store with it; blocks that drift apart (causal) do not, and there a sample
+        # takes its SMs as themselves (simulator/api.py _machine)
         self.partial_writes = Port(self.env, "partial_writes",
-                                   profile.fragment_store_chip_bytes_per_s / profile.sm_clock_hz)
+                                   profile.fragment_store_chip_bytes_per_s / profile.sm_clock_hz, self.private_copies)
         self.atomic_bytes = 0
         self.sms = [Sm(i, profile) for i in range(self.n_sms)]
         self.trace = trace

@@ -88,12 +88,13 @@ def test_validate_names_the_form_for_our_fragment_storing_kernels_only():
 
 
 def test_a_head_sample_stores_as_the_whole_chip_does():
-    """A sample's SMs stand for no copies in the chip's partial-write port: copies would store in lockstep
-    with them, where the chip's SMs drift apart (with copies this sample came out 7.8% slower than the whole
-    chip; without, within 3%, as its other ports leave it)."""
-    prob = Problem(8, 48, 512, 128, causal=True, kv_heads=6)
-    h200, t = load_profile("h200"), Tiling(128, 128, 12, o_store="fragments")
-    sample = simulate("v3", prob, h200, t, small_whole_chip=False)
-    assert sample.sim["sms_simulated"] < h200.sm_count
-    chip = simulate("v3", prob, h200, t, sms=None)
-    assert abs(sample.cycles / chip.cycles - 1) < 0.05
+    """Causal blocks drift apart, so a sample's SMs stand for no copies in the chip's partial-write port (copies
+    would store in lockstep with them: 7.8% slower than the whole chip here); equal blocks run in lockstep waves,
+    and there they do (without copies this sample comes out 1.6% fast)."""
+    h200 = load_profile("h200")
+    for prob, t in ((Problem(8, 48, 512, 128, causal=True, kv_heads=6), Tiling(128, 128, 12, o_store="fragments")),
+                    (Problem(5, 64, 512, 128, seqlen_k=2315, kv_heads=8), Tiling(128, 176, 12, o_store="fragments"))):
+        sample = simulate("v3", prob, h200, t, small_whole_chip=False)
+        assert sample.sim["sms_simulated"] < h200.sm_count
+        chip = simulate("v3", prob, h200, t, sms=None)
+        assert abs(sample.cycles / chip.cycles - 1) < (0.05 if prob.causal else 0.01)
