@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import traceback
 from pathlib import Path
 from typing import Any
@@ -22,11 +23,6 @@ DEFAULT_OUT_DIR = Path("experiments/results/h200")
 TOML_NAME = "calibration.toml"
 JSON_NAME = "calibration.json"
 L2_LINE = 128  # profiles require l2_bytes to be whole lines
-
-
-def b_sms(points: list[dict]) -> int:
-    """The SM count of a sweep over blocks, one per SM: its largest."""
-    return max(x["blocks"] for x in points)
 
 
 def base_profile_for(gpu_name: str, major: int) -> str:
@@ -165,12 +161,12 @@ def to_params(report: dict) -> dict[str, tuple[int | float, str]]:
         )
     if "frag_store_sms" in r:
         f = r["frag_store_sms"]
-        frag = [x for x in f["points"] if x["form"] == "fragments"]
+        frag = sorted((x for x in f["points"] if x["form"] == "fragments"), key=lambda x: x["blocks"])
         # the SM's own rate where the chip's does not bind (at most half the SMs), the chip's on all of them
-        alone = sorted(x["bytes_per_clk_per_sm"] for x in frag if 2 * x["blocks"] <= b_sms(frag))
-        p["fragment_store_bytes_per_clk_per_sm"] = (round(alone[len(alone) // 2], 1), src(
+        alone = [x["bytes_per_clk_per_sm"] for x in frag if 2 * x["blocks"] <= frag[-1]["blocks"]]
+        p["fragment_store_bytes_per_clk_per_sm"] = (round(statistics.median(alone), 1), src(
             f"the median on at most half the SMs (the SM's own rate), {f['how']}"))
-        chip = max(frag, key=lambda x: x["blocks"])["chip_bytes_per_s"]
+        chip = frag[-1]["chip_bytes_per_s"]
         p["fragment_store_chip_bytes_per_s"] = (float(f"{chip:.3g}"),
                                                  src(f"on all the SMs (the chip's rate), {f['how']}"))
     if "wgmma" in r:

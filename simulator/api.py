@@ -360,9 +360,9 @@ def _machine(profile, problem: Problem, schedule, sms: int | None, trace, small_
         return Gpu(profile, None, trace)
     pairs = [(b, h) for b in range(problem.batch) for h in range(problem.kv_heads)]
     chosen = {pairs[(i * groups) // choice.g] for i in range(choice.g)}  # spread over batch, heads and sections
-    gpu = Gpu(profile, choice.n, trace, heads=chosen, group=problem.group, copies=groups / choice.g)
-    if problem.causal:  # blocks of unequal length drift apart: the chip's SMs do not store in lockstep
-        gpu.partial_writes.copies = 1.0
+    # causal blocks, of unequal length, drift apart: the chip's SMs do not store in lockstep
+    gpu = Gpu(profile, choice.n, trace, heads=chosen, group=problem.group, copies=groups / choice.g,
+              lockstep=not problem.causal)
     gpu.groups_total = groups
     gpu.head_sample = choice
     return gpu

@@ -188,7 +188,8 @@ def blocks_per_sm(kernel, profile) -> int:
 class Gpu:
     """heads: the sampled (batch, K/V head) pairs, or None for the whole problem; with `group` query heads per
     K/V head. A sample runs on `sms` SMs; each of its SMs and lines stands for `copies` of the chip's (groups
-    / sampled groups; by default the chip's SMs per simulated SM)."""
+    / sampled groups; by default the chip's SMs per simulated SM). `lockstep`: whether the chip's blocks run in
+    lockstep waves (equal blocks), so that a sample's copies store together with it (the partial-write port)."""
 
     def __init__(
         self,
@@ -198,6 +199,7 @@ class Gpu:
         heads: set | None = None,
         group: int = 1,
         copies: float | None = None,
+        lockstep: bool = True,
     ):
         self.profile = profile
         self.sms_total = profile.sm_count
@@ -221,9 +223,9 @@ class Gpu:
         # the L2's rate for partial-sector writes (stores from accumulator fragments, 16 bytes per row), which
         # every SM storing so shares. It binds when most SMs store at once: blocks that run in lockstep waves
         # do, and a sample's copies store with it; blocks that drift apart (causal) do not, and there a sample
-        # takes its SMs as themselves (simulator/api.py _machine)
-        self.partial_writes = Port(self.env, "partial_writes",
-                                   profile.fragment_store_chip_bytes_per_s / profile.sm_clock_hz, self.private_copies)
+        # takes its SMs as themselves
+        self.partial_writes = Port(self.env, "partial_writes", profile.fragment_store_chip_bytes_per_s
+                                   / profile.sm_clock_hz, self.private_copies if lockstep else 1.0)
         self.atomic_bytes = 0
         self.sms = [Sm(i, profile) for i in range(self.n_sms)]
         self.trace = trace
