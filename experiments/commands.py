@@ -57,6 +57,8 @@ def register(subparsers: Any) -> None:
                    "v2,v3,sdpa-flash,sdpa-cudnn; test-decode decode and SDPA's flash, cuDNN and efficient; "
                    "test-bwd v2 and those three)")  # fmt: skip
     p.add_argument("--seqlens", metavar="N,...", help="keep only these sequence lengths")
+    p.add_argument("--headdims", metavar="D,...", help="keep only these head dims (e.g. to time again what a kernel "
+                   "change touched)")
     p.add_argument("--max-minutes", type=float, default=8.0, help="time limit of the measuring (timing + ncu)")
     p.add_argument("--min-reps", type=int, default=10, help="timed calls per measurement, at least")
     p.add_argument("--max-reps", type=int, default=30, help="timed calls per measurement, at most")
@@ -146,6 +148,9 @@ def _validate(args: argparse.Namespace) -> int:
         seqlens = _csv_ints(args.seqlens, "--seqlens")
         if seqlens:
             configs = [c for c in configs if c.seqlen_q in seqlens]
+        headdims = _csv_ints(args.headdims, "--headdims")
+        if headdims:
+            configs = [c for c in configs if c.headdim in headdims]
         deadline = time.monotonic() + args.max_minutes * 60
         opts = v.SweepOptions(impls, configs, out_dir, args.max_minutes, args.min_reps, args.max_reps,
                               args.budget_s, args.retry_failed, measured.name)  # fmt: skip

@@ -54,7 +54,9 @@ def _body(text: str) -> tuple[list[tuple[str, int, Counter]], int]:
     stalls = [h for h in hdr if h.startswith("stall_") and "(Not" not in h]
     lines = [r for r in rows[head + 1:] if len(r) == len(hdr)]
     counts = [int(r[ix["Instructions Executed"]] or 0) for r in lines]
-    most = max(counts)
+    # the loop body's count is its products': a reconvergence point can run more often (a branch that
+    # diverges in one warp, as d96's copies by 120 of 128 threads, runs its BSYNC once per path)
+    most = max(n for r, n in zip(lines, counts, strict=True) if " HMMA" in r[ix["Source"]])
     body = []
     for r, n in zip(lines, counts, strict=True):
         if n < 0.9 * most:  # executed once per warp and K/V block (the next K's copy: all blocks but one)

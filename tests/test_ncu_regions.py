@@ -36,3 +36,25 @@ def test_d128s_s_gemm_waits_on_its_fragments_more_than_d64s():
 def test_odd_arguments_exit_2(capsys):
     assert main(["only-one.txt"]) == 2
     assert "usage" in capsys.readouterr().err
+
+
+D96 = Path(__file__).resolve().parents[1] / "experiments/results/h200"
+
+
+def _d96(session: str) -> dict:
+    base = D96 / session / "ncu-v2-d96-n4096-c0"
+    return regions(f"{base}-details.txt.gz", f"{base}-sass.txt.gz")
+
+
+def test_d96_copies_without_per_copy_arithmetic_shorten_the_step():
+    """Our v2 at d96 before and after its copies kept one chunk column per thread: the body is still one K/V
+    block per warp although the copies' branch (120 of 128 threads) runs its reconvergence more often than
+    the products, and the region that issues the copies holds fewer instructions and cycles."""
+    before, after = _d96("session12/v3-ncu"), _d96("session16/v2-d96")
+    for r in (before, after):
+        assert r["kv_blocks_per_warp"] == pytest.approx(64)
+        assert [p["hmma"] for p in r["regions"].values()] == [0, 96, 0, 96]
+    copies = "before S (copies, addresses, barrier)"
+    assert after["regions"][copies]["instructions"] < 0.6 * before["regions"][copies]["instructions"]
+    assert after["regions"][copies]["cycles"] < 0.6 * before["regions"][copies]["cycles"]
+    assert after["cycles_per_warp_step"] < 0.95 * before["cycles_per_warp_step"]

@@ -172,9 +172,12 @@ struct SmemTile {
 // Copies rows [row0, row0 + ROWS) of a global matrix (32-bit row stride in elements) into a SmemTile
 // with cp.async; rows >= row_end are zero-filled and read nothing (their source is the base pointer).
 // Offsets are 32-bit, one wide add per copy: the launcher refuses heads whose rows span 2^31 elements.
-// Where the chunks of a row divide the threads and the rows divide among them, each thread keeps one
-// chunk column and steps down the rows, so its shared-memory address advances by compile-time constants;
-// otherwise (d96, or a 16-row tile) each copy computes its own row and chunk. All THREADS threads call it.
+// Each thread keeps one chunk column and steps down the rows, so its addresses advance by compile-time
+// constants. Where a row's chunks do not divide the threads (d96: 12 of 128), the threads of whole rows take
+// part (120) and the last step is guarded: computing every copy's row and chunk instead (a division, the
+// padded row's offset and a bounds check per copy) made the d96 K/V step's copies dependent integer chains
+// that Nsight Compute put at twice d128's cycles. Tiles of fewer rows than one step still compute each
+// copy's row and chunk. All THREADS threads call it.
 template <int THREADS, typename Tile, int ROWS>
 __device__ __forceinline__ void load_tile_async(uint32_t smem_base, const uint16_t* gmem, int row0, int row_stride,
                                                 int row_end) {
@@ -187,6 +190,22 @@ __device__ __forceinline__ void load_tile_async(uint32_t smem_base, const uint16
       const int row = r + it * kRowStep;
       const bool ok = row0 + row < row_end;
       cp_async16(Tile::addr(smem_base, row, chunk), gmem + (ok ? (row0 + row) * row_stride + chunk * 8 : 0), ok);
+    }
+  } else if constexpr (THREADS >= Tile::kChunks && ROWS >= THREADS / Tile::kChunks) {
+    constexpr int kRowStep = THREADS / Tile::kChunks;
+    constexpr int kSteps = (ROWS + kRowStep - 1) / kRowStep;
+    const int t = static_cast<int>(threadIdx.x);
+    const int r = t / Tile::kChunks;
+    const int chunk = t % Tile::kChunks;
+    if (t < kRowStep * Tile::kChunks) {
+#pragma unroll
+      for (int it = 0; it < kSteps; ++it) {
+        const int row = r + it * kRowStep;
+        if (ROWS % kRowStep == 0 || it + 1 < kSteps || row < ROWS) {
+          const bool ok = row0 + row < row_end;
+          cp_async16(Tile::addr(smem_base, row, chunk), gmem + (ok ? (row0 + row) * row_stride + chunk * 8 : 0), ok);
+        }
+      }
     }
   } else {
     constexpr int kTotal = ROWS * Tile::kChunks;
