@@ -153,6 +153,18 @@ def to_params(report: dict) -> dict[str, tuple[int | float, str]]:
             f"max(loads alone, products alone) + f x min(the two) fitted to the {n} k-steps of our v2 forward "
             f"and backward GEMMs at {KERNEL_WARPS_PER_SM} warps per SM (RMS error {100 * err:.1f}%), "
             f"{r['ldsm_form']['how']}"))
+        try:
+            from .ldsm_form_fit import fill_port_fraction
+
+            share, rates = fill_port_fraction(r["ldsm_form"]["points"])
+        except ValueError:
+            pass  # a sweep without the fill kernels
+        else:
+            p["smem_fill_port_fraction"] = (round(share, 3), src(
+                f"ldmatrix.x4 loads on half the warps at {KERNEL_WARPS_PER_SM} warps per SM: "
+                f"{rates['loads_alone']:.1f} B/clk per SM alone, {rates['loads_beside_fills']:.1f} while the other "
+                f"half cp.async {rates['fills']:.1f} B/clk of L2-resident data into shared memory; the loss per "
+                f"filled byte, {r['ldsm_form']['how']}"))
     if "red_dq" in r and "clock" in r:
         rd = r["red_dq"]  # each block into a tile of its own: the slices' rate without same-address contention
         p["l2_atomic_bytes_per_clk"] = (

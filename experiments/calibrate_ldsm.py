@@ -55,10 +55,21 @@ TILE_KERNELS: dict[str, tuple[int, int, str, bool]] = {
     "tile_bwd_tt_32x32": (2, 2, "ldsm.trans", True),
     "tile_bwd_tt_32x64": (2, 4, "ldsm.trans", True),
     "tile_bwd_nt_32x32": (2, 2, "ldsm", True),
+    "tile_fwd_s_m16_bn64": (1, 4, "ldsm", False),
+    "tile_fwd_pv_m16_d128": (1, 8, "regs", True),
 }
 
 # split kernels: the even warps run the first form kernel's k-step, the odd warps the second's
 SPLIT_KERNELS: dict[str, tuple[str, str]] = {"split_l4x4_m8": ("form_l4x4_m0", "form_l0x4_m8")}
+
+# fill kernels: the even warps run a form kernel's loads (or nothing), the odd warps copy global memory into
+# shared memory with cp.async, FILL_BYTES per warp and k-step (a quarter of form_l4x4_m0's loads), or idle
+FILL_BYTES = 512
+FILL_KERNELS: dict[str, tuple[str | None, bool]] = {
+    "fill_l4x4_m0": ("form_l4x4_m0", True),
+    "idle_l4x4_m0": ("form_l4x4_m0", False),
+    "fillonly_l4x4_m0": (None, True),
+}
 
 WARPS_PER_SM = (4, 8, 12, 16)
 KSTEPS_PER_ITER = 8  # ldsm_form.cu's kKsteps
@@ -71,6 +82,12 @@ def _shape(name: str) -> dict:
         return {"kind": "form", "ldsm": loads, "ldsm_x": x, "ldsm_trans": loads if trans else 0,
                 "smem_bytes": loads * (x or 4) * 128, "load": "ld.shared.v4" if x == 0 else "ldmatrix",
                 "mma": mma, "products_wait_on_loads": dep and loads > 0 and mma > 0}
+    if name in FILL_KERNELS:  # counts per warp of each half
+        loads, copies = FILL_KERNELS[name]
+        shape = _shape(loads) if loads else {"ldsm": 0, "ldsm_x": 4, "smem_bytes": 0}
+        return {"kind": "fill", "ldsm": shape["ldsm"], "ldsm_x": shape["ldsm_x"], "ldsm_trans": 0,
+                "smem_bytes": shape["smem_bytes"], "mma": 0, "fill_bytes": FILL_BYTES if copies else 0,
+                "loads_on": "even warps", "copies_on": "odd warps"}
     if name in SPLIT_KERNELS:  # counts per warp of each half
         loads_only, products_only = (_shape(k) for k in SPLIT_KERNELS[name])
         return {"kind": "split", "ldsm": loads_only["ldsm"], "ldsm_x": loads_only["ldsm_x"], "ldsm_trans": 0,
@@ -108,7 +125,7 @@ def points(b, names: list[str], warps_list=WARPS_PER_SM) -> list[dict]:
             cycles = (block_times(tb)["clk1"] - block_times(tb)["clk0"]).astype(np.float64)
             ksteps = iters * KSTEPS_PER_ITER
             med = float(np.median(cycles)) / ksteps
-            share = 0.5 if row["kind"] == "split" else 1.0
+            share = 0.5 if row["kind"] in ("split", "fill") else 1.0
             rows.append({
                 **row,
                 "cycles_per_warp_kstep": med,
@@ -119,19 +136,23 @@ def points(b, names: list[str], warps_list=WARPS_PER_SM) -> list[dict]:
                 "ldsm_per_clk_per_sm": share * warps * row["ldsm"] / med,
                 "smem_bytes_per_clk_per_sm": share * warps * row["smem_bytes"] / med,
                 "mma_per_clk_per_sm": share * warps * row["mma"] / med,
+                **({"fill_bytes_per_clk_per_sm": share * warps * row["fill_bytes"] / med} if "fill_bytes" in row
+                   else {}),
             })
     return rows
 
 
 def ldsm_form(b) -> dict:
     """The sweep: every form and tile kernel at 4, 8, 12 and 16 warps per SM (one block per SM)."""
-    rows = points(b, [*FORM_KERNELS, *SPLIT_KERNELS, *TILE_KERNELS])
+    rows = points(b, [*FORM_KERNELS, *SPLIT_KERNELS, *TILE_KERNELS, *FILL_KERNELS])
     return {
         "points": rows,
         "how": (f"ldsm_form.cu: {b.gpu.sm_count} blocks (one per SM) of 4/8/12/16 warps, "
                 f"{128 if b.quick else 1024} x {KSTEPS_PER_ITER} k-steps per warp; form_*: L ldmatrix.x1/x2/x4 "
                 "(conflict-free) and M mma.sync m16n8k16 bf16 (fp32 accumulate, 8 accumulators) per warp "
                 "k-step (form_*i_*: the products on held fragments); split_*: loads on the even warps, products "
-                "on the odd ones; tile_*: the k-steps of the v2 forward and backward GEMMs; median block cycles "
+                "on the odd ones; fill_*: loads on the even warps while the odd ones cp.async global memory "
+                "into shared memory (idle_*: they idle, fillonly_*: no loads); tile_*: the k-steps of the v2 "
+                "forward and backward GEMMs; median block cycles "
                 "(clock64) per warp k-step"),
     }

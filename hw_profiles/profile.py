@@ -34,9 +34,10 @@ PROVENANCES = {
 OVERRIDE_KIND = "override"
 WARP = 32
 # Keys for which zero is a meaningful value (a what-if without the per-block reservation).
-ZERO_ALLOWED = frozenset({"smem_reserved_per_block_bytes", "issue_model", "clock_model",
+ZERO_ALLOWED = frozenset({"smem_reserved_per_block_bytes", "issue_model", "clock_model", "fill_model",
                            "wgmma_ss_pipe_steal_fraction", "wgmma_rs_pipe_steal_fraction",
-                           "mma_sync_ldsm_unhidden_fraction", "icache_miss_cycles_per_line", "icache_branch_cycles"})
+                           "mma_sync_ldsm_unhidden_fraction", "smem_fill_port_fraction",
+                           "icache_miss_cycles_per_line", "icache_branch_cycles"})
 
 # Unit of a key, read from its name's suffix (longest suffixes first). No suffix: a plain count.
 _UNIT_SUFFIXES = (
@@ -139,6 +140,12 @@ class Profile:
     # ldmatrix-fed mma.sync: the fraction of the shorter of a GEMM's loads alone and products alone that the
     # longer does not hide (each warp's products wait on its own loads; 0: the longer hides it all)
     mma_sync_ldsm_unhidden_fraction: float = _p(float)
+    # of the bytes the copy engines (cp.async, TMA) write into shared memory, the share that takes the SM's
+    # shared-memory read port from the warps' loads (the fills land through the banks' own write path)
+    smem_fill_port_fraction: float = _p(float)
+    # 0: every byte a copy engine writes into shared memory takes the port the loads read through; 1: only
+    # smem_fill_port_fraction of them (a modelling choice, docs/MODEL.md "Shared-memory fills")
+    fill_model: int = _p(int)
     # data movement and launch
     cp_async_issue_cycles: int = _p(int)
     launch_overhead_s: float = _p(float)
@@ -276,6 +283,12 @@ class Profile:
             raise self._fail("mma_sync_ldsm_unhidden_fraction", f"is a fraction of the shorter of the loads and "
                                                                 f"products, at most 1, got "
                                                                 f"{self.mma_sync_ldsm_unhidden_fraction}")
+        if self.fill_model not in (0, 1):
+            raise self._fail("fill_model", f"must be 0 (fills take the whole port) or 1 (smem_fill_port_fraction of "
+                                           f"it), got {self.fill_model}")
+        if not 0 <= self.smem_fill_port_fraction <= 1:
+            raise self._fail("smem_fill_port_fraction", f"is a share of the fills' bytes, between 0 and 1, got "
+                                                        f"{self.smem_fill_port_fraction}")
         if self.max_warps_per_sm * WARP != self.max_threads_per_sm:
             raise self._fail(
                 "max_threads_per_sm",

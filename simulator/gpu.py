@@ -269,9 +269,12 @@ class Gpu:
         if self.l2.evicted_dirty_bytes != self.l2._charged:
             self._charge_evictions(now, sm.index)
         if to_smem:
-            # the copy engine's writes take their share of SMEM bandwidth from everyone else
+            # the copy engine's writes take the port the warps' loads read through; measured, they land through
+            # the banks' own write path and take smem_fill_port_fraction of it (fill_model 1, not the default)
             self.smem_write_bytes += nbytes
-            sm.smem.release(sm.smem.submit(now, nbytes))
+            share = p.smem_fill_port_fraction if p.fill_model else 1.0
+            if share:
+                sm.smem.release(sm.smem.submit(now, nbytes * share))
 
     def store(self, tile, now: int, from_smem: bool, sm: Sm, then=None, flow=None) -> None:
         """Write a tile into L2 (write-back; evicted dirty lines go to HBM); then(cycle) runs when L2 has

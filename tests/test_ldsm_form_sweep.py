@@ -20,7 +20,7 @@ def _defined() -> set[str]:
 
 
 def test_every_swept_kernel_is_defined_and_every_defined_one_is_swept():
-    swept = {*cl.FORM_KERNELS, *cl.SPLIT_KERNELS, *cl.TILE_KERNELS}
+    swept = {*cl.FORM_KERNELS, *cl.SPLIT_KERNELS, *cl.TILE_KERNELS, *cl.FILL_KERNELS}
     assert swept == _defined()
 
 

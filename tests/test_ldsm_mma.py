@@ -15,15 +15,25 @@ from flashsim.hw_profiles import load_profile
 from flashsim.simulator.gpu import Gpu
 from flashsim.simulator.timing import _ldsm_unhidden
 
-SWEEP = Path(__file__).resolve().parents[1] / "experiments/results/h200/ldsm-form/ldsm-form.json"
+RESULTS = Path(__file__).resolve().parents[1] / "experiments/results/h200"
+SWEEP = RESULTS / "ldsm-form/ldsm-form.json"
+# the same sweep run again with the 16-row warp tiles and the fill kernels added (session 16)
+SWEEP_FILL = RESULTS / "session16/ldsm-fill/calibration.json"
 KSTEPS = 256
 WARPS = 8  # per SM, as our v2 kernels run (forward: 2 blocks of 4 warps, backward: 1 block of 8)
 
 
+def _points(path: Path) -> list[dict]:
+    return json.loads(path.read_text())["results"]["ldsm_form"]["points"]
+
+
 def _measured() -> dict[tuple[str, int], float]:
-    points = json.loads(SWEEP.read_text())["results"]["ldsm_form"]["points"]
-    return {(p["kernel"], p["warps_per_sm"]): p["cycles_per_warp_kstep"] for p in points
-            if p.get("cycles_per_warp_kstep") is not None}
+    """Cycles per warp k-step: the first sweep's, and the later one's for the kernels the first lacks."""
+    out: dict[tuple[str, int], float] = {}
+    for path in (SWEEP_FILL, SWEEP):  # the first sweep's points win where both have one
+        out |= {(p["kernel"], p["warps_per_sm"]): p["cycles_per_warp_kstep"] for p in _points(path)
+                if p.get("cycles_per_warp_kstep") is not None}
+    return out
 
 
 def _cycles_per_kstep(profile, name: str, warps: int = WARPS) -> float:
@@ -43,10 +53,26 @@ def _cycles_per_kstep(profile, name: str, warps: int = WARPS) -> float:
     return (cycles - fixed) / KSTEPS
 
 
-@pytest.mark.parametrize("name", list(TILE_KERNELS))
+# the k-steps of 16-row warp tiles (64-row Q tiles of 4 warps), swept after the profile's fraction was fitted
+SIXTEEN_ROWS = ("tile_fwd_s_m16_bn64", "tile_fwd_pv_m16_d128")
+
+
+@pytest.mark.parametrize("name", [n for n in TILE_KERNELS if n not in SIXTEEN_ROWS])
 def test_simulated_kernel_ksteps_take_the_measured_cycles(name):
     measured = _measured()[name, WARPS]
     assert _cycles_per_kstep(load_profile("h200"), name) == pytest.approx(measured, rel=0.05)
+
+
+@pytest.mark.parametrize("name", SIXTEEN_ROWS)
+def test_loads_dominant_ksteps_hide_their_products_more_than_the_form_says(name):
+    """16 rows per warp: the loads outlast the products (5 x4 loads per 8 products in S, 8 per 16 in P V) and
+    hide them wholly (measured within 1% of the loads alone); the fitted form still adds its fraction of the
+    products, 5-7% too slow (docs/MODEL.md, the k-step form's known gap)."""
+    h200 = load_profile("h200")
+    measured = _measured()[name, WARPS]
+    alone = _cycles_per_kstep(dataclasses.replace(h200, mma_sync_ldsm_unhidden_fraction=0.0), name)
+    assert alone == pytest.approx(measured, rel=0.015)
+    assert 1.03 * measured < _cycles_per_kstep(h200, name) < 1.08 * measured
 
 
 def test_full_overlap_is_too_fast_where_loads_and_products_are_even():
@@ -87,3 +113,33 @@ def test_calibrate_turns_the_sweep_into_the_profiles_fraction():
     assert source.startswith("measured:")
     assert 0.02 < fraction < 0.2
     assert load_profile("h200").mma_sync_ldsm_unhidden_fraction == pytest.approx(fraction, abs=0.001)
+
+
+def test_fills_take_little_of_the_port_the_loads_read_through():
+    """Loads beside cp.async fills of a quarter of their bytes keep 98.6% of their rate at 8 warps per SM (one
+    port for both would leave them 75%), and the profile's share is the one that sweep gives."""
+    from flashsim.experiments.ldsm_form_fit import fill_port_fraction
+
+    share, rates = fill_port_fraction(_points(SWEEP_FILL))
+    assert rates["loads_beside_fills"] > 0.97 * rates["loads_alone"]
+    assert rates["loads_alone"] + rates["fills"] > 1.15 * load_profile("h200").smem_bandwidth_bytes_per_clk_per_sm
+    assert load_profile("h200").smem_fill_port_fraction == pytest.approx(share, abs=0.001)
+
+
+def _fill_run(profile, fill_model: int) -> float:
+    """Cycles of one block whose warps read 256 KiB from shared memory while its copy engine fills 128 KiB."""
+    from flashsim.algorithms.ir import GTile, Load, Wait
+
+    def program(cta):
+        yield Load(GTile("K", 0, 0, 0, 1024, 0, 64, 2), "sK", SMEM, "cp.async", "kv")
+        yield Gemm("acc", "a", "b", 64, 2048, 64, SMEM, SMEM, "mma_sync", "bf16", 4, split="4x1")
+        yield Wait("kv", 1)
+
+    kernel = Kernel("fill", [(0, 0, 0)], (Role("warps", 4, program),), 0, 64)
+    gpu = Gpu(dataclasses.replace(profile, fill_model=fill_model), 1)
+    return gpu.run_kernel(kernel, lambda: {}, extrapolate=False)[0]
+
+
+def test_fill_model_charges_the_measured_share_of_the_fills():
+    h200 = load_profile("h200")
+    assert _fill_run(h200, 1) < _fill_run(h200, 0)

@@ -217,6 +217,49 @@ extern "C" __global__ void split_l4x4_m8(int iters, float* sink, BlockTime* time
   else
     form_loop<0, 4, false, 8>(buf, iters, sink, times);
 }
+// Loads on the even warps while the odd warps copy global memory into another part of shared memory with
+// cp.async (a quarter of the loads' bytes, from an L2-resident array), or sit idle: do the copy engine's
+// writes into shared memory take the read path ldmatrix uses?
+__device__ uint4 g_fill_src[1 << 18];  // 4 MiB, read over and over: L2-resident after the first pass
+constexpr int kFillOffsetHalfs = 12288;  // the copies land in the upper 24 KiB; the loads read the lower half
+__device__ __forceinline__ void fill_loop(uint16_t* buf, int iters, BlockTime* times, bool copy) {
+  fill(buf);
+  const int lane = threadIdx.x % 32, slot = threadIdx.x / 64;  // odd warps 1, 3, 5, 7, ... -> slots 0, 1, 2, 3
+  const unsigned dst = smem_u32(buf + kFillOffsetHalfs) + (slot & 3) * 4096 + lane * 16;
+  BlockTimer timer;
+  timer.start();
+  if (copy) {
+    for (int i = 0; i < iters; ++i) {
+      const int at = ((i * 8) * 32 * 64 + slot * 256 + lane) & ((1 << 18) - 1);
+#pragma unroll
+      for (int j = 0; j < 8; ++j)  // 8 x 512 bytes per warp per iteration: a quarter of the loader's 16 KiB
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst + j * 512),
+                     "l"(g_fill_src + ((at + j * 32 * 64) & ((1 << 18) - 1))) : "memory");
+      asm volatile("cp.async.commit_group;" ::: "memory");
+      asm volatile("cp.async.wait_group 1;" ::: "memory");
+    }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+  }
+  timer.stop(times);
+}
+extern "C" __global__ void fill_l4x4_m0(int iters, float* sink, BlockTime* times) {
+  __shared__ __align__(128) uint16_t buf[kBufHalfs];
+  if (threadIdx.x / 32 % 2 == 0)
+    form_loop<4, 4, false, 0>(buf, iters, sink, times);
+  else
+    fill_loop(buf, iters, times, true);
+}
+extern "C" __global__ void idle_l4x4_m0(int iters, float* sink, BlockTime* times) {
+  __shared__ __align__(128) uint16_t buf[kBufHalfs];
+  if (threadIdx.x / 32 % 2 == 0)
+    form_loop<4, 4, false, 0>(buf, iters, sink, times);
+  else
+    fill_loop(buf, iters, times, false);
+}
+extern "C" __global__ void fillonly_l4x4_m0(int iters, float* sink, BlockTime* times) {
+  __shared__ __align__(128) uint16_t buf[kBufHalfs];
+  fill_loop(buf, iters, times, threadIdx.x / 32 % 2 == 1);
+}
 // Loads alone: the shared-memory port's rate per instruction and per byte.
 FORM(form_l1x4_m0, 1, 4, false, 0)
 FORM(form_l2x4_m0, 2, 4, false, 0)
@@ -226,7 +269,7 @@ FORM(form_l4x4t_m0, 4, 4, true, 0)
 FORM(form_l8x2_m0, 8, 2, false, 0)
 FORM(form_l8x1_m0, 8, 1, false, 0)
 
-// Our kernels' k steps (MT = 2 m16 tiles per warp throughout):
+// Our kernels' k steps (MT = 2 m16 tiles per warp, then 1):
 TILE(tile_fwd_s_bn128, 2, 8, 1, false)   // v2 forward S = Q K^T, BN 128 (d64)
 TILE(tile_fwd_s_bn64, 2, 4, 1, false)    // v2 forward S, BN 64 (d128); v2 backward S and dP at d64
 TILE(tile_fwd_pv_d64, 2, 4, 0, true)     // v2 forward O += P V, d64 (P in registers)
@@ -235,3 +278,6 @@ TILE(tile_bwd_nn_32x32, 2, 2, 1, false)  // v2 backward S and dP at d128 (32 x 3
 TILE(tile_bwd_tt_32x32, 2, 2, 2, true)   // v2 backward dV += P^T dO, dK += dS^T Q at d64
 TILE(tile_bwd_tt_32x64, 2, 4, 2, true)   // v2 backward dV, dK at d128
 TILE(tile_bwd_nt_32x32, 2, 2, 1, true)   // v2 backward dQ += dS K
+// One m16 tile per warp (64-row Q tiles of 4 warps: d128's 64 x 64 and d256's tiles):
+TILE(tile_fwd_s_m16_bn64, 1, 4, 1, false)   // v2 forward S, BN 64, 16 rows per warp
+TILE(tile_fwd_pv_m16_d128, 1, 8, 0, true)   // v2 forward O += P V, 16 rows per warp, 128 columns (d256: two)
