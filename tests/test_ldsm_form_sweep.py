@@ -15,7 +15,7 @@ SOURCE = Path(cl.__file__).resolve().parents[1] / "kernels" / "microbench" / "ld
 
 def _defined() -> set[str]:
     src = SOURCE.read_text()
-    return set(re.findall(r"^(?:FORM|TILE|KERNEL)\((\w+),", src, re.M)) | set(
+    return set(re.findall(r"^(?:FORM|TILE|KERNEL|BESIDE)\((\w+),", src, re.M)) | set(
         re.findall(r'^extern "C" __global__ void (\w+)\(', src, re.M))
 
 

@@ -242,20 +242,16 @@ __device__ __forceinline__ void fill_loop(uint16_t* buf, int iters, BlockTime* t
   }
   timer.stop(times);
 }
-extern "C" __global__ void fill_l4x4_m0(int iters, float* sink, BlockTime* times) {
-  __shared__ __align__(128) uint16_t buf[kBufHalfs];
-  if (threadIdx.x / 32 % 2 == 0)
-    form_loop<4, 4, false, 0>(buf, iters, sink, times);
-  else
-    fill_loop(buf, iters, times, true);
-}
-extern "C" __global__ void idle_l4x4_m0(int iters, float* sink, BlockTime* times) {
-  __shared__ __align__(128) uint16_t buf[kBufHalfs];
-  if (threadIdx.x / 32 % 2 == 0)
-    form_loop<4, 4, false, 0>(buf, iters, sink, times);
-  else
-    fill_loop(buf, iters, times, false);
-}
+#define BESIDE(NAME, COPY)                                                  \
+  extern "C" __global__ void NAME(int iters, float* sink, BlockTime* times) { \
+    __shared__ __align__(128) uint16_t buf[kBufHalfs];                       \
+    if (threadIdx.x / 32 % 2 == 0)                                           \
+      form_loop<4, 4, false, 0>(buf, iters, sink, times);                    \
+    else                                                                     \
+      fill_loop(buf, iters, times, COPY);                                    \
+  }
+BESIDE(fill_l4x4_m0, true)
+BESIDE(idle_l4x4_m0, false)
 extern "C" __global__ void fillonly_l4x4_m0(int iters, float* sink, BlockTime* times) {
   __shared__ __align__(128) uint16_t buf[kBufHalfs];
   fill_loop(buf, iters, times, threadIdx.x / 32 % 2 == 1);
