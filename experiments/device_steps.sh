@@ -15,6 +15,15 @@ finish() {
   [ "$status" -eq 0 ] && echo PASS | tee -a "$OUT/summary.txt" || echo FAIL | tee -a "$OUT/summary.txt"
   exit "$status"
 }
+# Counters the mma.sync kernels' Nsight Compute runs add to the full set (instructions by pipe, ldmatrix and
+# HMMA counts, active cycles and the clock), for ncu_configs below; SMEM_COUNTS: shared-memory wavefronts and
+# bank conflicts of loads
+MMA_SYNC_COUNTS=smsp__inst_executed.sum,smsp__inst_executed_pipe_alu.sum,smsp__inst_executed_pipe_fma.sum
+MMA_SYNC_COUNTS+=,smsp__inst_executed_pipe_lsu.sum,smsp__inst_executed_op_ldsm.sum
+MMA_SYNC_COUNTS+=,sm__inst_executed_pipe_tensor_op_hmma.sum
+MMA_SYNC_COUNTS+=,smsp__cycles_active.avg,sm__cycles_active.max,sm__cycles_elapsed.avg.per_second
+SMEM_LD_COUNTS=l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum
+SMEM_LD_COUNTS+=,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum
 # ncu_configs KERNEL_REGEX COUNTS "IMPL D N CAUSAL B H" ...: for each configuration, Nsight Compute's full set
 # with COUNTS, its details page and its per-SASS source page (CSV) as ncu-IMPL-dD-nN-cC{,-details,-sass}.txt
 ncu_configs() {

@@ -15,10 +15,7 @@ source experiments/device_env.sh
 source experiments/device_steps.sh
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" >> "$OUT/gpu.txt"
 step ldsm-form 240 python3 -m flashsim.cli calibrate --only ldsm_form --out-dir "$OUT/cal"
-COUNTS=smsp__inst_executed.sum,smsp__inst_executed_pipe_alu.sum,smsp__inst_executed_pipe_fma.sum
-COUNTS+=,smsp__inst_executed_pipe_lsu.sum,smsp__inst_executed_op_ldsm.sum,sm__inst_executed_pipe_tensor_op_hmma.sum
-COUNTS+=,smsp__cycles_active.avg,sm__cycles_active.max,sm__cycles_elapsed.avg.per_second
-COUNTS+=,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum
+COUNTS=$MMA_SYNC_COUNTS,$SMEM_LD_COUNTS
 ncu_configs "flash_fwd_kernel|flashsim_v2" "$COUNTS" "v2 256 4096 0 4 16" "sdpa-flash 256 4096 0 4 16"
 cd "$OUT" && tar czf results.tgz --ignore-failed-read ./*.txt cal && rm -rf ncu-*.txt cal
 cd - > /dev/null

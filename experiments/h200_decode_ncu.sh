@@ -12,9 +12,7 @@ OUT=${OUT:-out}
 mkdir -p "$OUT"
 source experiments/device_env.sh
 source experiments/device_steps.sh
-COUNTS=smsp__inst_executed.sum,smsp__inst_executed_pipe_alu.sum,smsp__inst_executed_pipe_fma.sum
-COUNTS+=,smsp__inst_executed_pipe_lsu.sum,smsp__inst_executed_op_ldsm.sum,sm__inst_executed_pipe_tensor_op_hmma.sum
-COUNTS+=,smsp__cycles_active.avg,sm__cycles_active.max,sm__cycles_elapsed.avg.per_second
+COUNTS=$MMA_SYNC_COUNTS
 for spec in "fwd 1 8 64 128 1" "fwd 1 8 1024 128 1" "fwd 8 4 1024 128 4" "combine 1 8 1024 128 8" \
             "combine 1 8 131072 128 33"; do
   set -- $spec

@@ -46,9 +46,7 @@ export -f fa2_static
 export LIB WORK OUT
 step fa2-static 300 bash -c fa2_static
 
-COUNTS=smsp__inst_executed.sum,smsp__inst_executed_pipe_alu.sum,smsp__inst_executed_pipe_fma.sum
-COUNTS+=,smsp__inst_executed_pipe_lsu.sum,smsp__inst_executed_op_ldsm.sum,sm__inst_executed_pipe_tensor_op_hmma.sum
-COUNTS+=,smsp__cycles_active.avg,sm__cycles_active.max,sm__cycles_elapsed.avg.per_second
+COUNTS=$MMA_SYNC_COUNTS
 ncu_configs "flash_fwd_kernel|flashsim_v2" "$COUNTS" "sdpa-flash 128 4096 0" "v2 128 4096 0" "sdpa-flash 64 4096 0" \
   "v2 64 4096 0" "sdpa-flash 128 4096 1" "v2 128 4096 1"
 # two files back: the counts and Nsight Compute's pages in results.tgz, the SASS alone (it is large)

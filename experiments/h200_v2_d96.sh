@@ -30,9 +30,7 @@ fi
 measure dev-new dev-llm v2,sdpa-flash
 measure test-new test v2
 step sass-counts 120 python3 -m flashsim.experiments.sass_counts build/kernels --out "$OUT/sass-counts.json"
-COUNTS=smsp__inst_executed.sum,smsp__inst_executed_pipe_alu.sum,smsp__inst_executed_pipe_fma.sum
-COUNTS+=,smsp__inst_executed_pipe_lsu.sum,smsp__inst_executed_op_ldsm.sum,sm__inst_executed_pipe_tensor_op_hmma.sum
-COUNTS+=,smsp__cycles_active.avg,sm__cycles_active.max,sm__cycles_elapsed.avg.per_second
+COUNTS=$MMA_SYNC_COUNTS
 ncu_configs "flashsim_v2" "$COUNTS" "v2 96 4096 0 4 16"
 step sanitizer 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_kernels_sanitizer.py -k sanitizer_clean
 cd "$OUT" && tar czf results.tgz --ignore-failed-read ./*.txt ./*.json dev-old dev-new test-new && \
