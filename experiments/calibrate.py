@@ -153,6 +153,13 @@ def to_params(report: dict) -> dict[str, tuple[int | float, str]]:
             f"max(loads alone, products alone) + f x min(the two) fitted to the {n} k-steps of our v2 forward "
             f"and backward GEMMs at {KERNEL_WARPS_PER_SM} warps per SM (RMS error {100 * err:.1f}%), "
             f"{r['ldsm_form']['how']}"))
+        from .ldsm_form_fit import load_latency
+
+        latency, err, n = load_latency(r["ldsm_form"]["points"])
+        p["mma_sync_ldsm_latency_cycles"] = (round(latency, 1), src(
+            f"max(products alone, loads alone + L / n^2) with n warps per sub-partition fitted to the {n} k-steps "
+            f"of our v2 forward and backward GEMMs at 4 to 16 warps per SM (RMS error {100 * err:.1f}%), "
+            f"{r['ldsm_form']['how']}"))
         try:
             from .ldsm_form_fit import fill_port_fraction
 
@@ -216,7 +223,7 @@ def _steal_params(sg: dict, base: str, src) -> dict[str, tuple[float, str]]:
     shipped profile of this GPU) to the softmax's measured slowdowns beside SS and RS streams."""
     from flashsim.hw_profiles import load_profile
 
-    from .calibrate_softmax import fit_steal
+    from .calibrate_softmax import fit_mma_sync, fit_steal
 
     profile = load_profile(base)
     out = {}
@@ -225,6 +232,13 @@ def _steal_params(sg: dict, base: str, src) -> dict[str, tuple[float, str]]:
         out[f"wgmma_{form}_pipe_steal_fraction"] = (value, src(
             f"the issue model's share that reproduces the softmax's slowdowns beside wgmma {form.upper()} streams "
             f"(experiments/calibrate_softmax.py fit_steal, mixes {list(mixes)}), {sg['how']}"))
+    if any(p["gemm_form"] == "mma" for p in sg["points"]):
+        cycles, steal = fit_mma_sync(sg["points"], profile)
+        how = ("the issue model's pair that slows both sides of the mma.sync mixes as measured (the GEMMs' rate and "
+               "the softmax's time beside each other, each over its own alone; experiments/calibrate_softmax.py "
+               f"fit_mma_sync), {sg['how']}")
+        out["mma_sync_issue_cycles"] = (cycles, src(how))
+        out["mma_sync_pipe_steal_fraction"] = (steal, src(how))
     return out
 
 

@@ -245,3 +245,53 @@ def fit_steal(points: list[dict], profile, form: str, mixes: tuple = ((1, 1), (1
             b = lo + golden * (hi - lo)
             fb = cost(b)
     return round((lo + hi) / 2, 2)
+
+
+def _mma_sync_measured(points: list[dict]) -> tuple[dict, dict]:
+    """From softmax_gemm's mma.sync mixes: (GEMM warpgroups, softmax warpgroups) -> the GEMMs' rate beside
+    the softmax over one GEMM warpgroup's rate alone, and -> the softmax's time beside the GEMMs over its
+    time alone."""
+    rows = [p for p in points if p["gemm_form"] == "mma"]
+    alone = [p["gemm_flops_per_clk_per_sm"] for p in rows if not p["softmax_warpgroups"] and p["inside"] == "gemm"]
+    if not alone:
+        raise ValueError("no softmax_gemm points of an mma.sync GEMM alone")
+    gemm = {(p["gemm_warpgroups"], p["softmax_warpgroups"]): p["gemm_flops_per_clk_per_sm"] / alone[0]
+            for p in rows if p["softmax_warpgroups"] and p["inside"] == "gemm"}
+    return gemm, _slowdowns(points, "mma")
+
+
+def mma_sync_mix_ratios(points: list[dict], profile, issue_cycles: float, steal: float) -> dict[str, float]:
+    """Modelled over measured, per mma.sync mix and side ("g1w1 gemm", "g1w1 softmax", ...), with the issue
+    model, an HMMA taking `issue_cycles` of its scheduler and a running mma.sync GEMM `steal` of the
+    elementwise pipes. Each side is compared as a ratio to its own kind alone, as measured."""
+    gemm, softmax = _mma_sync_measured(points)
+    p = profile.with_overrides(["issue_model=1", f"mma_sync_issue_cycles={issue_cycles}",
+                                f"mma_sync_pipe_steal_fraction={steal}"])
+    gemm_alone = model_mix(p, 1, 0, "mma", iters=12)["gemm_flops_per_clk_per_sm"]
+    softmax_alone = {w: model_mix(p, 0, w, "mma", iters=12)["softmax_cycles_per_iteration"]
+                     for _, w in {*gemm, *softmax}}
+    out = {}
+    for g, w in sorted({*gemm, *softmax}):
+        mix = model_mix(p, g, w, "mma", iters=12)
+        if (g, w) in gemm:
+            out[f"g{g}w{w} gemm"] = mix["gemm_flops_per_clk_per_sm"] / gemm_alone / gemm[g, w]
+        if (g, w) in softmax:
+            out[f"g{g}w{w} softmax"] = mix["softmax_cycles_per_iteration"] / softmax_alone[w] / softmax[g, w]
+    return out
+
+
+def mma_sync_fit_cost(points: list[dict], profile, issue_cycles: float, steal: float) -> float:
+    """Sum of squared logs of mma_sync_mix_ratios: 0 when every mix's both sides slow as measured."""
+    return sum(math.log(r) ** 2 for r in mma_sync_mix_ratios(points, profile, issue_cycles, steal).values())
+
+
+def fit_mma_sync(points: list[dict], profile) -> tuple[float, float]:
+    """(mma_sync_issue_cycles, mma_sync_pipe_steal_fraction) with which the issue model slows both sides of
+    softmax_gemm's mma.sync mixes as measured: a grid over 1-8 cycles (half steps) and 0-0.8 (tenths), then
+    quarter cycles and 0.05 around the best."""
+    def best(hs, fs):
+        return min((mma_sync_fit_cost(points, profile, h, f), h, f) for h in hs for f in fs)
+
+    _, h, f = best([1 + 0.5 * i for i in range(15)], [0.1 * i for i in range(9)])
+    _, h, f = best([h + 0.25 * i for i in (-1, 0, 1)], [max(0.0, f + 0.05 * i) for i in (-1, 0, 1)])
+    return h, round(f, 2)

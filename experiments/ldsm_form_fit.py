@@ -142,6 +142,34 @@ def fill_port_fraction(points: list[dict], warps: int = KERNEL_WARPS_PER_SM) -> 
     return min(1.0, max(0.0, lost / fill["fill_bytes_per_clk_per_sm"])), rates
 
 
+SUB_PARTITIONS = 4  # per SM (Hopper, Ampere): a block's warps are dealt out over them
+
+
+def latency_form(loads: float, products: float, latency: float, warps: int) -> float:
+    """A k-step with n = warps / 4 warps per sub-partition: its products, or its loads plus the part of
+    their latency the sub-partition's n warps leave exposed, latency / n^2."""
+    n = max(1.0, warps / SUB_PARTITIONS)
+    return max(products, loads + latency / (n * n))
+
+
+def load_latency(points: list[dict]) -> tuple[float, float, int]:
+    """The profile's mma_sync_ldsm_latency_cycles: the latency of latency_form fitted to the sweep's tile
+    points (our kernels' own k-steps) at every warps per SM at once; with its RMS relative error and the
+    point count."""
+    rows = [r for r in analyse(points)["rows"] if r["kind"] == "tile"]
+    if not rows:
+        raise ValueError("no tile points")
+
+    def rms(latency: float) -> float:
+        return float(np.sqrt(np.mean([(latency_form(r["loads_alone"], r["products_alone"], latency,
+                                                    r["warps_per_sm"]) / r["cycles_per_warp_kstep"] - 1) ** 2
+                                      for r in rows])))
+
+    best = min(np.linspace(0.0, 200.0, 401), key=rms)
+    best = float(min(np.linspace(best - 0.5, best + 0.5, 51), key=rms))
+    return best, rms(best), len(rows)
+
+
 def markdown(result: dict) -> str:
     names = list(FORMS)
     lines = ["Each form fitted to a subset of the points: coefficient / RMS relative error.", "",

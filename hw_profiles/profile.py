@@ -37,6 +37,7 @@ WARP = 32
 ZERO_ALLOWED = frozenset({"smem_reserved_per_block_bytes", "issue_model", "clock_model", "fill_model",
                            "wgmma_ss_pipe_steal_fraction", "wgmma_rs_pipe_steal_fraction",
                            "mma_sync_ldsm_unhidden_fraction", "smem_fill_port_fraction",
+                           "mma_sync_pipe_steal_fraction", "mma_sync_ldsm_latency_cycles", "ldsm_model",
                            "icache_miss_cycles_per_line", "icache_branch_cycles"})
 
 # Unit of a key, read from its name's suffix (longest suffixes first). No suffix: a plain count.
@@ -140,6 +141,16 @@ class Profile:
     # ldmatrix-fed mma.sync: the fraction of the shorter of a GEMM's loads alone and products alone that the
     # longer does not hide (each warp's products wait on its own loads; 0: the longer hides it all)
     mma_sync_ldsm_unhidden_fraction: float = _p(float)
+    # the same loads by their latency: each k-step's products wait for its fragments, of which n warps per
+    # sub-partition in GEMMs at once leave mma_sync_ldsm_latency_cycles / n^2 exposed
+    mma_sync_ldsm_latency_cycles: float = _p(float)
+    # 0: the unhidden fraction above; 1: the latency form (a modelling choice, docs/MODEL.md)
+    ldsm_model: int = _p(int)
+    # the issue model (issue_model = 1) beside ldmatrix-fed mma.sync: the scheduler cycles one HMMA takes from
+    # its sub-partition's other warps, and the share of the FMA, ALU, MUFU and shuffle pipes a running
+    # mma.sync GEMM takes from the other warps on its SM (both from kernels/microbench/softmax_gemm.cu)
+    mma_sync_issue_cycles: float = _p(float)
+    mma_sync_pipe_steal_fraction: float = _p(float)
     # of the bytes the copy engines (cp.async, TMA) write into shared memory, the share that takes the SM's
     # shared-memory read port from the warps' loads (the fills land through the banks' own write path)
     smem_fill_port_fraction: float = _p(float)
@@ -279,6 +290,15 @@ class Profile:
         if self.wgmma_clock_knee_fraction is not None and not 0 < self.wgmma_clock_knee_fraction < 1:
             raise self._fail("wgmma_clock_knee_fraction", f"is a share of the tensor cores' peak, between 0 and 1, "
                                                           f"got {self.wgmma_clock_knee_fraction}")
+        if self.ldsm_model not in (0, 1):
+            raise self._fail("ldsm_model", f"must be 0 (the unhidden fraction) or 1 (the loads' latency), got "
+                                           f"{self.ldsm_model}")
+        if not 0 <= self.mma_sync_pipe_steal_fraction < 1:
+            raise self._fail("mma_sync_pipe_steal_fraction", f"is a share of the elementwise pipes, at least 0 and "
+                                                             f"below 1, got {self.mma_sync_pipe_steal_fraction}")
+        if self.mma_sync_issue_cycles < 1:
+            raise self._fail("mma_sync_issue_cycles", f"is the scheduler cycles of one HMMA, at least 1, got "
+                                                      f"{self.mma_sync_issue_cycles}")
         if self.mma_sync_ldsm_unhidden_fraction > 1:
             raise self._fail("mma_sync_ldsm_unhidden_fraction", f"is a fraction of the shorter of the loads and "
                                                                 f"products, at most 1, got "

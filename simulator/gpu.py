@@ -167,6 +167,7 @@ class Sm:
         self.shfl = SharedUnit(f"SM{index}.shfl", profile.shfl_ops_per_clk_per_sm)
         self.code = CodeCache(profile.icache_bytes_per_sm, profile.icache_miss_cycles_per_line)
         self.plans: dict = {}  # op id -> its requests to these units (simulator/timing.py, _gemm_plan)
+        self.mma_warps = 0  # warps of the mma.sync GEMMs in flight (ldsm_model 1: simulator/timing.py _load_lags)
 
     def units(self) -> dict[str, SharedUnit]:
         return {"tensor": self.tensor, "wgmma": self.wgmma_queue, "sfu": self.sfu, "alu": self.alu, "smem": self.smem}

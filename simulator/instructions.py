@@ -43,7 +43,8 @@ from flashsim.algorithms.ir import (
 WARP = 32
 QUAD_STEPS = 2  # butterfly steps that combine the four threads of a quad (xor 1, xor 2)
 # mma.sync m16n8k16 (16-bit operands; tf32 and fp8 differ in k): FLOPs per HMMA instruction
-HMMA_FLOPS = {"fp16": 2 * 16 * 8 * 16, "bf16": 2 * 16 * 8 * 16, "tf32": 2 * 16 * 8 * 8, "fp8": 2 * 16 * 8 * 32}
+HMMA_K = {"fp16": 16, "bf16": 16, "tf32": 8, "fp8": 32}
+HMMA_FLOPS = {dtype: 2 * 16 * 8 * k for dtype, k in HMMA_K.items()}
 # wgmma m64nNk: k per instruction by operand type (one instruction covers up to N = 256 columns)
 WGMMA_K = {"fp16": 16, "bf16": 16, "tf32": 8, "fp8": 32}
 WGMMA_MAX_N = 256

@@ -38,6 +38,7 @@ from flashsim.algorithms.ir import (
     WarpReduce,
 )
 from flashsim.simulator.instructions import (
+    HMMA_K,
     WARP,
     exp2f_issue,
     lower_gemm,
@@ -107,19 +108,25 @@ class RoleTimer:
         if self.trace is not None and end > start:
             self.trace.append((self.track, name, start, end))
 
-    def _until(self, reqs, extra: int = 0):
+    def _until(self, reqs, extra: int = 0, lags: tuple | None = None):
         """Sleep until every (unit, request) is served, plus `extra` cycles of latency counted from the last
         one's end: a wait for work that ended long enough ago (an asynchronous GEMM waited for after the
         softmax it overlapped) does not sleep. Shared units can only push an estimate later, so wake at the
-        estimate and ask again."""
+        estimate and ask again. lags: per request, cycles past its own end that the wait lasts at least."""
         env = self.env
         while True:
             now = env._now  # simpy's `now` property, read directly: this loop runs for most ops
             t = now if not reqs else 0
-            for unit, rid in reqs:
-                finish = unit.estimate(now, rid)
-                if finish > t:
-                    t = finish
+            if lags is None:
+                for unit, rid in reqs:
+                    finish = unit.estimate(now, rid)
+                    if finish > t:
+                        t = finish
+            else:
+                for (unit, rid), lag in zip(reqs, lags, strict=True):
+                    finish = unit.estimate(now, rid) + lag
+                    if finish > t:
+                        t = finish
             served = math.ceil(t - 1e-9)
             if served + extra <= now:
                 break
@@ -202,6 +209,13 @@ class RoleTimer:
                 if op.async_token:
                     self.tokens[op.async_token] = (reqs, plan[2], now)
                     yield env.timeout(1)
+                elif plan[4]:  # ldsm_model 1: the loads' latency the warps of the SM's GEMMs leave exposed
+                    lags = _load_lags(plan, len(reqs), sm, p)
+                    sm.mma_warps += op.warps
+                    yield from self._until(reqs, plan[2], lags)
+                    sm.mma_warps -= op.warps
+                    if tracing:
+                        self._mark(f"gemm {op.dst}", now, env.now)
                 else:
                     yield from self._until(reqs, plan[2])
                     if tracing:
@@ -426,6 +440,18 @@ class RoleTimer:
         return landed
 
 
+def _load_lags(plan: tuple, requests: int, sm, p) -> tuple:
+    """Per request of an ldmatrix-fed mma.sync GEMM (plan from _gemm_plan, ldsm_model 1), the cycles its wait
+    lasts past that request's end: none past the products and the issue, past the loads the part of their
+    latency the warps leave exposed. Each k-step's products wait for that k-step's fragments; a sub-partition's
+    other warps in a GEMM at the same time fill the wait with their own loads and products, so n warps per
+    sub-partition expose mma_sync_ldsm_latency_cycles / n^2 per k-step (`calibrate --only ldsm_form`: our
+    kernels' k-steps at 4 to 16 warps per SM take max(products alone, loads alone + that)). n counts the warps
+    of every mma.sync GEMM in flight on the SM when this one starts, another block's too."""
+    n = max(1.0, (sm.mma_warps + plan[0].warps) / p.sub_partitions_per_sm)
+    return (0.0, plan[4] * p.mma_sync_ldsm_latency_cycles / (n * n)) + (0.0,) * (requests - 2)
+
+
 def _ldsm_unhidden(tensor: float, smem_bytes: int, share: float, p) -> tuple[float, int]:
     """An ldmatrix-fed mma.sync GEMM's tensor cycles and shared-memory bytes with the part of the shorter of
     its loads and its products that the longer does not hide added to the longer: each warp's products wait
@@ -458,8 +484,12 @@ def _gemm_plan(op: Gemm, sm, p) -> tuple:
     share = pipe_share(op.warps, p.sub_partitions_per_sm)
     tensor = op.flops / p.tensor_flops_per_clk_per_sm(op.instr, op.dtype)  # cycles of the whole tensor pipe
     smem_bytes = gemm_smem_bytes(op)
-    if smem_bytes and op.instr == "mma_sync" and p.mma_sync_ldsm_unhidden_fraction:
-        tensor, smem_bytes = _ldsm_unhidden(tensor, smem_bytes, share, p)
+    ksteps = 0  # ldsm_model 1: k-steps whose products wait on their ldmatrix fragments (_load_lags)
+    if smem_bytes and op.instr == "mma_sync":
+        if p.ldsm_model:
+            ksteps = math.ceil(op.k / HMMA_K[op.dtype])
+        elif p.mma_sync_ldsm_unhidden_fraction:
+            tensor, smem_bytes = _ldsm_unhidden(tensor, smem_bytes, share, p)
     # wgmma is asynchronous: the tensor cores take warpgroups' instructions in issue order
     tensor_req = (sm.wgmma_queue, tensor, None) if op.instr == "wgmma" else (sm.tensor, tensor, share)
     reqs = [tensor_req, (sm.smem, smem_bytes, 1.0)]
@@ -467,11 +497,10 @@ def _gemm_plan(op: Gemm, sm, p) -> tuple:
         reqs.append((sm.alu, 2 * op.m * op.n, share))
     steal = ()
     if p.issue_model:  # the HMMA / HGMMA and ldmatrix instructions take issue slots too
-        reqs.append((sm.issue, _gemm_issue(op) * op.warps, share))
-        if op.instr == "wgmma":
-            steal = _wgmma_steal(op, tensor, sm, p)
+        reqs.append((sm.issue, _gemm_issue(op, p.mma_sync_issue_cycles) * op.warps, share))
+        steal = _wgmma_steal(op, tensor, sm, p) if op.instr == "wgmma" else _mma_sync_steal(tensor, sm, p)
     latency = p.wgmma_latency_cycles if op.instr == "wgmma" else p.mma_sync_latency_cycles
-    return _keep(sm.plans, op, (op, tuple(reqs), latency, steal))
+    return _keep(sm.plans, op, (op, tuple(reqs), latency, steal, ksteps))
 
 
 def _taken(fraction: float, tensor: float, sm) -> tuple:
@@ -488,6 +517,17 @@ def _wgmma_steal(op: Gemm, tensor: float, sm, p) -> tuple:
     rs = op.a_level == RMEM
     fraction = (p.wgmma_rs_pipe_steal_fraction if rs else p.wgmma_ss_pipe_steal_fraction) or 0.0
     return (tensor, _taken(fraction, tensor, sm)) if fraction else ()
+
+
+def _mma_sync_steal(tensor: float, sm, p) -> tuple:
+    """(tensor cycles, the pipe requests) of what a running mma.sync GEMM takes from the elementwise pipes of
+    the other warps on its SM: mma_sync_pipe_steal_fraction of the FMA, ALU, MUFU and shuffle pipes (its
+    operands and accumulators go through the register file; measured by kernels/microbench/softmax_gemm.cu
+    beside ldmatrix-fed mma.sync). The scheduler's side is the HMMA's issue cycles (_gemm_issue)."""
+    fraction = p.mma_sync_pipe_steal_fraction
+    if not fraction:
+        return ()
+    return (tensor, tuple((unit, fraction * tensor * unit.rate, 1.0) for unit in (sm.alu, sm.int_alu, sm.sfu, sm.shfl)))
 
 
 def _elementwise_plan(op, sm, p) -> tuple:
@@ -527,8 +567,11 @@ def _exp2f_issue(op) -> float:
 
 
 @functools.lru_cache(maxsize=1024)
-def _gemm_issue(op: Gemm) -> float:
-    return total(lower_gemm(op))
+def _gemm_issue(op: Gemm, hmma_cycles: float = 1.0) -> float:
+    """Scheduler cycles per warp of a GEMM's instructions: an mma.sync HMMA takes hmma_cycles
+    (mma_sync_issue_cycles), every other instruction one."""
+    counts = lower_gemm(op)
+    return total(counts) + (hmma_cycles - 1.0) * counts.get("hmma", 0.0)
 
 
 def _issued(op, sm, share: float, p) -> list[tuple[list, int]]:

@@ -99,3 +99,58 @@ def test_calibrate_fits_the_profiles_shares_from_the_measurement():
     h200 = load_profile("h200")
     assert fit_steal(points, h200, "ss") == pytest.approx(h200.wgmma_ss_pipe_steal_fraction, abs=0.02)
     assert fit_steal(points, h200, "rs", ((1, 1),)) == pytest.approx(h200.wgmma_rs_pipe_steal_fraction, abs=0.02)
+
+
+# -- ldmatrix-fed mma.sync beside the softmax: both sides slow ---------------------------------------------------
+
+def _mixed_points() -> list[dict]:
+    return json.loads(MIXED.read_text())["results"]["softmax_gemm"]["points"]
+
+
+def test_mma_sync_and_the_softmax_slow_each_other_as_measured():
+    from flashsim.experiments.calibrate_softmax import _mma_sync_measured, mma_sync_mix_ratios
+
+    gemm, softmax = _mma_sync_measured(_mixed_points())
+    # measured: the GEMM keeps 57-81% of its rate, the softmax takes 1.12-1.46x its time
+    assert max(gemm.values()) < 0.85 and min(softmax.values()) > 1.1
+    h200 = load_profile("h200")
+    fitted = mma_sync_mix_ratios(_mixed_points(), h200, h200.mma_sync_issue_cycles, h200.mma_sync_pipe_steal_fraction)
+    assert len(fitted) == 6
+    assert all(r == pytest.approx(1.0, abs=0.08) for r in fitted.values()), fitted
+    # without the HMMA's scheduler cycles and the pipes' share the model misses both sides
+    free = mma_sync_mix_ratios(_mixed_points(), h200, 1.0, 0.0)
+    assert all(free[k] > 1.15 for k in free if k.endswith("gemm")), free
+    assert all(free[k] < 0.9 for k in free if k.endswith("softmax")), free
+
+
+def test_the_profiles_mma_sync_pair_is_the_fit():
+    from flashsim.experiments.calibrate_softmax import mma_sync_fit_cost
+
+    h200 = load_profile("h200")
+    h, f = h200.mma_sync_issue_cycles, h200.mma_sync_pipe_steal_fraction
+    at = mma_sync_fit_cost(_mixed_points(), h200, h, f)
+    for dh, df in ((0.25, 0), (-0.25, 0), (0, 0.05), (0, -0.05)):
+        assert mma_sync_fit_cost(_mixed_points(), h200, h + dh, f + df) >= at
+
+
+def test_the_default_model_does_not_use_the_mma_sync_pair():
+    from flashsim.algorithms.problem import Problem
+    from flashsim.simulator import simulate
+
+    default = load_profile("h200")
+    free = default.with_overrides(["mma_sync_issue_cycles=1", "mma_sync_pipe_steal_fraction=0"])
+    point = Problem(1, 8, 2048, 64)
+    assert simulate("v2", point, default).cycles == simulate("v2", point, free).cycles
+    # with the issue model it slows two blocks per SM (one block's GEMMs beside the other's softmax)
+    busy = Problem(4, 16, 4096, 128)
+    issue = default.with_overrides(["issue_model=1"])
+    without = simulate("v2", busy, free.with_overrides(["issue_model=1"])).cycles
+    assert simulate("v2", busy, issue).cycles > 1.05 * without
+
+
+@pytest.mark.parametrize("setting", ["mma_sync_pipe_steal_fraction=1", "mma_sync_issue_cycles=0.5"])
+def test_the_mma_sync_pair_is_checked(setting):
+    from flashsim.hw_profiles import ProfileError
+
+    with pytest.raises(ProfileError):
+        load_profile("h200").with_overrides([setting])
