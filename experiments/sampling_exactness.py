@@ -1,7 +1,7 @@
 """Sampled default runs against --full on the FA2 grid (h100, h200: v2 and v3; a100: v2).
 
     python -m flashsim.experiments.sampling_exactness measure DIR [--jobs N] [--sms 16 ...] [--probe chip-ratio]
-        [--limit S]
+        [--limit S] [--profiles a100:v1 ...]
     python -m flashsim.experiments.sampling_exactness full.jsonl default.jsonl [before.jsonl] > sampling-exactness.json
     python -m flashsim.experiments.sampling_exactness scan OUT.json POINT... (experiments/sampling_scan.py)
 
@@ -36,10 +36,21 @@ SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 PROFILES = (("h100", ("v2", "v3")), ("h200", ("v2", "v3")), ("a100", ("v2",)))
 
 
-def grid() -> list[tuple[str, str, Problem]]:
+def grid(profiles=PROFILES) -> list[tuple[str, str, Problem]]:
     return [(hw, algo, Problem(16384 // n, 2048 // d, n, d, causal=causal))
-            for hw, algos in PROFILES for algo in algos for d in (64, 128) for causal in (False, True)
+            for hw, algos in profiles for algo in algos for d in (64, 128) for causal in (False, True)
             for n in SEQLENS]
+
+
+def parse_profiles(specs: list[str]) -> tuple:
+    """--profiles a100:v1 h100:v2,v3 -> (("a100", ("v1",)), ("h100", ("v2", "v3")))."""
+    out = []
+    for spec in specs:
+        hw, _, algos = spec.partition(":")
+        if not hw or not algos:
+            raise SystemExit(f"sampling_exactness: --profiles takes PROFILE:ALGO[,ALGO], not {spec!r}")
+        out.append((hw, tuple(algos.split(","))))
+    return tuple(out)
 
 
 def command(hw: str, algo: str, p: Problem, full: bool) -> str:
@@ -102,7 +113,7 @@ def _cost(row: dict | None, full: bool, sms: int) -> float:
 
 
 def measure_pool(out_dir: str, jobs: int, extra_sms: tuple[int, ...] = (), limit: float | None = None,
-                 probes: tuple[str, ...] = ()) -> dict:
+                 probes: tuple[str, ...] = (), profiles: tuple = PROFILES) -> dict:
     """Every grid point on the whole chip, with the default sample, with each of `extra_sms` and with the
     default sample changed by each of `probes` (_probe; DIR/probe-<name>.jsonl), in `jobs`
     processes; appends to DIR/<name>.jsonl as runs finish (points already there are not run again). At
@@ -118,7 +129,7 @@ def measure_pool(out_dir: str, jobs: int, extra_sms: tuple[int, ...] = (), limit
     for name, _ in modes:
         (out / f"{name}.jsonl").touch()
     done = {name: set(load(out / f"{name}.jsonl")) for name, _ in modes}
-    todo = [(name, sms, hw, algo, p) for name, sms in modes for hw, algo, p in grid()
+    todo = [(name, sms, hw, algo, p) for name, sms in modes for hw, algo, p in grid(profiles)
             if f"{hw} {algo} {p.describe()}" not in done[name]]
     todo.sort(key=lambda t: -_cost(before.get(f"{t[2]} {t[3]} {t[4].describe()}"), t[1] is None, t[1] or 0))
     deadline = time.monotonic() + limit if limit is not None else None
@@ -204,8 +215,11 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--sms", type=int, nargs="*", default=[], help="samples asked from these SMs up, beside")
     ap.add_argument("--probe", nargs="*", default=[], choices=["chip-ratio"], help="default samples changed so")
     ap.add_argument("--limit", type=float, default=None, help="seconds after which the runs still going stop")
+    ap.add_argument("--profiles", nargs="*", default=[], metavar="PROFILE:ALGOS",
+                    help="the grid's profiles and algorithms (default: h100:v2,v3 h200:v2,v3 a100:v2)")
     args = ap.parse_args(argv[1:])
-    counts = measure_pool(args.dir, args.jobs, tuple(args.sms), args.limit, tuple(args.probe))
+    profiles = parse_profiles(args.profiles) if args.profiles else PROFILES
+    counts = measure_pool(args.dir, args.jobs, tuple(args.sms), args.limit, tuple(args.probe), profiles)
     out = Path(args.dir)
     for name in counts:
         if name == "full" or not counts["full"] or not counts[name]:
