@@ -15,7 +15,8 @@ from flashsim.simulator.gpu import EventLimitReached
 from flashsim.simulator.runner import dask_client, simulate_pass
 
 H100 = load_profile("h100")
-SWEEP = ["sweep", "--hw", "h100", "--algos", "v2", "v3", "--seqlens", "512", "1024", "--headdims", "64",
+# sampled points with loop and periodic skips (each a second or a few), not the grid's whole-chip ones (10-20 s)
+SWEEP = ["sweep", "--hw", "h100", "--algos", "v2", "v3", "--seqlens", "4096", "16384", "--headdims", "128",
          "--causal", "both", "--json"]
 
 
