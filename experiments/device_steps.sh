@@ -24,6 +24,11 @@ MMA_SYNC_COUNTS+=,sm__inst_executed_pipe_tensor_op_hmma.sum
 MMA_SYNC_COUNTS+=,smsp__cycles_active.avg,sm__cycles_active.max,sm__cycles_elapsed.avg.per_second
 SMEM_LD_COUNTS=l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum
 SMEM_LD_COUNTS+=,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum
+# ... and the wgmma kernels' (instructions by pipe, the special-function pipe's among them, HGMMA counts,
+# active cycles and the clock)
+WGMMA_COUNTS=smsp__inst_executed.sum,smsp__inst_executed_pipe_alu.sum,smsp__inst_executed_pipe_fma.sum
+WGMMA_COUNTS+=,smsp__inst_executed_pipe_xu.sum,smsp__inst_executed_pipe_lsu.sum,sm__inst_executed_pipe_tensor_op_gmma.sum
+WGMMA_COUNTS+=,smsp__cycles_active.avg,sm__cycles_active.max,sm__cycles_elapsed.avg.per_second
 # ncu_configs KERNEL_REGEX COUNTS "IMPL D N CAUSAL B H" ...: for each configuration, Nsight Compute's full set
 # with COUNTS, its details page and its per-SASS source page (CSV) as ncu-IMPL-dD-nN-cC{,-details,-sass}.txt
 ncu_configs() {

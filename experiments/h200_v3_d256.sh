@@ -12,10 +12,7 @@ source experiments/device_env.sh
 source experiments/device_steps.sh
 status=0
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" >> "$OUT/gpu.txt"
-COUNTS=smsp__inst_executed.sum,smsp__inst_executed_pipe_alu.sum,smsp__inst_executed_pipe_fma.sum
-COUNTS+=,smsp__inst_executed_pipe_xu.sum,smsp__inst_executed_pipe_lsu.sum,sm__inst_executed_pipe_tensor_op_gmma.sum
-COUNTS+=,smsp__cycles_active.avg,sm__cycles_active.max,sm__cycles_elapsed.avg.per_second
-ncu_configs "^v3_" "$COUNTS" "v3 256 8192 0 2 16" "v3 256 8192 1 2 16" "v3 256 2048 1 8 16" "v3 256 2048 0 8 16"
+ncu_configs "^v3_" "$WGMMA_COUNTS" "v3 256 8192 0 2 16" "v3 256 8192 1 2 16" "v3 256 2048 1 8 16" "v3 256 2048 0 8 16"
 cd "$OUT" && tar czf results.tgz --ignore-failed-read ./*.txt && rm -f ncu-*.txt
 cd - > /dev/null
 finish

@@ -10,10 +10,7 @@ OUT=${OUT:-out}
 mkdir -p "$OUT"
 source experiments/device_env.sh
 source experiments/device_steps.sh
-COUNTS=smsp__inst_executed.sum,smsp__inst_executed_pipe_alu.sum,smsp__inst_executed_pipe_fma.sum
-COUNTS+=,smsp__inst_executed_pipe_xu.sum,smsp__inst_executed_pipe_lsu.sum,sm__inst_executed_pipe_tensor_op_gmma.sum
-COUNTS+=,smsp__cycles_active.avg,sm__cycles_active.max,sm__cycles_elapsed.avg.per_second
-ncu_configs "^(v3_|flashsim_v2)" "$COUNTS" "v3 96 4096 0 4 16" "v3 64 4096 0 4 32" "v3 128 4096 0 4 16" \
+ncu_configs "^(v3_|flashsim_v2)" "$WGMMA_COUNTS" "v3 96 4096 0 4 16" "v3 64 4096 0 4 32" "v3 128 4096 0 4 16" \
   "v3 96 4096 1 4 16" "v2 96 4096 0 4 16"
 cd "$OUT" && tar czf results.tgz --ignore-failed-read ncu-*.txt gpu.txt summary.txt && rm -f ncu-*.txt
 cd - > /dev/null
