@@ -293,5 +293,5 @@ def fit_mma_sync(points: list[dict], profile) -> tuple[float, float]:
         return min((mma_sync_fit_cost(points, profile, h, f), h, f) for h in hs for f in fs)
 
     _, h, f = best([1 + 0.5 * i for i in range(15)], [0.1 * i for i in range(9)])
-    _, h, f = best([h + 0.25 * i for i in (-1, 0, 1)], [max(0.0, f + 0.05 * i) for i in (-1, 0, 1)])
+    _, h, f = best([max(1.0, h + 0.25 * i) for i in (-1, 0, 1)], [max(0.0, f + 0.05 * i) for i in (-1, 0, 1)])
     return h, round(f, 2)

@@ -503,9 +503,9 @@ def _gemm_plan(op: Gemm, sm, p) -> tuple:
     return _keep(sm.plans, op, (op, tuple(reqs), latency, steal, ksteps))
 
 
-def _taken(fraction: float, tensor: float, sm) -> tuple:
-    """(unit, work, cap) of `fraction` of each elementwise pipe over `tensor` cycles."""
-    units = (sm.issue, sm.alu, sm.int_alu, sm.sfu, sm.shfl)
+def _taken(fraction: float, tensor: float, sm, schedulers: bool = True) -> tuple:
+    """(unit, work, cap) of `fraction` of each elementwise pipe over `tensor` cycles (and of the schedulers')."""
+    units = (sm.issue, sm.alu, sm.int_alu, sm.sfu, sm.shfl) if schedulers else (sm.alu, sm.int_alu, sm.sfu, sm.shfl)
     return tuple((unit, fraction * tensor * unit.rate, 1.0) for unit in units)
 
 
@@ -525,9 +525,7 @@ def _mma_sync_steal(tensor: float, sm, p) -> tuple:
     operands and accumulators go through the register file; measured by kernels/microbench/softmax_gemm.cu
     beside ldmatrix-fed mma.sync). The scheduler's side is the HMMA's issue cycles (_gemm_issue)."""
     fraction = p.mma_sync_pipe_steal_fraction
-    if not fraction:
-        return ()
-    return (tensor, tuple((unit, fraction * tensor * unit.rate, 1.0) for unit in (sm.alu, sm.int_alu, sm.sfu, sm.shfl)))
+    return (tensor, _taken(fraction, tensor, sm, schedulers=False)) if fraction else ()
 
 
 def _elementwise_plan(op, sm, p) -> tuple:
