@@ -1,6 +1,11 @@
 """Where a forward kernel's K/V-loop time goes, region by region, from Nsight Compute's per-instruction data.
 
     python3 -m flashsim.experiments.ncu_regions DETAILS.txt SASS.csv[.gz] [...]   (pairs of files)
+    python3 -m flashsim.experiments.ncu_regions --sections DETAILS.txt SASS.csv[.gz] [...]
+
+--sections splits the whole kernel instead (prologue, masked and unmasked iterations, epilogue: runs of
+instructions that execute equally often) and gives each run's cycles per warp, for kernels whose blocks are
+short enough that the time outside the steady loop counts.
 
 SASS is the source page exported as CSV (`ncu --page source --csv`: executed counts and warp-stall samples per
 SASS instruction), DETAILS the same run's details page (read for its grid, block, SM-sub-partition active cycles
@@ -94,6 +99,74 @@ def regions(details: str, sass: str) -> dict:
     return out
 
 
+def _instructions(text: str) -> list[tuple[str, int, int, Counter]]:
+    """(opcode, executed count, samples, stall samples by reason) of every instruction, in code order."""
+    rows = list(csv.reader(io.StringIO(text)))
+    head = next(i for i, r in enumerate(rows) if r and r[0] == "Address")
+    hdr = rows[head]
+    ix = {h: i for i, h in enumerate(hdr)}
+    stalls = [h for h in hdr if h.startswith("stall_") and "(Not" not in h]
+    out = []
+    for r in rows[head + 1:]:
+        if len(r) != len(hdr):
+            continue
+        toks = r[ix["Source"]].split()
+        op = (toks[1] if toks and toks[0].startswith("@") else (toks[0] if toks else "?")).split(".")[0]
+        out.append((op, int(r[ix["Instructions Executed"]] or 0), int(r[ix["Warp Stall Sampling (All Samples)"]] or 0),
+                    Counter({h[6:]: int(r[ix[h]] or 0) for h in stalls})))
+    return out
+
+
+def sections(details: str, sass: str, least: float = 0.01) -> dict:
+    """Runs of consecutive instructions executed equally often (within 2%), each with its instructions, how
+    often a warp runs it, HMMA / MUFU / LDSM counts and its cycles per warp (its share of the stall samples
+    times a warp's life); runs under `least` of the samples are folded into the next."""
+    warps, active, per_scheduler = _details(_text(details))
+    life = active * per_scheduler * SUB_PARTITIONS / warps  # cycles a warp lives, on average
+    instrs = [i for i in _instructions(_text(sass)) if i[1]]
+    total = sum(i[2] for i in instrs) or 1
+    runs: list[list] = []
+    for ins in instrs:
+        if runs and abs(ins[1] - runs[-1][0][1]) <= 0.02 * runs[-1][0][1]:
+            runs[-1].append(ins)
+        else:
+            runs.append([ins])
+    merged: list[list] = []
+    for run in runs:
+        if merged and sum(i[2] for i in merged[-1]) < least * total:
+            merged[-1].extend(run)
+        else:
+            merged.append(run)
+    every: Counter = Counter()
+    for i in instrs:
+        every.update(i[3])
+    out = {"warps": warps, "cycles_per_warp": life, "sections": [],
+           "stalls": {k: life * v / total for k, v in every.most_common() if v}}
+    for run in merged:
+        why: Counter = Counter()
+        for i in run:
+            why.update(i[3])
+        samples = sum(i[2] for i in run)
+        kinds = Counter(i[0] for i in run)
+        out["sections"].append({
+            "first": run[0][0], "instructions": len(run), "per_warp": run[0][1] / warps, "hmma": kinds["HMMA"],
+            "mufu": kinds["MUFU"], "ldsm": kinds["LDSM"], "cycles": life * samples / total,
+            "stalls": {k: life * v / total for k, v in why.most_common(6) if v}})
+    return out
+
+
+def sections_markdown(name: str, r: dict) -> str:
+    why = ", ".join(f"{k} {c:.0f}" for k, c in list(r["stalls"].items())[:6])
+    lines = [f"### {name}", "", f"{r['warps']} warps, {r['cycles_per_warp']:.0f} cycles each ({why})", "",
+             "| from | instructions | runs per warp | HMMA | MUFU | LDSM | cycles per warp | top stall reasons |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for v in r["sections"]:
+        why = ", ".join(f"{k} {c:.0f}" for k, c in v["stalls"].items())
+        lines.append(f"| {v['first']} | {v['instructions']} | {v['per_warp']:.2f} | {v['hmma']} | {v['mufu']} | "
+                     f"{v['ldsm']} | {v['cycles']:.0f} | {why} |")
+    return "\n".join(lines) + "\n"
+
+
 def markdown(name: str, r: dict) -> str:
     lines = [f"### {name}", "", f"{r['warps']} warps, {r['kv_blocks_per_warp']:.0f} K/V blocks each: "
              f"{r['cycles_per_warp_step']:.0f} cycles per warp and K/V block", "",
@@ -107,11 +180,14 @@ def markdown(name: str, r: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
+    whole = bool(argv) and argv[0] == "--sections"
+    argv = argv[1:] if whole else argv
     if not argv or len(argv) % 2:
-        sys.stderr.write("usage: ncu_regions DETAILS.txt SASS.csv[.gz] [DETAILS SASS ...]\n")
+        sys.stderr.write("usage: ncu_regions [--sections] DETAILS.txt SASS.csv[.gz] [DETAILS SASS ...]\n")
         return 2
     for details, sass in zip(argv[::2], argv[1::2], strict=True):
-        print(markdown(Path(sass).name.split("-sass")[0], regions(details, sass)))
+        name = Path(sass).name.split("-sass")[0]
+        print(sections_markdown(name, sections(details, sass)) if whole else markdown(name, regions(details, sass)))
     return 0
 
 
