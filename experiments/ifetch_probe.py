@@ -23,9 +23,13 @@ from pathlib import Path
 
 import numpy as np
 
-LINES = (16, 32, 64, 128, 256, 512, 1024)  # ifetch.cu's instantiations
+LINES = (16, 32, 64, 128, 256, 320, 384, 448, 512, 1024)  # ifetch.cu's instantiations
 # ifetch.cu's branching kernels as (skip, lines of code): 2, 8, 16, 32 and 64 KiB each
 BRANCH_POINTS = [(skip, n) for skip in (7, 23) for n in (16, 64, 128, 256, 512)]
+# ifetch.cu's kernels in the shape of a forward attention kernel: (prologue, loop body, epilogue) lines
+PATTERNS = ((8, 32, 8), (38, 155, 71), (38, 210, 71), (52, 165, 122), (233, 205, 57), (273, 203, 58),
+            (191, 150, 75), (418, 149, 76))
+PATTERN_STEPS, PATTERN_TILES = 4, 32
 LINE_BYTES = 128  # eight 16-byte SASS instructions
 CALLS = 5
 SHOWN = ("lines", "warps", "blocks", "reps", "start", "gpu_us", "block_cycles_median", "cycles_per_line")
@@ -86,14 +90,52 @@ def measure(cp, module, flush, lines: int, warps: int, blocks: int, reps: int, w
     }
 
 
+def measure_pattern(cp, module, flush, pattern: tuple, blocks: int, causal: bool, warps: int = 4) -> dict:
+    """One point of the attention-shaped code (ifetch_p<P>_l<L>_e<E>): PATTERN_TILES blocks' worth of
+    prologue, loop (PATTERN_STEPS passes, or 1 to PATTERN_STEPS when causal) and epilogue per timed block,
+    after a warm-up launch; cycles per tile, and of them those beyond issuing its lines (kept code issues a
+    line of eight FFMAs in `kept` cycles, the small pattern's rate)."""
+    from .calibrate_bench import BLOCK_TIME
+    from .validate import gpu_calls
+
+    p, loop, e = pattern
+    name = f"ifetch_p{p}_l{loop}_e{e}"
+    fn = module.get_function(name)
+    sink = cp.zeros(1, dtype=cp.float32)
+    times = cp.zeros(blocks * BLOCK_TIME.itemsize, dtype=cp.uint8)
+    args = (np.float32(0.999), np.float32(0.001), np.int32(PATTERN_STEPS), np.int32(int(causal)),
+            np.int32(PATTERN_TILES), sink, times)
+
+    def call():
+        fn((blocks,), (32 * warps,), args)
+        fn((blocks,), (32 * warps,), args)
+
+    call()
+    cp.cuda.Device().synchronize()
+    us = [[e.time_range.elapsed_us() for e in w if e.name.split("(")[0].strip() == name]
+          for w in gpu_calls(call, flush, CALLS)]
+    t = times.get().view(BLOCK_TIME)
+    cycles = (t["clk1"] - t["clk0"]).astype(np.int64)
+    steps = [(1 + (i + b) % PATTERN_STEPS) if causal else PATTERN_STEPS for b in range(blocks)
+             for i in range(PATTERN_TILES)]
+    lines_run = (p + e) * PATTERN_TILES * blocks + loop * sum(steps)  # lines all blocks issue
+    return {"kernel": name, "prologue_lines": p, "loop_lines": loop, "epilogue_lines": e,
+            "code_bytes": (p + loop + e) * LINE_BYTES, "blocks": blocks, "warps": warps, "causal": causal,
+            "steps": PATTERN_STEPS, "tiles": PATTERN_TILES, "gpu_us": statistics.median(u[-1] for u in us if u),
+            "block_cycles_median": float(np.median(cycles)), "block_cycles_max": int(cycles.max()),
+            "lines_per_tile": lines_run / (PATTERN_TILES * blocks),
+            "cycles_per_tile": float(np.median(cycles)) / PATTERN_TILES}
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="ifetch-probe-out")
     ap.add_argument(
         "--sweep",
-        choices=("straight", "branch"),
+        choices=("straight", "branch", "pattern"),
         default="straight",
-        help="straight: ifetch_l (ifetch-probe.*); branch: ifetch_b, one block (ifetch-branch.*)",
+        help="straight: ifetch_l (ifetch-probe.*); branch: ifetch_b, one block (ifetch-branch.*); pattern: "
+        "ifetch_p, code shaped as forward attention kernels, one and two blocks per SM (ifetch-pattern.*)",
     )
     args = ap.parse_args(argv)
     import cupy as cp
@@ -109,6 +151,17 @@ def main(argv=None) -> None:
     module, flush = load_module(cp, "ifetch", gpu.arch), make_flush(cp, gpu)
     branch = args.sweep == "branch"
     rows = []
+    if args.sweep == "pattern":
+        for pattern in PATTERNS:
+            for blocks in (gpu.sm_count, 2 * gpu.sm_count):
+                for causal in (False, True):
+                    row = measure_pattern(cp, module, flush, pattern, blocks, causal)
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+        meta = torch_gpu_provenance("python3 -m flashsim.experiments.ifetch_probe --sweep pattern")
+        (out / "ifetch-pattern.json").write_text(json.dumps({"provenance": meta, "rows": rows}, indent=1) + "\n")
+        print(f"wrote {out / 'ifetch-pattern.json'} ({len(rows)} points) in {time.monotonic() - t0:.0f} s")
+        return
     for reps in (1, 16):
         for blocks in (1,) if branch else (1, gpu.sm_count):
             for warps in (1, 4):

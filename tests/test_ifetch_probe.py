@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from flashsim.experiments import calibrate_gpu
-from flashsim.experiments.ifetch_probe import BRANCH_POINTS, LINE_BYTES, LINES
+from flashsim.experiments.ifetch_probe import BRANCH_POINTS, LINE_BYTES, LINES, PATTERNS
 
 
 def text_sizes(cubin: Path) -> dict[str, int]:
@@ -46,3 +46,14 @@ def test_branching_units_are_their_lines_of_code(tmp_path: Path) -> None:
         for small, big in zip(points, points[1:], strict=False):
             grown = sizes[f"ifetch_b{skip}_u{big // per_unit}"] - sizes[f"ifetch_b{skip}_u{small // per_unit}"]
             assert grown == (big - small) * LINE_BYTES, (skip, small, big, sizes)
+
+
+@pytest.mark.nvcc
+def test_attention_shaped_kernels_hold_their_stretches_once(tmp_path: Path) -> None:
+    """Each ifetch_p kernel is its prologue, loop body and epilogue lines plus the same tile-loop code: no
+    stretch hoisted out of the tile loop or peeled into a second copy (which would change what it fetches)."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not found")
+    sizes = text_sizes(calibrate_gpu.compile_cubin("ifetch", "sm_90a", tmp_path, force=True))
+    extra = {sizes[f"ifetch_p{p}_l{loop}_e{e}"] - (p + loop + e) * LINE_BYTES for p, loop, e in PATTERNS}
+    assert len(extra) == 1 and 0 < extra.pop() <= 32 * LINE_BYTES

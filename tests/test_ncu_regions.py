@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from flashsim.experiments.code_lines import stretches
 from flashsim.experiments.ncu_regions import main, regions, sections
 
 DIR = Path(__file__).resolve().parents[1] / "experiments/results/h200/fa2-sass"
@@ -87,3 +88,15 @@ def test_fa2s_short_causal_blocks_wait_on_instruction_fetch():
     assert share("sdpa-flash-d64-n512-c1") > 0.2 and share("sdpa-flash-d128-n512-c1") > 0.1
     assert share("sdpa-flash-d64-n512-c0") < 0.1
     assert max(share("v2-d64-n512-c1"), share("v2-d128-n512-c1"), share("v2-d64-n512-c0")) < 0.05
+
+
+def test_code_lines_split_a_kernel_at_its_kv_loop():
+    """The executed lines of SDPA flash's causal d64 kernel: a prologue that holds the peeled first iteration
+    (more than the SM's 32 KiB instruction cache by itself), a loop of about 26 KiB, a short epilogue; our v2's
+    non-causal and causal runs of one binary differ only in the loop (the mask's branch)."""
+    fa2 = stretches(str(SHORT / "ncu-sdpa-flash-d64-n512-c1-sass.txt.gz"))
+    assert fa2["prologue"] * 128 > 32 * 1024 and 190 <= fa2["loop"] <= 210 and fa2["epilogue"] < 80
+    plain = stretches(str(SHORT / "ncu-v2-d64-n512-c0-sass.txt.gz"))
+    causal = stretches(str(SHORT / "ncu-v2-d64-n512-c1-sass.txt.gz"))
+    assert plain["prologue"] == causal["prologue"] and plain["epilogue"] == causal["epilogue"]
+    assert causal["loop"] > plain["loop"]

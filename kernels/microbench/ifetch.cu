@@ -57,6 +57,9 @@ IFETCH(32)
 IFETCH(64)
 IFETCH(128)
 IFETCH(256)
+IFETCH(320)
+IFETCH(384)
+IFETCH(448)
 IFETCH(512)
 IFETCH(1024)
 
@@ -113,3 +116,56 @@ IFETCH_BRANCH(16, 23)
 IFETCH_BRANCH(32, 23)
 IFETCH_BRANCH(64, 23)
 IFETCH_BRANCH(128, 23)
+
+// Code in the shape of a forward attention kernel's blocks: a prologue of P lines run once, a K/V loop body of
+// L lines run `steps` times (causal: 1 to `steps`, varying from tile to tile and block to block, so the blocks an
+// SM holds drift apart as causal ones do) and an epilogue of E lines, for `tiles` blocks' worth of work in a row
+// (one timed block stands for the blocks an SM runs one after another). The (P, L, E) are the executed lines
+// of our v2 and of SDPA's flash kernel by stretch (experiments/code_lines.py): the fetch they pay per block,
+// with one or two blocks per SM, is what an instruction-cache model of those kernels must reproduce.
+// Each stretch starts from the last one's result, so none of them can be hoisted out of the tile loop.
+template <int LINES>
+__device__ __forceinline__ float run_lines_from(float seed, float a, float b, int reps) {
+  float x0 = seed, x1 = seed + 1.f, x2 = seed + 2.f, x3 = seed + 3.f;
+  float x4 = seed + 4.f, x5 = seed + 5.f, x6 = seed + 6.f, x7 = seed + 7.f;
+#pragma unroll 1
+  for (int r = 0; r < reps; ++r) {
+#pragma unroll
+    for (int i = 0; i < LINES; ++i) {
+      FMA8(a, b)
+    }
+  }
+  return (x0 + x1 + x2 + x3 + x4 + x5 + x6 + x7) * 0.125f;
+}
+
+template <int P, int L, int E>
+__device__ __forceinline__ void pattern(float a, float b, int steps, int causal, int tiles, float* sink,
+                                        BlockTime* times) {
+  BlockTimer timer;
+  timer.start();
+  float s = threadIdx.x;
+#pragma unroll 1
+  for (int t = 0; t < tiles; ++t) {
+    const int n = causal ? 1 + (t + blockIdx.x) % steps : steps;
+    s = run_lines_from<P>(s, a, b, 1);
+    s = run_lines_from<L>(s, a, b, n);
+    s = run_lines_from<E>(s, a, b, 1);
+  }
+  timer.stop(times + blockIdx.x);
+  keep(s, 12345.f, sink);
+}
+
+#define IFETCH_PATTERN(P, L, E)                                                                            \
+  extern "C" __global__ void __launch_bounds__(1024) ifetch_p##P##_l##L##_e##E(                            \
+      float a, float b, int steps, int causal, int tiles, float* sink, BlockTime* times) {                  \
+    pattern<P, L, E>(a, b, steps, causal, tiles, sink, times);                                             \
+  }
+
+IFETCH_PATTERN(8, 32, 8)      // 6 KiB: kept
+IFETCH_PATTERN(38, 155, 71)   // our v2, d64
+IFETCH_PATTERN(38, 210, 71)   // our v2, d64 causal
+IFETCH_PATTERN(52, 165, 122)  // our v2, d128 causal
+IFETCH_PATTERN(233, 205, 57)  // SDPA flash, d64
+IFETCH_PATTERN(273, 203, 58)  // SDPA flash, d64 causal
+IFETCH_PATTERN(191, 150, 75)  // SDPA flash, d128
+IFETCH_PATTERN(418, 149, 76)  // SDPA flash, d128 causal
