@@ -90,16 +90,17 @@ def measure(cp, module, flush, lines: int, warps: int, blocks: int, reps: int, w
     }
 
 
-def measure_pattern(cp, module, flush, pattern: tuple, blocks: int, causal: bool, warps: int = 4) -> dict:
+def measure_pattern(cp, module, flush, pattern: tuple, blocks: int, causal: bool, warps: int = 4,
+                    chain: bool = False) -> dict:
     """One point of the attention-shaped code (ifetch_p<P>_l<L>_e<E>): PATTERN_TILES blocks' worth of
     prologue, loop (PATTERN_STEPS passes, or 1 to PATTERN_STEPS when causal) and epilogue per timed block,
-    after a warm-up launch; cycles per tile, and of them those beyond issuing its lines (kept code issues a
-    line of eight FFMAs in `kept` cycles, the small pattern's rate)."""
+    after a warm-up launch; cycles per tile and per line run. chain: the kernel whose lines are dependent
+    FFMA chains (ifetch_c_p...), issuing a line about as slowly as an attention kernel runs its code."""
     from .calibrate_bench import BLOCK_TIME
     from .validate import gpu_calls
 
     p, loop, e = pattern
-    name = f"ifetch_p{p}_l{loop}_e{e}"
+    name = f"ifetch_{'c_' if chain else ''}p{p}_l{loop}_e{e}"
     fn = module.get_function(name)
     sink = cp.zeros(1, dtype=cp.float32)
     times = cp.zeros(blocks * BLOCK_TIME.itemsize, dtype=cp.uint8)
@@ -119,7 +120,7 @@ def measure_pattern(cp, module, flush, pattern: tuple, blocks: int, causal: bool
     steps = [(1 + (i + b) % PATTERN_STEPS) if causal else PATTERN_STEPS for b in range(blocks)
              for i in range(PATTERN_TILES)]
     lines_run = (p + e) * PATTERN_TILES * blocks + loop * sum(steps)  # lines all blocks issue
-    return {"kernel": name, "prologue_lines": p, "loop_lines": loop, "epilogue_lines": e,
+    return {"kernel": name, "chain": chain, "prologue_lines": p, "loop_lines": loop, "epilogue_lines": e,
             "code_bytes": (p + loop + e) * LINE_BYTES, "blocks": blocks, "warps": warps, "causal": causal,
             "steps": PATTERN_STEPS, "tiles": PATTERN_TILES, "gpu_us": statistics.median(u[-1] for u in us if u),
             "block_cycles_median": float(np.median(cycles)), "block_cycles_max": int(cycles.max()),
@@ -152,12 +153,13 @@ def main(argv=None) -> None:
     branch = args.sweep == "branch"
     rows = []
     if args.sweep == "pattern":
-        for pattern in PATTERNS:
-            for blocks in (gpu.sm_count, 2 * gpu.sm_count):
-                for causal in (False, True):
-                    row = measure_pattern(cp, module, flush, pattern, blocks, causal)
-                    rows.append(row)
-                    print(json.dumps(row), flush=True)
+        for chain in (False, True):
+            for pattern in PATTERNS:
+                for blocks in (gpu.sm_count, 2 * gpu.sm_count):
+                    for causal in (False, True):
+                        row = measure_pattern(cp, module, flush, pattern, blocks, causal, chain=chain)
+                        rows.append(row)
+                        print(json.dumps(row), flush=True)
         meta = torch_gpu_provenance("python3 -m flashsim.experiments.ifetch_probe --sweep pattern")
         (out / "ifetch-pattern.json").write_text(json.dumps({"provenance": meta, "rows": rows}, indent=1) + "\n")
         print(f"wrote {out / 'ifetch-pattern.json'} ({len(rows)} points) in {time.monotonic() - t0:.0f} s")
