@@ -3,9 +3,9 @@
 # Compute's full set, details page and per-SASS-instruction counts and stall samples of both at N = 512
 # (development shapes of the FA2 grid: bf16, batch 32; d64 x 32 heads causal and not, d128 x 16 heads causal),
 # where the measured FA2 / our v2 time is 1.33 (d64 causal), 1.15 (d64) and 1.18 (d128 causal) against the
-# model's 1.06-1.09 (bash experiments/h200_causal_short.sh; about 5 minutes on an H200). Read by
-# `python3 -m flashsim.experiments.ncu_regions --sections`. Run from the repository root with simpy's wheel in .whl/ and
-# the cubins built (flashsim kernels build --out build/kernels --arch sm_90a). Everything comes back in
+# model's 1.06-1.09 (bash experiments/h200_causal_short.sh; about 2 minutes on an H200). Read by
+# `python3 -m flashsim.experiments.ncu_regions --sections`. Run from the repository root with simpy's wheel in
+# .whl/ and the cubins built (flashsim kernels build --out build/kernels --arch sm_90a). Everything comes back in
 # $OUT/results.tgz.
 set -uo pipefail
 OUT=${OUT:-out}

@@ -8,15 +8,17 @@
 // varies LINES, the warps per block and the blocks, after an L2 flush and after a warm-up launch.
 #include "common.cuh"
 
-#define FMA8(a, b)            \
-  x0 = fmaf(x0, a, b);        \
-  x1 = fmaf(x1, a, b);        \
-  x2 = fmaf(x2, a, b);        \
-  x3 = fmaf(x3, a, b);        \
-  x4 = fmaf(x4, a, b);        \
-  x5 = fmaf(x5, a, b);        \
-  x6 = fmaf(x6, a, b);        \
-  x7 = fmaf(x7, a, b);
+// Eight FFMAs, one per named accumulator: on eight different ones they are independent, on one a chain.
+#define FMA8_ON(a, b, r0, r1, r2, r3, r4, r5, r6, r7) \
+  r0 = fmaf(r0, a, b);                                \
+  r1 = fmaf(r1, a, b);                                \
+  r2 = fmaf(r2, a, b);                                \
+  r3 = fmaf(r3, a, b);                                \
+  r4 = fmaf(r4, a, b);                                \
+  r5 = fmaf(r5, a, b);                                \
+  r6 = fmaf(r6, a, b);                                \
+  r7 = fmaf(r7, a, b);
+#define FMA8(a, b) FMA8_ON(a, b, x0, x1, x2, x3, x4, x5, x6, x7)
 
 // `reps` passes of UNITS unit(x0..x7) on eight accumulators, unrolled; the accumulators' sum.
 template <int UNITS, typename Unit>
@@ -126,15 +128,7 @@ IFETCH_BRANCH(128, 23)
 // Each stretch starts from the last one's result, so none of them can be hoisted out of the tile loop. CHAIN:
 // each line's eight FFMAs form one dependent chain (a line issues in ~36 cycles, as slowly as an attention
 // kernel's code runs per line) instead of eight independent ones (8 cycles).
-#define FMA8_CHAIN(a, b) \
-  x0 = fmaf(x0, a, b);   \
-  x0 = fmaf(x0, a, b);   \
-  x0 = fmaf(x0, a, b);   \
-  x0 = fmaf(x0, a, b);   \
-  x0 = fmaf(x0, a, b);   \
-  x0 = fmaf(x0, a, b);   \
-  x0 = fmaf(x0, a, b);   \
-  x0 = fmaf(x0, a, b);
+#define FMA8_CHAIN(a, b) FMA8_ON(a, b, x0, x0, x0, x0, x0, x0, x0, x0)
 
 template <int LINES, bool CHAIN>
 __device__ __forceinline__ float run_lines_from(float seed, float a, float b, int reps) {
