@@ -424,12 +424,15 @@ class Code:
     SM's instruction cache is fetched before its ops run; the block's warps share the fetch. `branches`: the
     taken branches a warp runs there (each redirects its fetch, kept code or not); `far` of them land beyond
     the next line (back, or over a line), whose target line is fetched anew. Only where a kernel's code is
-    known: a schedule without Code ops runs as if its code were always there."""
+    known: a schedule without Code ops runs as if its code were always there. `streamed`: a stretch the timing
+    fetches only with the profile's fetch_model 1, where the fetch streams in while the warps run the stretch
+    (the forward kernels', whose code issues slowly enough to hide most of it)."""
 
     name: str
     nbytes: int
     branches: float = 0.0
     far: float = 0.0
+    streamed: bool = False
 
 
 # -- the backward pass ------------------------------------------------------------------------------

@@ -38,7 +38,8 @@ ZERO_ALLOWED = frozenset({"smem_reserved_per_block_bytes", "issue_model", "clock
                            "wgmma_ss_pipe_steal_fraction", "wgmma_rs_pipe_steal_fraction",
                            "mma_sync_ldsm_unhidden_fraction", "smem_fill_port_fraction",
                            "mma_sync_pipe_steal_fraction", "mma_sync_ldsm_latency_cycles", "ldsm_model",
-                           "icache_miss_cycles_per_line", "icache_branch_cycles"})
+                           "icache_miss_cycles_per_line", "icache_branch_cycles", "icache_fetch_cycles_per_line",
+                           "fetch_model"})
 
 # Unit of a key, read from its name's suffix (longest suffixes first). No suffix: a plain count.
 _UNIT_SUFFIXES = (
@@ -167,6 +168,12 @@ class Profile:
     icache_miss_cycles_per_line: float = _p(float)
     # what a taken branch adds to its warp's time: the fetch redirected to its target (0: nothing)
     icache_branch_cycles: float = _p(float)
+    # the SM's fetch of code it lacks, one 128-byte line after another (fetch_model 1)
+    icache_fetch_cycles_per_line: float = _p(float)
+    # 0: a stretch of code the SM lacks is fetched before its warps run it, icache_miss_cycles_per_line a line;
+    # 1: it streams in through the SM's fetch (icache_fetch_cycles_per_line a line, stretches queued one after
+    # another) while the warps run it, who wait at its end for what has not come (docs/MODEL.md)
+    fetch_model: int = _p(int)
     # a launch's GPU busy time beyond its blocks' span: the kernel's start, the first dispatch, its end
     kernel_busy_overhead_s: float = _p(float)
     # Hopper only
@@ -303,6 +310,9 @@ class Profile:
             raise self._fail("mma_sync_ldsm_unhidden_fraction", f"is a fraction of the shorter of the loads and "
                                                                 f"products, at most 1, got "
                                                                 f"{self.mma_sync_ldsm_unhidden_fraction}")
+        if self.fetch_model not in (0, 1):
+            raise self._fail("fetch_model", f"must be 0 (a stretch fetched before it runs) or 1 (streamed in while "
+                                            f"it runs), got {self.fetch_model}")
         if self.fill_model not in (0, 1):
             raise self._fail("fill_model", f"must be 0 (fills take the whole port) or 1 (smem_fill_port_fraction of "
                                            f"it), got {self.fill_model}")

@@ -103,6 +103,7 @@ class RoleTimer:
         self.at = 0
         self.source = None
         self.windows: dict[str, deque] = {}  # buffer -> its parts' plain loads still holding registers
+        self.code_ready = 0  # fetch_model 1: the cycle the last line of the stretch the warps run has come
 
     def _mark(self, name: str, start: int, end: int) -> None:
         if self.trace is not None and end > start:
@@ -325,13 +326,29 @@ class RoleTimer:
         for event in [*inflight.values(), *reductions]:
             if not event.processed:
                 yield event
+        if self.code_ready > env._now:  # fetch_model 1: the last stretch's code has all come
+            yield env.timeout(self.code_ready - env._now)
         if skip is not None:
             skip.leave(self)
 
     def _fetch(self, op: Code, now: int):
         """The warps go on to a stretch of code: wait until the SM has it (simulator/icache.py), then for the
         fetch redirects of the stretch's taken branches (every pass, kept code too), a far one's target line
-        fetched as a line the SM lacks."""
+        fetched as a line the SM lacks. With fetch_model 1 the stretch streams in while the warps run it: they
+        wait, at the next stretch (or the program's end), for the last line of this one."""
+        p = self.p
+        if p.fetch_model:
+            if self.code_ready > now:
+                yield self.env.timeout(self.code_ready - now)
+                self._mark("fetch wait", now, self.code_ready)
+                now = self.code_ready
+            self.code_ready = self.sm.code.stream(op.name, op.nbytes, now, p.icache_fetch_cycles_per_line)
+            if op.branches and p.icache_branch_cycles:
+                yield self.env.timeout(math.ceil(op.branches * p.icache_branch_cycles
+                                                 + op.far * p.icache_miss_cycles_per_line))
+            return
+        if op.streamed:
+            return
         ready = self.sm.code.fetch(op.name, op.nbytes, now)
         if op.branches and self.p.icache_branch_cycles:
             p = self.p

@@ -44,6 +44,7 @@ from ..splitkv import (
     workspace_bytes,
     workspace_shapes,
 )
+from .forward_code import forward_code
 
 if TYPE_CHECKING:  # the closed forms are imported where used: a simulation needs none
     from .. import closed_form as cf
@@ -109,6 +110,8 @@ def build(p: Problem, t: Tiling, instr: str = "mma_sync") -> Schedule:
 
     # the ops every step issues alike are made once (ops are immutable values)
     sync, qk, pv = SyncThreads(), Gemm(*s_args, trans_b=True), Gemm(*pv_args, accumulate=True)
+    # the stretches of the kernel's code its warps run (exp2f: SDPA's flash kernel, else ours), where known
+    code = forward_code("fa2" if t.exp2 == "exp2f" else "flashsim", d, bm, bn, w, p.causal) if splits == 1 else None
     unmasked = OnlineSoftmax("S", "P", "m", "l", bm, bn, p.scale, None, dt, acc="acc", acc_cols=d, warps=w,
                              exp2=t.exp2)
 
@@ -128,6 +131,8 @@ def build(p: Problem, t: Tiling, instr: str = "mma_sync") -> Schedule:
         for jj in range(n):
             col0 = (first + jj) * bn
             mask = None if col0 + bn <= visible else tile_mask(ps, row0, col0, bm, bn)
+            if code and (jj or not code["peeled"]):
+                ops.append(code["loop"])
             ops += (wait("k", jj + 1), sync, kv_load(ps, "V", b, h, col0), qk,
                     unmasked if mask is None else replace(unmasked, mask=mask), wait("v", jj + 1), sync)
             if jj + 1 < n:
@@ -145,6 +150,8 @@ def build(p: Problem, t: Tiling, instr: str = "mma_sync") -> Schedule:
         first = 0
         if splits > 1:  # split-KV: this block's contiguous share of the K/V blocks
             first, n = split_range(cdiv(ps.seqlen_k, bn), n, splits, cta[3])
+        if code:
+            yield code["prologue"]
         if n or splits == 1:
             yield Load(row_tile(ps, "Q", b, h, row0, bm), "sQ", SMEM, "cp.async", "q")
             yield Wait("q", 1)
@@ -154,6 +161,8 @@ def build(p: Problem, t: Tiling, instr: str = "mma_sync") -> Schedule:
         if n:
             yield kv_load(ps, "K", b, h, first * bn)
             yield from kv_loop(ps, b, h, row0, first, n)
+        if code:
+            yield code["epilogue"]
         if splits > 1:
             yield from partial_epilogue(p, b, h, row0, bm, cta[3], "acc", "m", "l", w)
         else:

@@ -1,0 +1,59 @@
+"""fetch_model 1: code the SM lacks streams in through its fetch while the warps run it (simulator/icache.py
+CodeCache.stream), and the forward kernels' stretches (algorithms/schedules/forward_code.py) are fetched; with
+the default 0 those stretches cost nothing and every prediction is as before."""
+
+from __future__ import annotations
+
+import pytest
+from flashsim.algorithms import Problem, Tiling
+from flashsim.algorithms.ir import Code
+from flashsim.algorithms.schedules import build
+from flashsim.hw_profiles.loader import load_profile
+from flashsim.simulator.api import simulate
+from flashsim.simulator.icache import CODE_LINE_BYTES, CodeCache
+
+H200 = load_profile("h200")
+FA2_D64 = Tiling(128, 128, 4, exp2="exp2f")  # SDPA flash's kernel at d64 (exp2f: its compiled exponential)
+CAUSAL = Problem(4, 8, 512, 64, causal=True)
+
+
+def test_stream_queues_the_lines_a_stretch_lacks_behind_the_sms_earlier_fetches():
+    cache = CodeCache(32768, 8.1)
+    assert cache.stream("a", 10 * CODE_LINE_BYTES, 0, 16.4) == 164  # ten lines, one every 16.4 cycles
+    assert cache.stream("b", 10 * CODE_LINE_BYTES, 0, 16.4) == 328  # queued behind a's
+    assert cache.stream("a", 10 * CODE_LINE_BYTES, 400, 16.4) == 400  # kept
+    assert cache.stream("b", 10 * CODE_LINE_BYTES, 100, 16.4) == 328  # kept, still coming: shared
+
+
+def test_stream_evicts_only_the_lines_it_needs_least_recently_run_first():
+    cache = CodeCache(10 * CODE_LINE_BYTES, 8.1)
+    cache.stream("a", 6 * CODE_LINE_BYTES, 0, 10.0)
+    cache.stream("b", 6 * CODE_LINE_BYTES, 0, 10.0)  # two of a's six lines make room
+    assert cache.held == 10 * CODE_LINE_BYTES and cache.kept["a"][0] == 4 * CODE_LINE_BYTES
+    assert cache.stream("a", 6 * CODE_LINE_BYTES, 1000, 10.0) == 1020  # a fetches its two lines again
+
+
+def test_the_v2_schedule_names_the_code_of_the_kernels_it_knows():
+    def stretches(tiling: Tiling, problem: Problem) -> list[str]:
+        kernel = build("v2", problem, tiling).kernels[0]
+        return [op.name for op in kernel.roles[0].program(kernel.ctas[-1]) if isinstance(op, Code)]
+
+    fa2 = stretches(FA2_D64, CAUSAL)  # the last Q block: 4 K/V steps, the first in FA2's peeled prologue
+    assert fa2 == ["fa2 d64 128x128w4 causal prologue", *["fa2 d64 128x128w4 causal loop"] * 3,
+                   "fa2 d64 128x128w4 causal epilogue"]
+    ours = stretches(Tiling(128, 128, 4), CAUSAL)
+    assert ours[0].startswith("flashsim d64") and ours.count(ours[1]) == 4
+    assert stretches(Tiling(64, 64, 4), CAUSAL) == []  # a kernel whose code is not known: always there
+
+
+def test_streamed_code_costs_nothing_by_default_and_waits_when_its_lines_come_slower():
+    default = simulate("v2", CAUSAL, H200, FA2_D64).cycles
+    streamed = simulate("v2", CAUSAL, H200.with_overrides({"fetch_model": 1}), FA2_D64).cycles
+    free = simulate("v2", CAUSAL, H200.with_overrides({"fetch_model": 1, "icache_fetch_cycles_per_line": 0}),
+                    FA2_D64).cycles
+    assert free == default < streamed
+
+
+def test_fetch_model_takes_0_or_1():
+    with pytest.raises(Exception, match="fetch_model"):
+        H200.with_overrides({"fetch_model": 2})
