@@ -168,7 +168,8 @@ def simulate(
         result = _outer_steps(algo, problem, profile, t, sms, steps, max_events, options)
         if result is not None:
             return result
-    schedule = build(algo, problem, t, **options)
+    # with the streamed fetch the schedules that know their kernels' code name it (ir.Code)
+    schedule = build(algo, problem, t, **({**options, "code": True} if profile.fetch_model else options))
     wall = time.perf_counter()
     gpu = _machine(profile, problem, schedule, sms, trace, small_whole_chip)
     gpu.kv_head_bytes = 2 * problem.seqlen_k * problem.headdim * problem.elem_bytes
