@@ -91,16 +91,17 @@ def measure(cp, module, flush, lines: int, warps: int, blocks: int, reps: int, w
 
 
 def measure_pattern(cp, module, flush, pattern: tuple, blocks: int, causal: bool, warps: int = 4,
-                    chain: bool = False) -> dict:
+                    kind: str = "") -> dict:
     """One point of the attention-shaped code (ifetch_p<P>_l<L>_e<E>): PATTERN_TILES blocks' worth of
     prologue, loop (PATTERN_STEPS passes, or 1 to PATTERN_STEPS when causal) and epilogue per timed block,
-    after a warm-up launch; cycles per tile and per line run. chain: the kernel whose lines are dependent
-    FFMA chains (ifetch_c_p...), issuing a line about as slowly as an attention kernel runs its code."""
+    after a warm-up launch; cycles per tile and per line run. kind "": lines of independent FFMAs; "c": of
+    dependent chains (ifetch_c_p...), issuing a line about as slowly as an attention kernel runs its code; "m":
+    eight of each in turn (ifetch_m_p...)."""
     from .calibrate_bench import BLOCK_TIME
     from .validate import gpu_calls
 
     p, loop, e = pattern
-    name = f"ifetch_{'c_' if chain else ''}p{p}_l{loop}_e{e}"
+    name = f"ifetch_{kind + '_' if kind else ''}p{p}_l{loop}_e{e}"
     fn = module.get_function(name)
     sink = cp.zeros(1, dtype=cp.float32)
     times = cp.zeros(blocks * BLOCK_TIME.itemsize, dtype=cp.uint8)
@@ -120,7 +121,8 @@ def measure_pattern(cp, module, flush, pattern: tuple, blocks: int, causal: bool
     steps = [(1 + (i + b) % PATTERN_STEPS) if causal else PATTERN_STEPS for b in range(blocks)
              for i in range(PATTERN_TILES)]
     lines_run = (p + e) * PATTERN_TILES * blocks + loop * sum(steps)  # lines all blocks issue
-    return {"kernel": name, "chain": chain, "prologue_lines": p, "loop_lines": loop, "epilogue_lines": e,
+    return {"kernel": name, "chain": kind == "c", "kind": kind or "independent", "prologue_lines": p,
+            "loop_lines": loop, "epilogue_lines": e,
             "code_bytes": (p + loop + e) * LINE_BYTES, "blocks": blocks, "warps": warps, "causal": causal,
             "steps": PATTERN_STEPS, "tiles": PATTERN_TILES, "gpu_us": statistics.median(u[-1] for u in us if u),
             "block_cycles_median": float(np.median(cycles)), "block_cycles_max": int(cycles.max()),
@@ -153,11 +155,11 @@ def main(argv=None) -> None:
     branch = args.sweep == "branch"
     rows = []
     if args.sweep == "pattern":
-        for chain in (False, True):
+        for kind in ("", "c", "m"):
             for pattern in PATTERNS:
                 for blocks in (gpu.sm_count, 2 * gpu.sm_count):
                     for causal in (False, True):
-                        row = measure_pattern(cp, module, flush, pattern, blocks, causal, chain=chain)
+                        row = measure_pattern(cp, module, flush, pattern, blocks, causal, kind=kind)
                         rows.append(row)
                         print(json.dumps(row), flush=True)
         meta = torch_gpu_provenance("python3 -m flashsim.experiments.ifetch_probe --sweep pattern")

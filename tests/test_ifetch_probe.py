@@ -56,5 +56,5 @@ def test_attention_shaped_kernels_hold_their_stretches_once(tmp_path: Path) -> N
         pytest.skip("nvcc not found")
     sizes = text_sizes(calibrate_gpu.compile_cubin("ifetch", "sm_90a", tmp_path, force=True))
     extra = {sizes[f"ifetch_{kind}p{p}_l{loop}_e{e}"] - (p + loop + e) * LINE_BYTES
-             for p, loop, e in PATTERNS for kind in ("", "c_")}  # independent and chained lines alike
+             for p, loop, e in PATTERNS for kind in ("", "c_", "m_")}  # independent, chained and mixed lines alike
     assert len(extra) == 1 and 0 < extra.pop() <= 32 * LINE_BYTES

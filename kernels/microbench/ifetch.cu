@@ -125,12 +125,13 @@ IFETCH_BRANCH(128, 23)
 // (one timed block stands for the blocks an SM runs one after another). The (P, L, E) are the executed lines
 // of our v2 and of SDPA's flash kernel by stretch (experiments/code_lines.py): the fetch they pay per block,
 // with one or two blocks per SM, is what an instruction-cache model of those kernels must reproduce.
-// Each stretch starts from the last one's result, so none of them can be hoisted out of the tile loop. CHAIN:
-// each line's eight FFMAs form one dependent chain (a line issues in ~36 cycles, as slowly as an attention
-// kernel's code runs per line) instead of eight independent ones (8 cycles).
+// Each stretch starts from the last one's result, so none of them can be hoisted out of the tile loop. KIND 0:
+// each line's eight FFMAs are independent (a line issues in 8 cycles); 1: one dependent chain (about 36
+// cycles, as slowly as an attention kernel's code runs per line); 2: eight lines of one, then eight of the
+// other (bursts of fast code between slow stretches, as a softmax between products).
 #define FMA8_CHAIN(a, b) FMA8_ON(a, b, x0, x0, x0, x0, x0, x0, x0, x0)
 
-template <int LINES, bool CHAIN>
+template <int LINES, int KIND>
 __device__ __forceinline__ float run_lines_from(float seed, float a, float b, int reps) {
   float x0 = seed, x1 = seed + 1.f, x2 = seed + 2.f, x3 = seed + 3.f;
   float x4 = seed + 4.f, x5 = seed + 5.f, x6 = seed + 6.f, x7 = seed + 7.f;
@@ -138,7 +139,7 @@ __device__ __forceinline__ float run_lines_from(float seed, float a, float b, in
   for (int r = 0; r < reps; ++r) {
 #pragma unroll
     for (int i = 0; i < LINES; ++i) {
-      if (CHAIN) {
+      if (KIND == 1 || (KIND == 2 && (i / 8) % 2)) {
         FMA8_CHAIN(a, b)
       } else {
         FMA8(a, b)
@@ -148,7 +149,7 @@ __device__ __forceinline__ float run_lines_from(float seed, float a, float b, in
   return (x0 + x1 + x2 + x3 + x4 + x5 + x6 + x7) * 0.125f;
 }
 
-template <int P, int L, int E, bool CHAIN>
+template <int P, int L, int E, int KIND>
 __device__ __forceinline__ void pattern(float a, float b, int steps, int causal, int tiles, float* sink,
                                         BlockTime* times) {
   BlockTimer timer;
@@ -157,23 +158,23 @@ __device__ __forceinline__ void pattern(float a, float b, int steps, int causal,
 #pragma unroll 1
   for (int t = 0; t < tiles; ++t) {
     const int n = causal ? 1 + (t + blockIdx.x) % steps : steps;
-    s = run_lines_from<P, CHAIN>(s, a, b, 1);
-    s = run_lines_from<L, CHAIN>(s, a, b, n);
-    s = run_lines_from<E, CHAIN>(s, a, b, 1);
+    s = run_lines_from<P, KIND>(s, a, b, 1);
+    s = run_lines_from<L, KIND>(s, a, b, n);
+    s = run_lines_from<E, KIND>(s, a, b, 1);
   }
   timer.stop(times + blockIdx.x);
   keep(s, 12345.f, sink);
 }
 
-#define IFETCH_PATTERN(P, L, E)                                                                            \
-  extern "C" __global__ void __launch_bounds__(1024) ifetch_p##P##_l##L##_e##E(                            \
-      float a, float b, int steps, int causal, int tiles, float* sink, BlockTime* times) {                  \
-    pattern<P, L, E, false>(a, b, steps, causal, tiles, sink, times);                                      \
-  }                                                                                                        \
-  extern "C" __global__ void __launch_bounds__(1024) ifetch_c_p##P##_l##L##_e##E(                          \
-      float a, float b, int steps, int causal, int tiles, float* sink, BlockTime* times) {                  \
-    pattern<P, L, E, true>(a, b, steps, causal, tiles, sink, times);                                       \
+#define IFETCH_PATTERN_KIND(NAME, P, L, E, KIND)                                                           \
+  extern "C" __global__ void __launch_bounds__(1024) NAME(float a, float b, int steps, int causal, int tiles,  \
+                                                          float* sink, BlockTime* times) {                  \
+    pattern<P, L, E, KIND>(a, b, steps, causal, tiles, sink, times);                                       \
   }
+#define IFETCH_PATTERN(P, L, E)                                          \
+  IFETCH_PATTERN_KIND(ifetch_p##P##_l##L##_e##E, P, L, E, 0)             \
+  IFETCH_PATTERN_KIND(ifetch_c_p##P##_l##L##_e##E, P, L, E, 1)           \
+  IFETCH_PATTERN_KIND(ifetch_m_p##P##_l##L##_e##E, P, L, E, 2)
 
 IFETCH_PATTERN(8, 32, 8)      // 6 KiB: kept
 IFETCH_PATTERN(38, 155, 71)   // our v2, d64
