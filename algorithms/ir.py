@@ -426,13 +426,18 @@ class Code:
     the next line (back, or over a line), whose target line is fetched anew. Only where a kernel's code is
     known: a schedule without Code ops runs as if its code were always there. `streamed`: a stretch the timing
     fetches only with the profile's fetch_model 1, where the fetch streams in while the warps run the stretch
-    (the forward kernels', whose code issues slowly enough to hide most of it)."""
+    (the forward kernels', whose code issues slowly enough to hide most of it). `issue`: the warp
+    instructions each of `warps` warps issues in the stretch that the lowering of its tile ops does not count
+    (the compiler's bookkeeping: address arithmetic, moves, copies' issue, branches), which the timing's
+    instruction-issue model (issue_model 1) puts on the SM's warp schedulers as the stretch begins."""
 
     name: str
     nbytes: int
     branches: float = 0.0
     far: float = 0.0
     streamed: bool = False
+    issue: float = 0.0
+    warps: int = 1
 
 
 # -- the backward pass ------------------------------------------------------------------------------

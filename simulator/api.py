@@ -101,6 +101,15 @@ class SimResult:
         }
 
 
+def schedule_options(profile) -> dict:
+    """Build options the profile's model options call for (a record ignores those it does not take): the
+    kernels' code stretches for the streamed instruction fetch (fetch_model 1), their bookkeeping
+    instructions for the instruction-issue model (issue_model 1). Off by default, so that default runs keep
+    their ops (and speed)."""
+    return {**({"code": True} if profile.fetch_model else {}),
+            **({"bookkeeping": True} if profile.issue_model else {})}
+
+
 def roofline(algo: str, problem: Problem, profile) -> dict:
     """Lower bounds on time (s) from each unit alone: useful FLOPs on the tensor cores at the
     instruction's peak, one exponential per visible score on the SFUs, compulsory HBM reads of Q, K, V."""
@@ -169,7 +178,7 @@ def simulate(
         if result is not None:
             return result
     # with the streamed fetch the schedules that know their kernels' code name it (ir.Code)
-    schedule = build(algo, problem, t, **({**options, "code": True} if profile.fetch_model else options))
+    schedule = build(algo, problem, t, **{**schedule_options(profile), **options})
     wall = time.perf_counter()
     gpu = _machine(profile, problem, schedule, sms, trace, small_whole_chip)
     gpu.kv_head_bytes = 2 * problem.seqlen_k * problem.headdim * problem.elem_bytes

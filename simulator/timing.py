@@ -335,8 +335,13 @@ class RoleTimer:
         """The warps go on to a stretch of code: wait until the SM has it (simulator/icache.py), then for the
         fetch redirects of the stretch's taken branches (every pass, kept code too), a far one's target line
         fetched as a line the SM lacks. With fetch_model 1 the stretch streams in while the warps run it: they
-        wait, at the next stretch (or the program's end), for the last line of this one."""
+        wait, at the next stretch (or the program's end), for the last line of this one. With issue_model 1
+        the warps first issue the stretch's bookkeeping instructions, sharing the SM's schedulers."""
         p = self.p
+        if op.issue and p.issue_model:
+            share = pipe_share(op.warps, p.sub_partitions_per_sm)
+            yield from self._until([(self.sm.issue, self.sm.issue.submit(now, op.issue * op.warps, share))])
+            now = self.env._now
         if p.fetch_model:
             if self.code_ready > now:
                 yield self.env.timeout(self.code_ready - now)

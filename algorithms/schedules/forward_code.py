@@ -7,6 +7,10 @@ over experiments/results/h200/fa2-sass/, session16/ and session18/causal-short/;
 v2 is one kernel for causal and not (the mask a branch in the loop, whose lines only causal runs fetch);
 SDPA's flash kernel (FA2) is one instantiation each. The stretches are `streamed`: the timing fetches them only
 with the profile's fetch_model 1. A kernel not listed runs as if its code were always there.
+
+Each stretch also carries the compiler's bookkeeping its warps issue there (BOOKKEEPING: what the lowering of
+the tile ops leaves out), which only the instruction-issue model (issue_model 1) charges: the dependent-stream
+default's pacing stands for it.
 """
 
 from __future__ import annotations
@@ -28,19 +32,38 @@ LINES = {
     ("fa2", 128, 128, 64, 4, True): (418, 149, 76),
     ("fa2", 256, 64, 64, 4, False): (172, 111, 70),
 }
+# (kernel, head dim, block_m, block_n, warps) -> bookkeeping warp instructions per warp: (prologue, one pass of
+# the K/V loop, epilogue); `python3 -m flashsim.experiments.bookkeeping` over Nsight Compute's executed counts of
+# the development shapes' non-causal runs (bf16, N 4096): experiments/results/h200/fa2-sass/ (d64, d128),
+# session16/d256-ncu/ (d256), session16/v2-d96/ (d96, whose loop the hot-instruction cut splits: part of each
+# pass falls in its epilogue's count, so only the block's total is right at N 4096). Masks are lowered (ISETP,
+# select), so causal runs take the same numbers. FA2's prologue holds its peeled first K/V step.
+BOOKKEEPING = {
+    ("flashsim", 64, 128, 128, 4): (285.0, 210.7, 390.0),
+    ("flashsim", 96, 128, 64, 4): (352.8, 116.0, 1000.5),
+    ("flashsim", 128, 128, 64, 4): (393.0, 278.8, 697.0),
+    ("flashsim", 256, 64, 64, 4): (532.0, 346.7, 576.0),
+    ("fa2", 64, 128, 128, 4): (367.0, 134.8, 264.0),
+    ("fa2", 128, 128, 64, 4): (579.0, 151.6, 305.0),
+    ("fa2", 256, 64, 64, 4): (587.0, 81.4, 301.0),
+}
 STRETCHES = ("prologue", "loop", "epilogue")
 # Kernels whose prologue holds the first K/V step (FA2 peels its first, masked, iteration): that step runs
 # within the prologue's code, the loop's from the second on.
 PEELED = {"fa2"}
 
 
-def forward_code(kernel: str, d: int, bm: int, bn: int, warps: int, causal: bool) -> dict | None:
+def forward_code(kernel: str, d: int, bm: int, bn: int, warps: int, causal: bool, lines: bool = True,
+                 bookkeeping: bool = False) -> dict | None:
     """{stretch: Code} of a forward kernel and {"peeled": whether its prologue runs the first K/V step}, or
-    None where its code is not known."""
-    lines = LINES.get((kernel, d, bm, bn, warps, causal))
-    if lines is None:
+    None where neither asked part is known: its lines (`lines`, for the instruction fetch) and its bookkeeping
+    instructions (`bookkeeping`, for the issue model)."""
+    sizes = LINES.get((kernel, d, bm, bn, warps, causal)) if lines else None
+    issued = BOOKKEEPING.get((kernel, d, bm, bn, warps)) if bookkeeping else None
+    if sizes is None and issued is None:
         return None
     name = f"{kernel} d{d} {bm}x{bn}w{warps}{' causal' if causal else ''}"
-    code = {s: Code(f"{name} {s}", n * LINE_BYTES, streamed=True) for s, n in zip(STRETCHES, lines, strict=True)}
+    code = {s: Code(f"{name} {s}", (sizes[i] if sizes else 0) * LINE_BYTES, streamed=True,
+                    issue=issued[i] if issued else 0.0, warps=warps) for i, s in enumerate(STRETCHES)}
     code["peeled"] = kernel in PEELED
     return code

@@ -77,9 +77,11 @@ def registers(p: Problem, t: Tiling) -> int:
     return REG_OVERHEAD + (t.block_m * t.block_n + t.block_m * p.headdim) // t.threads
 
 
-def build(p: Problem, t: Tiling, instr: str = "mma_sync", code: bool = False) -> Schedule:
+def build(p: Problem, t: Tiling, instr: str = "mma_sync", code: bool = False, bookkeeping: bool = False) -> Schedule:
     """code: name the kernel's code stretches (ir.Code; the timing fetches them with the profile's fetch_model
-    1, which is when simulate asks for them: by default they would only be ops that cost nothing)."""
+    1, which is when simulate asks for them: by default they would only be ops that cost nothing).
+    bookkeeping: the stretches carry the compiler's bookkeeping instructions (forward_code.BOOKKEEPING), which
+    the issue model charges (simulate asks for them with the profile's issue_model 1)."""
     bm, bn, d, w, splits = t.block_m, t.block_n, p.headdim, t.warps, t.splits
     dt = gemm_dtype(p)
     s_args = ("S", "sQ", "sK", bm, bn, d, SMEM, SMEM, instr, dt, w)
@@ -113,8 +115,8 @@ def build(p: Problem, t: Tiling, instr: str = "mma_sync", code: bool = False) ->
     # the ops every step issues alike are made once (ops are immutable values)
     sync, qk, pv = SyncThreads(), Gemm(*s_args, trans_b=True), Gemm(*pv_args, accumulate=True)
     # the stretches of the kernel's code its warps run (exp2f: SDPA's flash kernel, else ours), where known
-    code = forward_code("fa2" if t.exp2 == "exp2f" else "flashsim", d, bm, bn, w, p.causal) if code and splits == 1 \
-        else None
+    code = forward_code("fa2" if t.exp2 == "exp2f" else "flashsim", d, bm, bn, w, p.causal, code, bookkeeping) \
+        if (code or bookkeeping) and splits == 1 else None
     unmasked = OnlineSoftmax("S", "P", "m", "l", bm, bn, p.scale, None, dt, acc="acc", acc_cols=d, warps=w,
                              exp2=t.exp2)
 
@@ -253,7 +255,7 @@ ALGORITHM = Algorithm(
     loop_nest=loop_nest,
     hbm_tensors=flash_tensors,
     layouts=("varlen",),
-    options=("code",),
+    options=("code", "bookkeeping"),
     auto_splits=auto_splits,
     why="Q_i and O_i cross global memory once; K and V once per q-block: Tr = {tr} passes over K and V. "
         "Tiles of ~M / d rows give Tr ~ N d / M, so the bytes are Theta(N^2 d^2 / M).",

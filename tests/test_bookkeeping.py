@@ -1,0 +1,87 @@
+"""The compiler's bookkeeping in the issue model: the stretches of the mma.sync forward kernels carry the warp
+instructions the lowering leaves out (algorithms/schedules/forward_code.py BOOKKEEPING, counted from Nsight
+Compute's executed counts by experiments/bookkeeping.py), which only issue_model 1 charges."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from flashsim.algorithms import Problem, Tiling
+from flashsim.algorithms.ir import RMEM, SMEM, Code, Gemm, OnlineSoftmax
+from flashsim.algorithms.schedules import build
+from flashsim.algorithms.schedules.forward_code import BOOKKEEPING
+from flashsim.experiments import bookkeeping
+from flashsim.experiments.fa2_mix import mix
+from flashsim.hw_profiles.loader import load_profile
+from flashsim.simulator.api import schedule_options, simulate
+from flashsim.simulator.instructions import lower, lower_gemm, total
+
+RESULTS = Path(__file__).resolve().parents[1] / "experiments" / "results" / "h200"
+H200 = load_profile("h200")
+ISSUE = H200.with_overrides({"issue_model": 1})
+PROBLEM = Problem(2, 8, 1024, 128)
+OURS_D128 = Tiling(128, 64, 4)
+SOURCES = {
+    ("flashsim", 64, 128, 128, 4): "fa2-sass/ncu-v2-d64-n4096-c0-sass.txt.gz",
+    ("flashsim", 96, 128, 64, 4): "session16/v2-d96/ncu-v2-d96-n4096-c0-sass.txt.gz",
+    ("flashsim", 128, 128, 64, 4): "fa2-sass/ncu-v2-d128-n4096-c0-sass.txt.gz",
+    ("flashsim", 256, 64, 64, 4): "session16/d256-ncu/ncu-v2-d256-n4096-c0-sass.txt.gz",
+    ("fa2", 64, 128, 128, 4): "fa2-sass/ncu-sdpa-flash-d64-n4096-c0-sass.txt.gz",
+    ("fa2", 128, 128, 64, 4): "fa2-sass/ncu-sdpa-flash-d128-n4096-c0-sass.txt.gz",
+    ("fa2", 256, 64, 64, 4): "session16/d256-ncu/ncu-sdpa-flash-d256-n4096-c0-sass.txt.gz",
+}
+
+
+@pytest.mark.parametrize("key", sorted(BOOKKEEPING))
+def test_the_table_is_what_the_committed_counts_say(key):
+    row = bookkeeping.stretches(RESULTS / SOURCES[key])
+    assert row["tile"] == list(key[2:]) and row["headdim"] == key[1]
+    assert BOOKKEEPING[key] == pytest.approx((row["prologue"], row["loop"], row["epilogue"]), abs=0.05)
+
+
+def test_the_lowering_and_the_bookkeeping_make_the_loop():
+    # one unmasked K/V pass of our v2 at d128, per warp: the lowered tile ops (softmax, the two GEMMs, two
+    # barriers) plus the table's bookkeeping come to what Nsight Compute saw the loop issue
+    softmax = OnlineSoftmax("S", "P", "m", "l", 128, 64, 0.1, None, "bf16", acc="acc", acc_cols=128, warps=4)
+    qk = Gemm("S", "sQ", "sK", 128, 64, 128, SMEM, SMEM, "mma_sync", "bf16", 4, trans_b=True)
+    pv = Gemm("acc", "P", "sV", 128, 128, 64, RMEM, SMEM, "mma_sync", "bf16", 4, accumulate=True)
+    lowered = total(lower(softmax)) + total(lower_gemm(qk)) + total(lower_gemm(pv)) + 2
+    issued = sum(mix(RESULTS / SOURCES["flashsim", 128, 128, 64, 4])["loop_iteration"].values())
+    assert lowered + BOOKKEEPING["flashsim", 128, 128, 64, 4][1] == pytest.approx(issued, rel=0.01)
+    assert lowered < 0.8 * issued  # the bookkeeping is a fifth of it
+
+
+def test_the_stretches_carry_it_only_when_asked():
+    def stretches(**options) -> list[Code]:
+        kernel = build("v2", PROBLEM, OURS_D128, **options).kernels[0]
+        return [op for op in kernel.roles[0].program(kernel.ctas[0]) if isinstance(op, Code)]
+
+    assert stretches() == []
+    carried = stretches(bookkeeping=True)
+    assert [op.issue for op in carried] == [393.0, *[278.8] * 16, 697.0]  # 1024 keys in 64-key blocks: 16 K/V steps
+    assert {op.warps for op in carried} == {4} and not any(op.nbytes for op in carried)  # no lines: not fetched
+    both = stretches(bookkeeping=True, code=True)
+    assert all(op.nbytes for op in both) and [op.issue for op in both] == [op.issue for op in carried]
+
+
+def test_simulate_asks_for_them_with_the_issue_model():
+    assert schedule_options(H200) == {}
+    assert schedule_options(ISSUE) == {"bookkeeping": True}
+    assert schedule_options(H200.with_overrides({"fetch_model": 1})) == {"code": True}
+
+
+def test_only_the_issue_model_charges_them_and_it_takes_longer():
+    default = simulate("v2", PROBLEM, H200, OURS_D128).cycles
+    plain = simulate("v2", PROBLEM, H200, OURS_D128, options={"bookkeeping": True}).cycles
+    assert plain == default  # the dependent stream's pacing stands for them
+    without = simulate("v2", PROBLEM, ISSUE, OURS_D128, options={"bookkeeping": False}).cycles
+    charged = simulate("v2", PROBLEM, ISSUE, OURS_D128).cycles
+    # at least the schedulers' time for one block's extra instructions per SM, at most all of them in series
+    per_block = 393.0 + 16 * 278.8 + 697.0
+    assert without + per_block / 4 < charged < without + 2 * per_block * 2
+
+
+def test_the_command_line_refuses_a_bad_file(capsys):
+    assert bookkeeping.main(["no-such-ncu-sass.txt"]) == 2
+    assert "no such file" in capsys.readouterr().err
