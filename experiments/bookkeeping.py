@@ -27,7 +27,7 @@ import json
 import sys
 from pathlib import Path
 
-from .fa2_mix import _FILE, HOT, executed, tile
+from .fa2_mix import HOT, SASS_FILE, executed, tile
 from .sass_counts import CLASSES
 
 # the classes the lowering counts none of
@@ -51,7 +51,7 @@ def stretches(path: Path) -> dict:
             out["loop"] += count / top
         else:
             out["prologue" if i < first else "epilogue"] += count / warps
-    m = _FILE.search(path.name)
+    m = SASS_FILE.search(path.name)
     return {
         "kernel": name,
         "tile": list(tile(name)),

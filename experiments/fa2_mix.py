@@ -25,7 +25,7 @@ from pathlib import Path
 
 from .sass_counts import CLASSES
 
-_FILE = re.compile(r"ncu-(?P<impl>.+)-d(?P<d>\d+)-n(?P<n>\d+)-c(?P<c>[01])-sass\.txt(\.gz)?$")
+SASS_FILE = re.compile(r"ncu-(?P<impl>.+)-d(?P<d>\d+)-n(?P<n>\d+)-c(?P<c>[01])-sass\.txt(\.gz)?$")
 _OPCODE = re.compile(r"(@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
 _FA2_TRAITS = re.compile(r"Flash_fwd_kernel_traits<\(int\)(\d+), \(int\)(\d+), \(int\)(\d+), \(int\)(\d+)")
 _V2_TILE = re.compile(r"_(\d+)x(\d+)w(\d+)")
@@ -71,7 +71,7 @@ def warp_tiles(n: int, d: int, causal: bool, bm: int, bn: int, warps: int) -> in
 
 
 def mix(path: Path) -> dict:
-    m = _FILE.search(path.name)
+    m = SASS_FILE.search(path.name)
     if m is None:
         raise ValueError(f"{path.name}: not an ncu-IMPL-dD-nN-cC-sass.txt file")
     d, n, causal = int(m["d"]), int(m["n"]), m["c"] == "1"

@@ -177,7 +177,7 @@ def simulate(
         result = _outer_steps(algo, problem, profile, t, sms, steps, max_events, options)
         if result is not None:
             return result
-    # with the streamed fetch the schedules that know their kernels' code name it (ir.Code)
+    # the schedules that know their kernels' code name its stretches (ir.Code) where a model option uses them
     schedule = build(algo, problem, t, **{**schedule_options(profile), **options})
     wall = time.perf_counter()
     gpu = _machine(profile, problem, schedule, sms, trace, small_whole_chip)

@@ -320,7 +320,7 @@ class RoleTimer:
                 gpu.atomic(op.dst, now, tma, sm, landed, None if tma else self.flow)
                 yield env.timeout(p.tma_issue_cycles if tma else max(1, op.chained * p.l2_hit_latency_cycles))
             elif kind is Code:
-                yield from self._fetch(op, now)
+                yield from self._stretch(op, now)
             else:
                 raise TypeError(f"timing interpreter has no rule for {kind.__name__}")
         for event in [*inflight.values(), *reductions]:
@@ -331,7 +331,7 @@ class RoleTimer:
         if skip is not None:
             skip.leave(self)
 
-    def _fetch(self, op: Code, now: int):
+    def _stretch(self, op: Code, now: int):
         """The warps go on to a stretch of code: wait until the SM has it (simulator/icache.py), then for the
         fetch redirects of the stretch's taken branches (every pass, kept code too), a far one's target line
         fetched as a line the SM lacks. With fetch_model 1 the stretch streams in while the warps run it: they
