@@ -102,10 +102,13 @@ class Profile:
     # L2 and HBM
     l2_bytes: int = _p(int)
     l2_line_bytes: int = _p(int)
-    l2_bandwidth_bytes_per_clk: float = _p(float)  # aggregate over the chip
+    # The L2 runs in its own clock domain (Nsight Compute: 1.70-1.71 GHz on the H200 while the SM clock moves
+    # between 1.68 and 1.97 GHz with the load), so its rates are fixed per second and become more bytes per SM
+    # cycle when power management lowers the SM clock.
+    l2_bandwidth_bytes_per_s: float = _p(float)  # aggregate over the chip
     l2_hit_latency_cycles: int = _p(int)
     l2_dirty_max_bytes: int = _p(int)  # dirty data L2 keeps before writing the oldest back to HBM
-    l2_atomic_bytes_per_clk: float = _p(float)  # fp32 reduce-adds the L2 slices perform (bytes added, chip)
+    l2_atomic_bytes_per_s: float = _p(float)  # fp32 reduce-adds the L2 slices perform (bytes added, chip)
     # an SM's stores straight from accumulator fragments (4 bytes a thread, 16 per row per warp instruction)
     # leave its warps' registers at this rate: a quarter of what coalesced 16-byte stores reach
     fragment_store_bytes_per_clk_per_sm: float = _p(float)

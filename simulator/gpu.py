@@ -217,10 +217,11 @@ class Gpu:
                         profile.hbm_requester_bandwidth_bytes_per_s / profile.sm_clock_hz)
         self.write_cost = profile.hbm_bandwidth_bytes_per_s / profile.hbm_write_bandwidth_bytes_per_s
         self.clock_hz = profile.sm_clock_hz
-        self.l2_port = Port(self.env, "l2", profile.l2_bandwidth_bytes_per_clk, self.private_copies)
+        self.l2_port = Port(self.env, "l2", profile.l2_bandwidth_bytes_per_s / profile.sm_clock_hz, self.private_copies)
         self.l2 = L2Cache(profile.l2_bytes, profile.l2_dirty_max_bytes)
         # the L2 slices' reduce units (fp32 atomics of the backward's dQ): their own rate, beside the port's
-        self.l2_atomic = Port(self.env, "l2_atomic", profile.l2_atomic_bytes_per_clk, self.private_copies)
+        self.l2_atomic = Port(self.env, "l2_atomic", profile.l2_atomic_bytes_per_s / profile.sm_clock_hz,
+                              self.private_copies)
         # the L2's rate for partial-sector writes (stores from accumulator fragments, 16 bytes per row), which
         # every SM storing so shares. It binds when most SMs store at once: blocks that run in lockstep waves
         # do, and a sample's copies store with it; blocks that drift apart (causal) do not, and there a sample
@@ -407,8 +408,11 @@ class Gpu:
         return None
 
     def set_clock(self, clock_hz: float) -> None:
-        """Power management sets the SM clock by load; bandwidths given per second become per cycle."""
+        """Power management sets the SM clock by load; bandwidths given per second (HBM's and the L2's, each in
+        its own clock domain) become per SM cycle."""
         self.clock_hz = clock_hz
+        self.l2_port.rate = self.profile.l2_bandwidth_bytes_per_s / clock_hz
+        self.l2_atomic.rate = self.profile.l2_atomic_bytes_per_s / clock_hz
         self.hbm.rate = self.profile.hbm_bandwidth_bytes_per_s / clock_hz
         self.hbm.requester_rate = self.profile.hbm_requester_bandwidth_bytes_per_s / clock_hz
         self.partial_writes.rate = self.profile.fragment_store_chip_bytes_per_s / clock_hz

@@ -293,7 +293,7 @@ def test_integral_float_is_an_int(tmp_path: Path) -> None:
     assert p.hbm_bytes == 80_000_000_000 and type(p.hbm_bytes) is int
 
 
-@pytest.mark.parametrize("key, value", [("sm_count", "0"), ("l2_bandwidth_bytes_per_clk", "0.0")])
+@pytest.mark.parametrize("key, value", [("sm_count", "0"), ("l2_bandwidth_bytes_per_s", "0.0")])
 def test_zero(tmp_path: Path, key: str, value: str) -> None:
     load_error(variant(tmp_path, values={key: value}), key, "must be positive")
 
