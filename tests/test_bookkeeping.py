@@ -28,6 +28,7 @@ SOURCES = {
     ("flashsim", 128, 128, 64, 4): "fa2-sass/ncu-v2-d128-n4096-c0-sass.txt.gz",
     ("flashsim", 256, 64, 64, 4): "session16/d256-ncu/ncu-v2-d256-n4096-c0-sass.txt.gz",
     ("fa2", 64, 128, 128, 4): "fa2-sass/ncu-sdpa-flash-d64-n4096-c0-sass.txt.gz",
+    ("fa2", 96, 128, 64, 4): "session20/fa2-d96/ncu-sdpa-flash-d96-n4096-c0-sass.txt.gz",
     ("fa2", 128, 128, 64, 4): "fa2-sass/ncu-sdpa-flash-d128-n4096-c0-sass.txt.gz",
     ("fa2", 256, 64, 64, 4): "session16/d256-ncu/ncu-sdpa-flash-d256-n4096-c0-sass.txt.gz",
 }
@@ -40,7 +41,7 @@ def test_the_table_is_what_the_committed_counts_say(key):
     assert BOOKKEEPING[key] == pytest.approx((row["prologue"], row["loop"], row["epilogue"]), abs=0.05)
 
 
-@pytest.mark.parametrize("key", sorted(k for k in BOOKKEEPING if k[1] != 96))  # d96: its loop's count is split
+@pytest.mark.parametrize("key", sorted(k for k in BOOKKEEPING if k[:2] != ("flashsim", 96)))  # our d96: its loop's count is split
 def test_the_lowering_and_the_bookkeeping_make_the_loop(key):
     # one unmasked K/V pass, per warp, from the schedule's own ops between two loop stretches: the lowered tile
     # ops plus the table's bookkeeping come to what Nsight Compute saw the kernel's loop issue

@@ -35,7 +35,7 @@ LINES = {
 # (kernel, head dim, block_m, block_n, warps) -> bookkeeping warp instructions per warp: (prologue, one pass of
 # the K/V loop, epilogue); `python3 -m flashsim.experiments.bookkeeping` over Nsight Compute's executed counts of
 # the development shapes' non-causal runs (bf16, N 4096): experiments/results/h200/fa2-sass/ (d64, d128),
-# session16/d256-ncu/ (d256), session16/v2-d96/ (d96, whose loop the hot-instruction cut splits: part of each
+# session16/d256-ncu/ (d256), session20/fa2-d96/ (FA2's d96), session16/v2-d96/ (our d96, whose loop the hot-instruction cut splits: part of each
 # pass falls in its epilogue's count, so only the block's total is right at N 4096). Masks are lowered (ISETP,
 # select), so causal runs take the same numbers. FA2's prologue holds its peeled first K/V step.
 BOOKKEEPING = {
@@ -44,6 +44,7 @@ BOOKKEEPING = {
     ("flashsim", 128, 128, 64, 4): (393.0, 278.8, 697.0),
     ("flashsim", 256, 64, 64, 4): (532.0, 346.7, 576.0),
     ("fa2", 64, 128, 128, 4): (367.0, 134.8, 264.0),
+    ("fa2", 96, 128, 64, 4): (291.0, 49.7, 258.0),
     ("fa2", 128, 128, 64, 4): (579.0, 151.6, 305.0),
     ("fa2", 256, 64, 64, 4): (587.0, 81.4, 301.0),
 }
