@@ -35,8 +35,9 @@ LINES = {
 # (kernel, head dim, block_m, block_n, warps) -> bookkeeping warp instructions per warp: (prologue, one pass of
 # the K/V loop, epilogue); `python3 -m flashsim.experiments.bookkeeping` over Nsight Compute's executed counts of
 # the development shapes' non-causal runs (bf16, N 4096): experiments/results/h200/fa2-sass/ (d64, d128),
-# session16/d256-ncu/ (d256), session20/fa2-d96/ (FA2's d96), session16/v2-d96/ (our d96, whose loop the hot-instruction cut splits: part of each
-# pass falls in its epilogue's count, so only the block's total is right at N 4096). Masks are lowered (ISETP,
+# session16/d256-ncu/ (d256), session20/fa2-d96/ (FA2's d96), session16/v2-d96/ (our d96, whose loop the
+# hot-instruction cut splits: part of each pass falls in its epilogue's count, so only the block's total is right
+# at N 4096). Masks are lowered (ISETP,
 # select), so causal runs take the same numbers. FA2's prologue holds its peeled first K/V step.
 BOOKKEEPING = {
     ("flashsim", 64, 128, 128, 4): (285.0, 210.7, 390.0),
