@@ -8,7 +8,7 @@ from flashsim.errors import FlashsimError
 
 from . import catalog
 from .backward import PASSES
-from .ir import CAUSAL_ALIGNS, O_STORE_FORMS
+from .ir import CAUSAL_ALIGNS, O_STORE_FORMS, PIPELINE_FORMS
 from .problem import DTYPE_BYTES, PAGE_SIZES, Problem
 from .tiling import Tiling, resolve_tiling
 
@@ -48,6 +48,10 @@ def add_tiling_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--o-store", choices=O_STORE_FORMS, default=None,
                    help="v3, v3-fp8: how the epilogue writes O: tma (FA3's, the default) or fragments (each "
                         "thread's 4-byte stores, as our v3 kernel does, at fragment_store_bytes_per_clk_per_sm)")
+    g.add_argument("--pipeline", choices=PIPELINE_FORMS, default=None,
+                   help="v3, v3-fp8: how each consumer orders its GEMMs and softmax: overlap (FA3's intra-warpgroup "
+                        "pipelining, the default) or serial (cuDNN's Hopper kernel: each GEMM waited for at once, "
+                        "the ping-pong turn at P V only)")
     add_splits_arg(g)
     g.add_argument("--paper-tiles", action="store_true",
                    help="v1: Algorithm 1's blocks Bc = M/4d, Br = min(Bc, d) instead of the released kernel's")
@@ -156,7 +160,7 @@ def tiling_from_args(args: argparse.Namespace, algo: str, problem: Problem, prof
     return resolve_tiling(
         algo, problem, profile, block_m=args.block_m, block_n=args.block_n, warps=args.warps, stages=args.stages,
         splits=getattr(args, "splits", None), paper=getattr(args, "paper_tiles", False),
-        o_store=getattr(args, "o_store", None),
+        o_store=getattr(args, "o_store", None), pipeline=getattr(args, "pipeline", None),
     )
 
 
@@ -170,5 +174,5 @@ def add_pass_arg(parser: argparse.ArgumentParser, choices: tuple[str, ...] = PAS
 def tiling_overridden(args: argparse.Namespace) -> bool:
     """Whether any tile option was given on the command line."""
     return any(getattr(args, k, None) is not None
-               for k in ("block_m", "block_n", "warps", "stages", "splits", "o_store")) \
+               for k in ("block_m", "block_n", "warps", "stages", "splits", "o_store", "pipeline")) \
         or bool(getattr(args, "paper_tiles", False))

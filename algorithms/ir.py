@@ -187,6 +187,12 @@ EXP2F_EXTRA_PER_EXP = 3  # the range test and the two FMULs (the unfused product
 # memory, 4 bytes per thread and 16 per row per instruction (our v3 kernel, kernels/v3_epilogue.cuh), and
 # the warp reuses those registers for the next tile only once the stores have drained.
 O_STORE_FORMS = ("tma", "fragments")
+# How a warp-specialized kernel's consumer orders its GEMMs and softmax: "overlap": FA3's intra-warpgroup
+# pipelining (S_j is issued with P_j-1 V_j-1 and the softmax of S_j runs while P_j-1 V_j-1 does; the ping-pong
+# turn covers both GEMMs); "serial": cuDNN's Hopper kernel (its SASS, experiments/results/h200/session21/):
+# S_j issued and waited for at once, its softmax, then P_j V_j issued within the ping-pong turn and waited for
+# at once before S_j+1.
+PIPELINE_FORMS = ("overlap", "serial")
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from flashsim.errors import FlashsimError
 
 from . import catalog, footprint
 from .footprint import REG_OVERHEAD
-from .ir import O_STORE_FORMS
+from .ir import O_STORE_FORMS, PIPELINE_FORMS
 from .mapping import Tiling
 from .problem import Problem
 
@@ -67,7 +67,8 @@ def check_fits(algo: str, problem: Problem, t: Tiling, profile) -> None:
     footprint.check_fits(catalog.get(algo), problem, t, profile)
 
 
-# the schedules whose epilogue stores O in either form (Tiling.o_store)
+# the schedules whose epilogue stores O in either form (Tiling.o_store) and whose consumers order their GEMMs
+# either way (Tiling.pipeline)
 O_STORE_ALGOS = ("v3", "v3-fp8")
 
 
@@ -82,6 +83,9 @@ def resolve_tiling(algo: str, problem: Problem, profile, paper: bool = False, **
     given = {k: v for k, v in overrides.items() if v is not None}
     if given.get("o_store", O_STORE_FORMS[0]) != O_STORE_FORMS[0] and algo not in O_STORE_ALGOS:
         raise FlashsimError(f"--o-store applies to {' and '.join(O_STORE_ALGOS)} (their epilogue's O store), "
+                            f"not {algo}")
+    if given.get("pipeline", PIPELINE_FORMS[0]) != PIPELINE_FORMS[0] and algo not in O_STORE_ALGOS:
+        raise FlashsimError(f"--pipeline applies to {' and '.join(O_STORE_ALGOS)} (their consumers' GEMM order), "
                             f"not {algo}")
     splits = given.get("splits")
     if splits is not None and rec.auto_splits is None and splits != 1:

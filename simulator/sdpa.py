@@ -49,7 +49,9 @@ def _cudnn(major: int, dtype: str, headdim: int) -> str | None:
 # at most one block per SM that walks the tiles (persistent), 384 threads (a producer warpgroup and two
 # consumers of 64 query rows each), tiles of 128 query and 128 key rows, and kernels compiled for head dims
 # 64, 128 and 256 only: a head dim of 96 runs the d128 kernel, so its products and its shared-memory tiles
-# are those of d128.
+# are those of d128. Its consumers wait for each GEMM at once (Tiling pipeline "serial", seen in its SASS,
+# experiments/results/h200/session21/cudnn-sass/); validation runs FA3's order, with which the default
+# elementwise model's excess on the softmax stays hidden (docs/MODEL.md, cuDNN as it launches).
 CUDNN_SM90_HEADDIMS = (64, 128, 256)
 CUDNN_SM90_TILE = {"block_m": 128, "block_n": 128, "warps": 12}
 

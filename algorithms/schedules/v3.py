@@ -171,6 +171,8 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
     # Q buffer's release (the consumers' last S GEMMs of the tile that used it last) and the ring's slots, so
     # the next tile's Q and first K/V blocks load under the current tile's last PV GEMM and epilogue.
     carried = persistent and splits == 1 and warp_specialization and pingpong and intra_overlap
+    # cuDNN's order (Tiling.pipeline): each GEMM waited for at once, the turn passed at each P V only
+    serial = t.pipeline == "serial"
     start = BlockState(q_loads=((0,) * consumers,) * 2, turns=(0,) * consumers)
     q_src, k_src, v_src = ("Qq", "Kq", "Vq") if fp8 else ("Q", "K", "V")
 
@@ -287,8 +289,29 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
         turns = list(at.turns)
         if c_act > 1 and n:
             for c in range(c_act):  # each consumer passes the turn once per K/V block and once for the last PV
-                turns[(c + 1) % c_act] += n + 1
+                turns[(c + 1) % c_act] += n + (0 if serial else 1)
         return BlockState(at.tiles + 1, at.kv_blocks + n, tuple(map(tuple, q_loads)), tuple(turns))
+
+    def serial_loop(c, ring, t0, pingponged, pass_op, qk_ops, pv_ops, s_done, o_done, empty_k, empty_v, rescale,
+                    softmax, unmasked, n):
+        """A tile's K/V loop in cuDNN's order (Tiling.pipeline "serial"): per block j, S_j issued and waited
+        for, K_j's slot released, the softmax, O rescaled (from the second block on: before it O holds
+        nothing), then P_j V_j issued in the consumer's ping-pong turn and waited for, V_j's slot released.
+        One list, column by column, as the overlapped loop."""
+        def slot(by_slot):
+            return periodic(lambda j: by_slot[(ring + j) % stages], 0, n, stages)
+
+        def same(op):
+            return [op] * n
+
+        pvs = periodic(lambda j: pv_ops[j % 2][(ring + j) % stages], 0, n, 2 * stages)
+        pv = [turn_waits[c].slice(t0, t0 + n), pvs, same(pass_op)] if pingponged else [pvs]
+        softmaxes = periodic(softmax, 0, unmasked, 2) + [softmax(j) for j in range(unmasked, n)]
+        columns = [fulls["K"].slice(ring, ring + n), slot(qk_ops), same(s_done), slot(empty_k), softmaxes,
+                   [None, *same(rescale)[1:]], fulls["V"].slice(ring, ring + n), *pv, same(o_done), slot(empty_v)]
+        steps = [[column[j] for column in columns if column[j] is not None] for j in range(min(n, 1))]
+        return interleave([column[1:] for column in columns], steps[0] if steps else [], math.lcm(2, stages),
+                          unmasked - 1)
 
     def consumer_program(c: int):
         def program(cta, state=None):
@@ -357,7 +380,10 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
             yield Fill("l", WG_ROWS, 1, 0.0)
             # the K/V loop as one list, made before it runs (its ops depend on nothing it does): the loop
             # skip slices the ops it leaves out from it instead of resuming this program for each
-            if n:
+            if n and serial:
+                yield from serial_loop(c, ring, t0, pingponged, pass_op, qk_ops, pv_ops, s_done, o_done, empty_k,
+                                       empty_v, rescale, softmax, max(1, min(n, visible // bn - first)), n)
+            elif n:
                 s0, pp = ring % stages, [pass_op] if pingponged else []
                 # step 0: S_0 and its softmax
                 head = [fulls["K"][ring], *([turn_waits[c][t0]] if pingponged else []), qk_ops[s0], *pp, s_done,
@@ -389,7 +415,7 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
             if carried:  # every S GEMM of the tile has read Q: its buffer may take the next tile that uses it
                 buf = at.tiles % q_bufs
                 yield once((Arrive, "qempty", buf, weight), lambda: Arrive(f"qempty{buf}", weight))
-            if n:
+            if n and not serial:
                 if pingponged:
                     yield turn_waits[c][t0 + n]
                 yield from pv(n - 1)

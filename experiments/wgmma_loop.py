@@ -1,0 +1,109 @@
+"""What a wgmma attention kernel's consumers issue, from Nsight Compute's per-SASS-instruction source page.
+
+    python3 -m flashsim.experiments.wgmma_loop DIR/ncu-IMPL-dD-nN-cC-sass.txt[.gz] ... [--batch B] [--heads H]
+
+For each file (named as experiments/device_steps.sh's ncu_configs names them; batch and heads default to the
+FA2 grid's: 4 x 2048 / D), two views:
+  - the instruction mix: executed thread instructions per attention score (batch x heads x N x N, half that
+    causal), by opcode, so kernels with other tiles compare;
+  - the loop's order: each HGMMA group's last instruction (the one that commits it), the WARPGROUP.DEPBAR
+    waits (0x0: every group done, 0x1: all but the newest) and the named barriers (ping-pong turns) executed
+    at least once per K/V block, in code order, with their stall samples.
+FA3's intra-warpgroup pipelining shows as an S GEMM committed before the P V of the block before, then
+DEPBAR.LE 0x1; a serial loop waits (0x0) after each GEMM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import io
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+
+NAME = re.compile(r"ncu-(?P<impl>.+)-d(?P<d>\d+)-n(?P<n>\d+)-c(?P<c>[01])-sass")
+PREDICATE = re.compile(r"^@!?U?P[T\d]+\s+")
+
+
+def read_source(path: Path) -> list[tuple[str, int, int]]:
+    """(SASS text, warp instructions executed, stall samples) per instruction of the CSV source page."""
+    data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    rows = list(csv.reader(io.StringIO(data.decode())))
+    header = next(i for i, r in enumerate(rows) if "Source" in r)
+    ix = {h: i for i, h in enumerate(rows[header])}
+    out = []
+    for r in rows[header + 1:]:
+        if len(r) < len(ix):
+            continue
+        executed = int(r[ix["Instructions Executed"]] or 0)
+        samples = int(r[ix["Warp Stall Sampling (All Samples)"]] or 0)
+        out.append((r[ix["Source"]].strip(), executed, samples))
+    return out
+
+
+def opcode(sass: str) -> str:
+    text = PREDICATE.sub("", sass)
+    return text.split()[0].split(".")[0] if text else ""
+
+
+def scores(d: int, n: int, causal: bool, batch: int | None, heads: int | None) -> float:
+    batch = batch or 4
+    heads = heads or 2048 // d
+    return batch * heads * n * n / (2 if causal else 1)
+
+
+def mix(source: list, n_scores: float) -> Counter:
+    """Thread instructions per score, by opcode."""
+    counts = Counter()
+    for sass, executed, _ in source:
+        counts[opcode(sass)] += executed * 32 / n_scores
+    return counts
+
+
+def loop_order(source: list, per_block: int) -> list[tuple[str, int, int]]:
+    """The GEMM commits, GEMM waits and named barriers executed at least `per_block` times, in code order."""
+    keep = []
+    for sass, executed, samples in source:
+        text = PREDICATE.sub("", sass)
+        gemm_commit = text.startswith("HGMMA") and "gsb0" in text
+        if executed >= per_block and (gemm_commit or text.startswith(("WARPGROUP.DEPBAR", "BAR.SYNC", "BAR.ARV"))):
+            keep.append((sass, executed, samples))
+    return keep
+
+
+def report(path: Path, batch: int | None, heads: int | None) -> str:
+    m = NAME.search(path.name)
+    if not m:
+        raise SystemExit(f"wgmma_loop: {path.name} is not named ncu-IMPL-dD-nN-cC-sass.txt")
+    d, n, causal = int(m["d"]), int(m["n"]), m["c"] == "1"
+    source = read_source(path)
+    per_score = mix(source, scores(d, n, causal, batch, heads))
+    lines = [f"## {m['impl']} d{d} N {n}{' causal' if causal else ''}", "",
+             f"{sum(per_score.values()):.2f} thread instructions per score; the most frequent:", "",
+             "| opcode | per score |", "|---|---:|"]
+    lines += [f"| {op} | {v:.3f} |" for op, v in per_score.most_common(14)]
+    most = max((e for s, e, _ in source if opcode(s) == "HGMMA"), default=0)
+    lines += ["", "The loop's GEMM commits, waits and named barriers (executed / stall samples):", "", "```"]
+    lines += [f"{e:>10,} {s:>7,}  {sass}" for sass, e, s in loop_order(source, max(1, most // 2))]
+    return "\n".join(lines + ["```", ""])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("files", nargs="+", type=Path)
+    ap.add_argument("--batch", type=int, default=None)
+    ap.add_argument("--heads", type=int, default=None)
+    args = ap.parse_args(argv)
+    for path in args.files:
+        if not path.is_file():
+            print(f"wgmma_loop: no such file: {path}", file=sys.stderr)
+            return 2
+        print(report(path, args.batch, args.heads))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""The committed Nsight Compute source pages of cuDNN's and our v3's forward kernels (run 119) read as
+experiments/wgmma_loop.py reads them: cuDNN waits for each GEMM at once (Tiling pipeline "serial"), ours
+waits for S alone while P V runs on (FA3's "overlap"); both issue about eight instructions per score."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from flashsim.experiments import wgmma_loop
+
+RUN = Path(__file__).resolve().parents[1] / "experiments" / "results" / "h200" / "session21" / "cudnn-sass"
+
+
+def _loop(name: str) -> list[str]:
+    source = wgmma_loop.read_source(RUN / f"ncu-{name}-sass.txt.gz")
+    most = max(e for s, e, _ in source if wgmma_loop.opcode(s) == "HGMMA")
+    return [s for s, _, _ in wgmma_loop.loop_order(source, most // 2)]
+
+
+def _waits_after_commits(loop: list[str]) -> list[str]:
+    """For each GEMM commit, the first GEMM wait that follows it ('0x0' or '0x1')."""
+    out = []
+    for i, s in enumerate(loop):
+        if s.startswith("HGMMA"):
+            out.append(next(t.split(",")[-1].strip() for t in loop[i + 1:] if "DEPBAR" in t))
+    return out
+
+
+@pytest.mark.parametrize("shape", ["d64-n4096-c0", "d64-n4096-c1", "d128-n4096-c0", "d128-n4096-c1"])
+def test_cudnn_waits_for_each_gemm_at_once(shape):
+    loop = _loop(f"sdpa-cudnn-{shape}")
+    assert _waits_after_commits(loop) == ["0x0", "0x0"]  # S, then P V, each waited for in full
+    turn = [i for i, s in enumerate(loop) if "BAR.SYNC" in s]
+    pv = [i for i, s in enumerate(loop) if s.startswith("HGMMA")][1]
+    assert turn and max(turn) < pv  # the ping-pong turn is taken before P V only
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_our_v3_lets_pv_run_under_the_softmax(d):
+    loop = _loop(f"v3-d{d}-n4096-c0")
+    assert "0x1" in _waits_after_commits(loop)  # S_j waited for while P_j-1 V_j-1 runs on
+
+
+def test_instructions_per_score():
+    def total(name: str, d: int, causal: bool) -> float:
+        source = wgmma_loop.read_source(RUN / f"ncu-{name}-sass.txt.gz")
+        return sum(wgmma_loop.mix(source, wgmma_loop.scores(d, 4096, causal, None, None)).values())
+
+    assert total("sdpa-cudnn-d64-n4096-c0", 64, False) == pytest.approx(8.28, abs=0.01)
+    assert total("v3-d64-n4096-c0", 64, False) == pytest.approx(8.41, abs=0.01)
+    assert total("sdpa-cudnn-d128-n4096-c0", 128, False) == pytest.approx(9.31, abs=0.01)
+
+
+def test_bad_file_name_is_refused(tmp_path, capsys):
+    assert wgmma_loop.main([str(tmp_path / "missing.txt")]) == 2
+    assert "no such file" in capsys.readouterr().err
