@@ -41,7 +41,7 @@ def _reference(x: dict, causal: bool) -> torch.Tensor:
 
 @pytest.mark.parametrize("algo, dtype, causal, splits, stages", [
     ("v3", "fp32", False, 1, 2), ("v3", "fp32", True, 1, 3), ("v3", "fp32", False, 2, 2),
-    ("v3-fp8", "fp8", False, 1, 2), ("v3-fp8", "fp8", True, 1, 3)])
+    ("v3-fp8", "fp8", False, 1, 2), ("v3-fp8", "fp8", True, 1, 3), ("v3-fp8", "fp8", False, 2, 2)])
 def test_serial_computes_attention_from_the_same_bytes(algo, dtype, causal, splits, stages):
     p, x = _problem(causal, dtype), _inputs()
     serial = build(algo, p, Tiling(128, 32, 12, stages, splits=splits, pipeline="serial"))

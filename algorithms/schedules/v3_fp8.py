@@ -51,7 +51,7 @@ def build(p: Problem, t: Tiling, hadamard: bool = True, **ablation) -> Schedule:
     quant = Kernel("fp8_prepass", ctas, (Role("warps", 4, quantize),), 0, 64, classes=lambda c: (c[0], c[3]),
                    kv_head_of=lambda c: (c[1], c[2] if c[0] in "KV" else c[2] // p.group))
     attn = build_v3(p, t, fp8=True, name="v3_fp8", **ablation)
-    return Schedule("v3-fp8", p, t, (quant, *attn.kernels))
+    return Schedule("v3-fp8", p, t, (quant, *attn.kernels), shapes=attn.shapes)  # split-KV's workspace
 
 
 def _quantize(x: cf.Dims, hadamard: bool) -> cf.KernelNest:
