@@ -63,6 +63,18 @@ def mix(source: list, n_scores: float) -> Counter:
     return counts
 
 
+def loop_pass(source: list) -> Counter:
+    """Warp instructions per consumer warp and K/V block, by opcode: the instructions executed as often as
+    the most executed HGMMA (within 10%: the consumers' loop body, once per warp and K/V block; the
+    producer's spin waits and the per-tile code run other counts)."""
+    top = max((e for s, e, _ in source if opcode(s) == "HGMMA"), default=0)
+    counts = Counter()
+    for sass, executed, _ in source:
+        if top and 0.9 * top <= executed <= 1.1 * top:
+            counts[opcode(sass)] += executed / top
+    return counts
+
+
 def loop_order(source: list, per_block: int) -> list[tuple[str, int, int]]:
     """The GEMM commits, GEMM waits and named barriers executed at least `per_block` times, in code order."""
     keep = []

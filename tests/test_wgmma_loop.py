@@ -55,3 +55,45 @@ def test_instructions_per_score():
 def test_bad_file_name_is_refused(tmp_path, capsys):
     assert wgmma_loop.main([str(tmp_path / "missing.txt")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("key, name", [
+    (("overlap", 64, 192, 128, 16), "v3-d64"), (("overlap", 128, 128, 176, 12), "v3-d128"),
+    (("serial", 64, 128, 128, 12), "sdpa-cudnn-d64"), (("serial", 128, 128, 128, 12), "sdpa-cudnn-d128")])
+def test_the_lowering_and_the_unlowered_count_make_the_consumer_loop(key, name):
+    """One K/V step of the schedule's consumer (between two of its loop stretches): the lowered tile ops plus
+    forward_code.WGMMA_UNLOWERED come to what Nsight Compute saw each consumer warp issue per K/V block."""
+    from flashsim.algorithms import Problem, Tiling
+    from flashsim.algorithms.ir import Code, Gemm, OnlineSoftmax, Rescale
+    from flashsim.algorithms.schedules import build
+    from flashsim.algorithms.schedules.forward_code import WGMMA_UNLOWERED
+    from flashsim.simulator.instructions import lower, lower_gemm, total
+
+    pipeline, d, bm, bn, warps = key
+    kernel = build("v3", Problem(1, 1, 4096, d), Tiling(bm, bn, warps, 2, pipeline=pipeline),
+                   bookkeeping=True).kernels[0]
+    program = list(next(r for r in kernel.roles if r.name == "consumer0").program(kernel.ctas[0]))
+    stretches = [i for i, op in enumerate(program) if isinstance(op, Code)]
+    assert len(stretches) == -(-4096 // bn)  # one per K/V block
+    step = program[stretches[2]:stretches[3]]
+    lowered = sum(total(lower_gemm(op)) for op in step if isinstance(op, Gemm))
+    lowered += sum(total(lower(op)) for op in step if isinstance(op, (OnlineSoftmax, Rescale)))
+    issued = sum(wgmma_loop.loop_pass(wgmma_loop.read_source(RUN / f"ncu-{name}-n4096-c0-sass.txt.gz")).values())
+    assert lowered + WGMMA_UNLOWERED[key] == pytest.approx(issued, abs=0.5)
+    assert WGMMA_UNLOWERED[key] > 0.2 * issued  # a fifth or more of what the loop issues
+
+
+def test_only_the_issue_model_asks_for_the_stretches():
+    from flashsim.algorithms import Problem, Tiling
+    from flashsim.algorithms.ir import Code
+    from flashsim.algorithms.schedules import build
+
+    p, t = Problem(1, 1, 1024, 64), Tiling(192, 128, 16, 2)
+
+    def codes(schedule):
+        kernel = schedule.kernels[0]
+        return sum(isinstance(op, Code) for r in kernel.roles for op in r.program(kernel.ctas[0]))
+
+    with_code = codes(build("v3", p, t, bookkeeping=True))
+    assert codes(build("v3", p, t)) == 0 and with_code > 0 and with_code % 8 == 0  # one per consumer and K/V block
+    assert codes(build("v3", p, Tiling(128, 64, 12, 2), bookkeeping=True)) == 0  # a kernel not measured

@@ -69,3 +69,28 @@ def forward_code(kernel: str, d: int, bm: int, bn: int, warps: int, causal: bool
                     issue=issued[i] if issued else 0.0, warps=warps) for i, s in enumerate(STRETCHES)}
     code["peeled"] = kernel in PEELED
     return code
+
+
+# The wgmma kernels' consumers: (pipeline form, head dim, block_m, block_n, warps) -> warp instructions each
+# consumer warp issues per K/V block beyond what the lowering of its loop's tile ops counts (the compiler's
+# uniform-datapath descriptor and barrier arithmetic, moves, branches; cuDNN's unfused scale and max
+# subtraction, an FP32 instruction more per score), from Nsight Compute's executed counts of the development
+# shapes' non-causal runs (bf16, N 4096; experiments/results/h200/session21/cudnn-sass/): the loop body
+# (`experiments.wgmma_loop.loop_pass`) less the lowered ops of one K/V step of the schedule. "overlap": our v3's
+# tiles at d64 and d128; "serial": cuDNN's. Only the instruction-issue model (issue_model 1) charges them.
+WGMMA_UNLOWERED = {
+    ("overlap", 64, 192, 128, 16): 120.0,
+    ("overlap", 128, 128, 176, 12): 213.0,
+    ("serial", 64, 128, 128, 12): 163.0,
+    ("serial", 128, 128, 128, 12): 188.0,
+}
+
+
+def wgmma_loop_code(pipeline: str, d: int, bm: int, bn: int, warps: int) -> Code | None:
+    """The consumer loop's stretch carrying its unlowered instructions (issue only: no lines are named), or
+    None for a kernel not measured."""
+    issue = WGMMA_UNLOWERED.get((pipeline, d, bm, bn, warps))
+    if issue is None:
+        return None
+    name = f"{'cudnn' if pipeline == 'serial' else 'v3'} d{d} {bm}x{bn}w{warps} consumer loop"
+    return Code(name, 0, streamed=True, issue=issue, warps=4)

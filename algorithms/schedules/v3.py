@@ -58,6 +58,7 @@ from ..splitkv import (
     workspace_bytes,
     workspace_shapes,
 )
+from .forward_code import wgmma_loop_code
 
 # (tensor, K/V head, ring phase) whose load ops a V3 schedule keeps for reuse (its tiles of a head issue the
 # same ones)
@@ -152,9 +153,12 @@ def kv_range(p: Problem, t: Tiling, cta: tuple) -> tuple[int, int]:
 
 
 def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_specialization: bool = True,
-          pingpong: bool = True, intra_overlap: bool = True) -> Schedule:
+          pingpong: bool = True, intra_overlap: bool = True, bookkeeping: bool = False) -> Schedule:
     """The FA3 schedule; each of the three switches off gives the kernel without that technique (the FA3
-    paper's ablation): the same loads, GEMMs and softmax, only ordered and synchronised differently."""
+    paper's ablation): the same loads, GEMMs and softmax, only ordered and synchronised differently.
+    bookkeeping: each consumer's K/V step starts with a stretch carrying the instructions its loop issues
+    beyond the lowered ops (forward_code.WGMMA_UNLOWERED, for the kernels measured), which the
+    instruction-issue model charges (simulate asks for them with the profile's issue_model 1)."""
     bm, bn, d, stages, splits = t.block_m, t.block_n, p.headdim, t.stages, t.splits
     consumers = bm // WG_ROWS
     dt = gemm_dtype(p)
@@ -173,6 +177,8 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
     carried = persistent and splits == 1 and warp_specialization and pingpong and intra_overlap
     # cuDNN's order (Tiling.pipeline): each GEMM waited for at once, the turn passed at each P V only
     serial = t.pipeline == "serial"
+    step_code = wgmma_loop_code(t.pipeline, p.headdim, bm, bn, t.warps) \
+        if bookkeeping and not fp8 and splits == 1 and warp_specialization and pingpong and intra_overlap else None
     start = BlockState(q_loads=((0,) * consumers,) * 2, turns=(0,) * consumers)
     q_src, k_src, v_src = ("Qq", "Kq", "Vq") if fp8 else ("Q", "K", "V")
 
@@ -309,6 +315,8 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
         softmaxes = periodic(softmax, 0, unmasked, 2) + [softmax(j) for j in range(unmasked, n)]
         columns = [fulls["K"].slice(ring, ring + n), slot(qk_ops), same(s_done), slot(empty_k), softmaxes,
                    [None, *same(rescale)[1:]], fulls["V"].slice(ring, ring + n), *pv, same(o_done), slot(empty_v)]
+        if step_code is not None:
+            columns.insert(0, same(step_code))
         steps = [[column[j] for column in columns if column[j] is not None] for j in range(min(n, 1))]
         return interleave([column[1:] for column in columns], steps[0] if steps else [], math.lcm(2, stages),
                           unmasked - 1)
@@ -386,8 +394,8 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
             elif n:
                 s0, pp = ring % stages, [pass_op] if pingponged else []
                 # step 0: S_0 and its softmax
-                head = [fulls["K"][ring], *([turn_waits[c][t0]] if pingponged else []), qk_ops[s0], *pp, s_done,
-                        empty_k[s0], softmax(0)]
+                head = [*([step_code] if step_code else []), fulls["K"][ring],
+                        *([turn_waits[c][t0]] if pingponged else []), qk_ops[s0], *pp, s_done, empty_k[s0], softmax(0)]
 
                 # steps 1..n-1, column by column (algorithms/oplists.py)
                 def slot(by_slot, back=0):
@@ -401,7 +409,7 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
                          periodic(lambda j: pv_ops[(j - 1) % 2][(ring + j - 1) % stages], 1, n, 2 * stages)]
                 if not intra_overlap:  # S_j after P_j-1 V_j-1 on the in-order tensor pipe
                     gemms = gemms[1:] + gemms[:1]
-                columns = [fulls["K"].slice(ring + 1, ring + n),
+                columns = [*([same(step_code)] if step_code else []), fulls["K"].slice(ring + 1, ring + n),
                            *([turn_waits[c].slice(t0 + 1, t0 + n), *gemms, same(pass_op)] if pingponged else gemms)]
                 release_v = [same(o_done), slot(empty_v, 1)]  # P_j-1 V_j-1 done: V_j-1's slot is free
                 softmaxes = periodic(softmax, 1, unmasked, 2) + [softmax(j) for j in range(unmasked, n)]
@@ -545,5 +553,5 @@ ALGORITHM = Algorithm(
     register_budget=register_budget,
     check_tiling=check_tiling,
     complete_tiling=complete_tiling,
-    options=ABLATION_SWITCHES,
+    options=(*ABLATION_SWITCHES, "bookkeeping"),
 )
