@@ -191,7 +191,7 @@ O_STORE_FORMS = ("tma", "fragments")
 # pipelining (S_j is issued with P_j-1 V_j-1 and the softmax of S_j runs while P_j-1 V_j-1 does; the ping-pong
 # turn covers both GEMMs); "serial": cuDNN's Hopper kernel (its SASS, experiments/results/h200/session21/):
 # S_j issued and waited for at once, its softmax, then P_j V_j issued within the ping-pong turn and waited for
-# at once before S_j+1.
+# at once before S_j+1; one Q buffer, refilled once the consumers have left the tile's K/V loop.
 PIPELINE_FORMS = ("overlap", "serial")
 
 

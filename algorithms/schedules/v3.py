@@ -168,7 +168,10 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
     # memory. Its producer loads the next tile's Q, and its first K/V blocks as the ring frees, while the
     # consumers finish the current tile: the block's roles run on from tile to tile (Kernel.carry), the ring's
     # slots, the Q buffers and the ping-pong turns counted across tiles (BlockState).
-    prefetch = not fp8 and splits == 1 and tile_order.prefetch(p.causal, p.seqlen_k, d, elem, bm, bn)
+    # cuDNN's kernel (Tiling pipeline "serial") has one Q buffer, which its producer refills once the consumers
+    # have left the tile's K/V loop (its SASS, experiments/results/h200/session21/cudnn-sass/)
+    prefetch = not fp8 and splits == 1 and t.pipeline != "serial" \
+        and tile_order.prefetch(p.causal, p.seqlen_k, d, elem, bm, bn)
     persistent = prefetch or tile_order.persistent(p.causal, p.seqlen_k, p.headdim, elem, bm)
     q_bufs = 2 if prefetch else 1
     # Every persistent block runs on from tile to tile, one Q buffer or two: its producer waits only for the
