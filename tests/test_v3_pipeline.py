@@ -4,8 +4,6 @@ turn at P V only; only v3 and v3-fp8 take it, and time is what it changes."""
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 from flashsim import cli
@@ -18,25 +16,8 @@ from flashsim.errors import FlashsimError
 from flashsim.hw_profiles.loader import load_profile
 from flashsim.simulator.api import simulate
 
-
-def _problem(causal: bool, dtype: str = "fp32") -> Problem:
-    # 2 consumer warpgroups, a ragged last Q block (150 rows) and GQA
-    return Problem(1, 2, 150, 32, seqlen_k=170, kv_heads=1, causal=causal, dtype=dtype)
-
-
-def _inputs():
-    g = torch.Generator().manual_seed(1)
-    return {"Q": torch.randn(1, 2, 150, 32, generator=g), "K": torch.randn(1, 1, 170, 32, generator=g),
-            "V": torch.randn(1, 1, 170, 32, generator=g)}
-
-
-def _reference(x: dict, causal: bool) -> torch.Tensor:
-    q, k, v = (x[n].double() for n in "QKV")
-    k, v = k.expand(-1, 2, -1, -1), v.expand(-1, 2, -1, -1)
-    s = q @ k.transpose(-1, -2) / math.sqrt(32)
-    if causal:  # bottom-right aligned
-        s = s.masked_fill(torch.ones(150, 170, dtype=torch.bool).triu(170 - 150 + 1), -math.inf)
-    return torch.softmax(s, -1) @ v
+# 2 consumer warpgroups, a ragged last Q block (150 rows) and GQA: the ablation tests' problem
+from .test_v3_ablation import _inputs, _problem, _reference
 
 
 @pytest.mark.parametrize("algo, dtype, causal, splits, stages", [
