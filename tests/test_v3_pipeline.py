@@ -85,3 +85,6 @@ def test_cli_takes_pipeline_for_v3_only(capsys):
     assert '"pipeline": "serial"' in capsys.readouterr().out
     assert cli.main(["simulate", "--algo", "v2", "-n", "1024", "-b", "1", "--pipeline", "serial"]) == 2
     assert "--pipeline applies to v3 and v3-fp8" in capsys.readouterr().err
+    argv = ["simulate", "--algo", "v3", "-n", "1024", "-b", "1", "--pipeline", "serial", "--no-warp-specialization"]
+    assert cli.main(argv) == 2
+    assert "takes no --no-warp-specialization" in capsys.readouterr().err

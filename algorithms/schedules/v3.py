@@ -180,6 +180,9 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
     carried = persistent and splits == 1 and warp_specialization and pingpong and intra_overlap
     # cuDNN's order (Tiling.pipeline): each GEMM waited for at once, the turn passed at each P V only
     serial = t.pipeline == "serial"
+    if serial and not warp_specialization:
+        raise FlashsimError("--pipeline serial is cuDNN's warp-specialized loop (a producer warpgroup loads K and V); "
+                            "it takes no --no-warp-specialization")
     step_code = wgmma_loop_code(t.pipeline, p.headdim, bm, bn, t.warps) \
         if bookkeeping and not fp8 and splits == 1 and warp_specialization and pingpong and intra_overlap else None
     start = BlockState(q_loads=((0,) * consumers,) * 2, turns=(0,) * consumers)
@@ -320,9 +323,8 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
                    [None, *same(rescale)[1:]], fulls["V"].slice(ring, ring + n), *pv, same(o_done), slot(empty_v)]
         if step_code is not None:
             columns.insert(0, same(step_code))
-        steps = [[column[j] for column in columns if column[j] is not None] for j in range(min(n, 1))]
-        return interleave([column[1:] for column in columns], steps[0] if steps else [], math.lcm(2, stages),
-                          unmasked - 1)
+        head = [column[0] for column in columns if column[0] is not None]
+        return interleave([column[1:] for column in columns], head, math.lcm(2, stages), unmasked - 1)
 
     def consumer_program(c: int):
         def program(cta, state=None):
