@@ -33,19 +33,23 @@ TOKENS, HIDDEN = 16384, 2048  # the FA2 grid: batch = 16k / N, heads = 2048 / d 
 HOT = 0.5  # an instruction executed at least this share of the most executed one is in the hot loop
 
 
-def executed(path: Path) -> tuple[str, list[tuple[str, bool, int]]]:
-    """The kernel's name and its (opcode, predicated, warp instructions executed) per SASS instruction."""
+def source_page(path: Path) -> tuple[str, list[str], list[list[str]]]:
+    """The kernel's name, the column names and the per-SASS-instruction rows of Nsight Compute's source page
+    (`--page source --csv --print-source sass`, gzipped or not)."""
     data = path.read_bytes()
     if path.suffix == ".gz":
         data = gzip.decompress(data)
     rows = list(csv.reader(io.StringIO(data.decode(), newline="")))
-    name = rows[0][1]
     header = rows[1]
+    return rows[0][1], header, [row for row in rows[2:] if len(row) >= len(header)]
+
+
+def executed(path: Path) -> tuple[str, list[tuple[str, bool, int]]]:
+    """The kernel's name and its (opcode, predicated, warp instructions executed) per SASS instruction."""
+    name, header, rows = source_page(path)
     src, count = header.index("Source"), header.index("Instructions Executed")
     out = []
-    for row in rows[2:]:
-        if len(row) < len(header):
-            continue
+    for row in rows:
         m = _OPCODE.match(row[src].strip())
         if m and m.group(2) != "NOP":
             out.append((m.group(2), bool(m.group(1)), int(row[count])))

@@ -16,13 +16,12 @@ DEPBAR.LE 0x1; a serial loop waits (0x0) after each GEMM.
 from __future__ import annotations
 
 import argparse
-import csv
-import gzip
-import io
 import re
 import sys
 from collections import Counter
 from pathlib import Path
+
+from .fa2_mix import source_page
 
 NAME = re.compile(r"ncu-(?P<impl>.+)-d(?P<d>\d+)-n(?P<n>\d+)-c(?P<c>[01])-sass")
 PREDICATE = re.compile(r"^@!?U?P[T\d]+\s+")
@@ -30,18 +29,10 @@ PREDICATE = re.compile(r"^@!?U?P[T\d]+\s+")
 
 def read_source(path: Path) -> list[tuple[str, int, int]]:
     """(SASS text, warp instructions executed, stall samples) per instruction of the CSV source page."""
-    data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-    rows = list(csv.reader(io.StringIO(data.decode())))
-    header = next(i for i, r in enumerate(rows) if "Source" in r)
-    ix = {h: i for i, h in enumerate(rows[header])}
-    out = []
-    for r in rows[header + 1:]:
-        if len(r) < len(ix):
-            continue
-        executed = int(r[ix["Instructions Executed"]] or 0)
-        samples = int(r[ix["Warp Stall Sampling (All Samples)"]] or 0)
-        out.append((r[ix["Source"]].strip(), executed, samples))
-    return out
+    _, header, rows = source_page(path)
+    ix = {h: i for i, h in enumerate(header)}
+    return [(r[ix["Source"]].strip(), int(r[ix["Instructions Executed"]] or 0),
+             int(r[ix["Warp Stall Sampling (All Samples)"]] or 0)) for r in rows]
 
 
 def opcode(sass: str) -> str:
