@@ -104,7 +104,8 @@ class L2Cache:
         return self._tile(g)[1]
 
     def _tile(self, g: GTile) -> tuple:
-        """(the tile, its _lines, its bytes, the lines' keys, their masks), kept by its id: schedules reuse tile
+        """(the tile, its _lines, its bytes, the lines' keys, their masks, their bytes when wholly missed), kept by
+        its id: schedules reuse tile
         values (a head's K/V), and an id costs less than a tile's hash. The kept entry holds the tile, so the id
         stays its own while kept."""
         got = self._tiles.get(id(g))
@@ -112,7 +113,9 @@ class L2Cache:
             if len(self._tiles) >= TILES_KEPT:
                 self._tiles.clear()
             lines = _tile_lines(g)
-            got = self._tiles[id(g)] = (g, lines, g.nbytes, *_keys_and_masks(lines))
+            # the last field: each line's bytes when all of it misses (what replay() brings in at once)
+            got = self._tiles[id(g)] = (g, lines, g.nbytes, *_keys_and_masks(lines),
+                                        tuple(mask.bit_count() * nbytes for _, mask, nbytes in lines))
         return got
 
     def read(self, g: GTile, now: int, copies: float = 1.0) -> tuple[int, list, float, list]:
@@ -150,10 +153,11 @@ class L2Cache:
         self.miss_bytes += miss
         return pending_ready, fetching, miss, missed
 
-    def replay(self, loads: list, now: int, copies: dict, default: float) -> None:
+    def replay(self, loads: list, now: int, copies: dict, default: float, all_held: bool = False) -> None:
         """Loads a loop skip leaves out, in issue order: each changes the L2 as read() would, without the
         answers (what it waits for) nobody reads, and the pieces it misses land at `now`. copies: the room
-        each line of a tensor takes (default for tensors not in it)."""
+        each line of a tensor takes (default for tensors not in it). all_held: every line the loads read is
+        known to be there (loopskip._fits looked), so they only move lines."""
         lines, tiles, capacity = self.lines, self._tiles, self.capacity
         get, to_end = lines.get, lines.move_to_end  # bound once: a replay touches millions of lines
         read_bytes, miss_bytes = self.read_bytes, self.miss_bytes  # summed in the same order as read()'s
@@ -162,13 +166,38 @@ class L2Cache:
             got = tiles.get(id(g))  # _tile's lookup, inlined
             if got is None or got[0] is not g:
                 got = self._tile(g)
-            _, covered, tile_bytes, keys, masks = got
-            if held(list(map(get, keys)), masks):
+            _, covered, tile_bytes, keys, masks, fills = got
+            if all_held:
+                deque(map(to_end, keys), 0)
+                read_bytes += tile_bytes
+                continue
+            entries = list(map(get, keys))
+            if held(entries, masks):
                 # every piece there (the usual case): the lines only move to the LRU end, in order
                 deque(map(to_end, keys), 0)
                 read_bytes += tile_bytes
                 continue
             scale = copies.get(g.tensor, default)
+            if entries.count(None) == len(entries) and 2 * sum(fills) * scale <= capacity:
+                # none of it there (a stream through an L2 too small for it): its lines go in at once, each
+                # evicting as it grows, in the order and with the sums below; the evictions cannot reach the
+                # tile's own lines, which take at most half the cache
+                new = [[nbytes * scale, False, now, mask, scale] for nbytes, mask in zip(fills, masks, strict=True)]
+                lines.update(zip(keys, new, strict=True))
+                pop = lines.popitem
+                for entry in new:
+                    self.used += entry[0]
+                    while self.used > capacity:  # _evict, inlined: the oldest lines, never this tile's
+                        key, old = pop(last=False)
+                        self.used -= old[0]
+                        self.evictions += 1
+                        if old[1]:
+                            self._written_back(key, old)
+                            self.dirty.pop(key, None)
+                            self.dirty_room -= old[0]
+                read_bytes += tile_bytes
+                miss_bytes += sum(fills, 0.0)
+                continue
             miss = 0.0
             for key, mask, slice_bytes in covered:
                 entry = get(key)

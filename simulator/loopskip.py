@@ -284,15 +284,16 @@ class LoopSkip:
             [role.loads_at(place, n, reps) for role, n in ops.items() for place in role.load_places(n)]
         )
         stretches = _Stretches(columns)
+        held_stretches = 0
         if not evicted:
-            reps = _fits(l2, stretches, reps, delta["hbm_read"], copies, default)
+            reps, held_stretches = _fits(l2, stretches, reps, delta["hbm_read"], copies, default)
             if not reps:
                 return False
         now = gpu.env._now
         before = (l2.read_bytes, l2.miss_bytes, l2.evictions)
         for n in range(reps):
             missed_before = l2.miss_bytes
-            l2.replay(stretches[n], now, copies, default)
+            l2.replay(stretches[n], now, copies, default, n < held_stretches)
             if evicted and not math.isclose(l2.miss_bytes - missed_before, delta["hbm_read"], rel_tol=EVICTING_TOL):
                 reps = n + 1  # the L2 left its steady state: this stretch is the last left out
                 break
@@ -366,13 +367,16 @@ class _Stretches:
         return made[k]
 
 
-def _fits(l2: L2Cache, stretches: _Stretches, count: int, misses: float, copies: dict, default: float) -> int:
+def _fits(l2: L2Cache, stretches: _Stretches, count: int, misses: float, copies: dict,
+          default: float) -> tuple[int, int]:
     """How many of the `count` stretches, from the first, the L2 answers as the watched one: the same bytes
-    from HBM, and room for the lines they bring without evicting any (the L2 is looked at, not changed)."""
+    from HBM, and room for the lines they bring without evicting any (the L2 is looked at, not changed); and
+    how many of them, from the first, find every line they read there (their replay only moves lines)."""
     lines, tiles = l2.lines, l2._tiles
     get = lines.get
     added: dict = {}  # line -> presence bits the stretches so far brought
     room = l2.capacity - l2.used
+    all_held = 0
     for n in range(count):
         miss = 0.0
         for op in stretches[n]:
@@ -395,8 +399,10 @@ def _fits(l2: L2Cache, stretches: _Stretches, count: int, misses: float, copies:
                     room -= nbytes * scale
                     added[key] = present | absent
         if room < 0 or not math.isclose(miss, misses, rel_tol=REL_TOL, abs_tol=1e-6):
-            return n
-    return count
+            return n, all_held
+        if all_held == n and not added:
+            all_held = n + 1
+    return count, all_held
 
 
 def _mirror(l2: L2Cache, tile, like) -> None:
