@@ -7,7 +7,6 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from flashsim.algorithms.ir import SMEM, GTile, Load
 from flashsim.simulator.l2 import L2Cache, held
 
