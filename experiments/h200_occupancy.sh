@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# What a second thread block on the SM costs an mma.sync kernel (development shapes, not of any set): our v2
+# and SDPA's flash kernel (FA2) at N = 4224, non-causal, bf16, 4 heads, batch 1 (33 x 4 = 132 blocks: one per
+# SM) and batch 2 (264: two per SM, as our kernels run), d128 (128 x 64 tiles, 66 K/V steps) and our v2 at
+# d64 (128 x 128, 33 steps). Nsight Compute's full set with the mma.sync counters, its details page and its
+# per-SASS source page (CSV) for each, as ncu-IMPL-dD-bB.txt, -details.txt, -sass.txt (bash
+# experiments/h200_occupancy.sh; about 4 minutes on an H200). Read by `python3 -m flashsim.experiments.occupancy`.
+# Run from the repository root with simpy's wheel in .whl/ and the cubins built (flashsim kernels build --out
+# build/kernels --arch sm_90a). Everything comes back in $OUT/results.tgz.
+set -uo pipefail
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+source experiments/device_env.sh
+source experiments/device_steps.sh
+status=0
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> "$OUT/gpu.txt"
+python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" >> "$OUT/gpu.txt"
+for cfg in "v2 128 1" "v2 128 2" "v2 64 1" "v2 64 2" "sdpa-flash 128 1" "sdpa-flash 128 2"; do
+  set -- $cfg
+  name="$1-d$2-b$3"
+  step "ncu-$name" 150 ncu --clock-control none --set full --import-source no --metrics "$MMA_SYNC_COUNTS" \
+    --kernel-name "regex:flash_fwd_kernel|flashsim_v2" --launch-skip 1 --launch-count 1 -f -o "$OUT/$name" \
+    python3 -m flashsim.experiments.bench_kernels --profile-target "$1,$2,4224,0,$3,4"
+  step "ncu-$name-details" 30 ncu -i "$OUT/$name.ncu-rep" --print-details all
+  step "ncu-$name-sass" 40 ncu -i "$OUT/$name.ncu-rep" --page source --csv --print-source sass
+  rm -f "$OUT/$name.ncu-rep"
+done
+cd "$OUT" && tar czf results.tgz --ignore-failed-read ./*.txt && rm -f ncu-*.txt
+cd - > /dev/null
+finish
