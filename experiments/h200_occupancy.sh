@@ -2,7 +2,7 @@
 # What a second thread block on the SM costs an mma.sync kernel (development shapes, not of any set): our v2
 # and SDPA's flash kernel (FA2) at N = 4224, non-causal, bf16, 4 heads, batch 1 (33 x 4 = 132 blocks: one per
 # SM) and batch 2 (264: two per SM, as our kernels run), d128 (128 x 64 tiles, 66 K/V steps) and our v2 at
-# d64 (128 x 128, 33 steps). Nsight Compute's full set with the mma.sync counters, its details page and its
+# d64 (128 x 128, 33 steps); CONFIGS picks others (d256's 64-row tiles fill the SMs with 2 heads). Nsight Compute's full set with the mma.sync counters, its details page and its
 # per-SASS source page (CSV) for each, as ncu-IMPL-dD-bB.txt, -details.txt, -sass.txt (bash
 # experiments/h200_occupancy.sh; about 4 minutes on an H200). Read by `python3 -m flashsim.experiments.occupancy`.
 # Run from the repository root with simpy's wheel in .whl/ and the cubins built (flashsim kernels build --out
@@ -16,12 +16,16 @@ source experiments/device_steps.sh
 status=0
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> "$OUT/gpu.txt"
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" >> "$OUT/gpu.txt"
-for cfg in "v2 128 1" "v2 128 2" "v2 64 1" "v2 64 2" "sdpa-flash 128 1" "sdpa-flash 128 2"; do
+# CONFIGS: "IMPL D BATCH HEADS" each (heads 4 is left out of the file names); run 124 ran the default
+CONFIGS=${CONFIGS:-"v2 128 1 4,v2 128 2 4,v2 64 1 4,v2 64 2 4,sdpa-flash 128 1 4,sdpa-flash 128 2 4"}
+IFS=, read -ra cfgs <<< "$CONFIGS"
+for cfg in "${cfgs[@]}"; do
   set -- $cfg
   name="$1-d$2-b$3"
+  [ "$4" = 4 ] || name="$name-h$4"
   step "ncu-$name" 150 ncu --clock-control none --set full --import-source no --metrics "$MMA_SYNC_COUNTS" \
     --kernel-name "regex:flash_fwd_kernel|flashsim_v2" --launch-skip 1 --launch-count 1 -f -o "$OUT/$name" \
-    python3 -m flashsim.experiments.bench_kernels --profile-target "$1,$2,4224,0,$3,4"
+    python3 -m flashsim.experiments.bench_kernels --profile-target "$1,$2,4224,0,$3,$4"
   step "ncu-$name-details" 30 ncu -i "$OUT/$name.ncu-rep" --print-details all
   step "ncu-$name-sass" 40 ncu -i "$OUT/$name.ncu-rep" --page source --csv --print-source sass
   rm -f "$OUT/$name.ncu-rep"

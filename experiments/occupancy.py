@@ -2,11 +2,11 @@
 
     python3 -m flashsim.experiments.occupancy DIR [--no-model] [--json OUT]
 
-DIR holds experiments/h200_occupancy.sh's Nsight Compute details pages, ncu-IMPL-dD-bB-details.txt: our v2 and
-SDPA's flash kernel (FA2) at N = 4224, non-causal, bf16, 4 heads, batch 1 (33 x 4 = 132 blocks, one per SM)
-and batch 2 (two per SM, the kernels' occupancy). Each block runs the same K/V loop in both, so the batch-2
-time over the batch-1 time is what sharing the SM with a second block costs: 2.0 if the blocks took turns,
-1.0 if the second block's work hid wholly under the first's. For each run: the kernel's duration and elapsed
+DIR holds experiments/h200_occupancy.sh's Nsight Compute details pages, ncu-IMPL-dD-bB[-hH]-details.txt: our v2
+and SDPA's flash kernel (FA2) at N = 4224, non-causal, bf16, 4 heads (or H), batch 1 (33 x 4 = 132 blocks of 128
+rows, one per SM) and batch 2 (two per SM, the kernels' occupancy). Each block runs the same K/V loop in both,
+so the batch-2 time over the batch-1 time is what sharing the SM with a second block costs: 2.0 if the blocks
+took turns, 1.0 if the second block's work hid wholly under the first's. For each run: the kernel's duration and elapsed
 cycles (L2 flushed, as Nsight Compute runs it), the model's GPU busy time for the same problem under the
 default rules and under the instruction-issue model (`issue_model = 1`, `ldsm_model = 1`; docs/MODEL.md,
 Instruction issue), and the two ratios. Per-region views of the same runs:
@@ -21,8 +21,8 @@ import re
 import sys
 from pathlib import Path
 
-NAME = re.compile(r"ncu-(?P<impl>.+)-d(?P<d>\d+)-b(?P<b>\d+)-details\.txt$")
-SEQLEN, HEADS = 4224, 4
+NAME = re.compile(r"ncu-(?P<impl>.+)-d(?P<d>\d+)-b(?P<b>\d+)(?:-h(?P<h>\d+))?-details\.txt$")
+SEQLEN, HEADS = 4224, 4  # heads unless the file name says (-hH)
 # the model variants compared: name -> --set overrides
 VARIANTS = {"default": [], "issue model": ["issue_model=1", "ldsm_model=1"]}
 # how the validation simulates each implementation (experiments/validate_impls.py): algorithm and tiling
@@ -48,31 +48,31 @@ def read_details(path: Path) -> dict:
 
 
 def measured(folder: Path) -> dict:
-    """(impl, head dim, batch) -> read_details, for every details page in the folder."""
+    """(impl, head dim, batch) -> read_details and the heads, for every details page in the folder."""
     runs = {}
     for path in sorted(folder.glob("ncu-*-details.txt")):
         m = NAME.search(path.name)
         if m:
-            runs[m["impl"], int(m["d"]), int(m["b"])] = read_details(path)
+            runs[m["impl"], int(m["d"]), int(m["b"])] = {**read_details(path), "heads": int(m["h"] or HEADS)}
     return runs
 
 
-def _job(impl: str, d: int, batch: int, overrides: list) -> tuple:
+def _job(impl: str, d: int, batch: int, heads: int, overrides: list) -> tuple:
     algo, tiling = SIMULATED_AS[impl]
-    problem = {"batch": batch, "heads": HEADS, "seqlen_q": SEQLEN, "seqlen_k": SEQLEN, "headdim": d,
+    problem = {"batch": batch, "heads": heads, "seqlen_q": SEQLEN, "seqlen_k": SEQLEN, "headdim": d,
                "causal": False, "dtype": "bf16"}
     return algo, problem, tiling, "h200", overrides, {}, True
 
 
-def modelled(keys: list, jobs: int = 2) -> dict:
-    """(variant, impl, head dim, batch) -> the model's GPU busy seconds (the validation's own call)."""
+def modelled(runs: dict, jobs: int = 2) -> dict:
+    """(variant, impl, head dim, batch) -> the model's GPU busy seconds for each run (the validation's call)."""
     from concurrent.futures import ProcessPoolExecutor
 
     from .validate_compare import _simulate
 
-    todo = [(v, k) for v in VARIANTS for k in keys]
+    todo = [(v, k) for v in VARIANTS for k in sorted(runs)]
     with ProcessPoolExecutor(jobs) as pool:
-        results = list(pool.map(_simulate, [_job(*k, VARIANTS[v]) for v, k in todo]))
+        results = list(pool.map(_simulate, [_job(*k, runs[k]["heads"], VARIANTS[v]) for v, k in todo]))
     out = {}
     for (v, k), r in zip(todo, results, strict=True):
         if "predicted" not in r:
@@ -88,7 +88,7 @@ def table(runs: dict, model: dict | None) -> dict:
         if (impl, d, 1) not in runs or (impl, d, 2) not in runs:
             continue
         one, two = runs[impl, d, 1], runs[impl, d, 2]
-        row = {"impl": impl, "headdim": d, "measured_s": [one["duration_s"], two["duration_s"]],
+        row = {"impl": impl, "headdim": d, "heads": one["heads"], "measured_s": [one["duration_s"], two["duration_s"]],
                "elapsed_cycles": [one["elapsed_cycles"], two["elapsed_cycles"]],
                "measured_ratio": two["duration_s"] / one["duration_s"]}
         if model:
@@ -97,7 +97,7 @@ def table(runs: dict, model: dict | None) -> dict:
                 row[v] = {"modelled_s": [t1, t2], "ratio": t2 / t1,
                           "error": [t1 / one["duration_s"] - 1, t2 / two["duration_s"] - 1]}
         rows.append(row)
-    return {"seqlen": SEQLEN, "heads": HEADS, "variants": VARIANTS, "rows": rows}
+    return {"seqlen": SEQLEN, "variants": VARIANTS, "rows": rows}
 
 
 def markdown(doc: dict) -> str:
@@ -135,7 +135,7 @@ def main(argv=None) -> int:
     if not runs:
         print(f"occupancy: no ncu-IMPL-dD-bB-details.txt in {args.folder}", file=sys.stderr)
         return 2
-    model = None if args.no_model else modelled(sorted(runs), args.jobs)
+    model = None if args.no_model else modelled(runs, args.jobs)
     doc = table(runs, model)
     print(markdown(doc))
     if args.json:
