@@ -29,15 +29,16 @@ SMEM_LD_COUNTS+=,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum
 WGMMA_COUNTS=smsp__inst_executed.sum,smsp__inst_executed_pipe_alu.sum,smsp__inst_executed_pipe_fma.sum
 WGMMA_COUNTS+=,smsp__inst_executed_pipe_xu.sum,smsp__inst_executed_pipe_lsu.sum,sm__inst_executed_pipe_tensor_op_gmma.sum
 WGMMA_COUNTS+=,smsp__cycles_active.avg,sm__cycles_active.max,sm__cycles_elapsed.avg.per_second
-# ncu_configs KERNEL_REGEX COUNTS "IMPL D N CAUSAL B H" ...: for each configuration, Nsight Compute's full set
-# with COUNTS, its details page and its per-SASS source page (CSV) as ncu-IMPL-dD-nN-cC{,-details,-sass}.txt
+# ncu_configs KERNEL_REGEX COUNTS "IMPL D N CAUSAL B H [NAME]" ...: for each configuration, Nsight Compute's full
+# set with COUNTS, its details page and its per-SASS source page (CSV) as ncu-NAME{,-details,-sass}.txt (NAME
+# IMPL-dD-nN-cC unless given)
 ncu_configs() {
   local kernels=$1 counts=$2 cfg name
   shift 2
   local cfgs=("$@")
   for cfg in "${cfgs[@]}"; do
     set -- $cfg
-    name="$1-d$2-n$3-c$4"
+    name=${7:-"$1-d$2-n$3-c$4"}
     step "ncu-$name" 150 ncu --clock-control none --set full --import-source no --metrics "$counts" \
       --kernel-name "regex:$kernels" --launch-skip 1 --launch-count 1 -f -o "$OUT/$name" \
       python3 -m flashsim.experiments.bench_kernels --profile-target "$1,$2,$3,$4,$5,$6"

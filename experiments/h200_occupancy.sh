@@ -19,17 +19,14 @@ python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.versio
 # CONFIGS: "IMPL D BATCH HEADS" each (heads 4 is left out of the file names); run 124 ran the default
 CONFIGS=${CONFIGS:-"v2 128 1 4,v2 128 2 4,v2 64 1 4,v2 64 2 4,sdpa-flash 128 1 4,sdpa-flash 128 2 4"}
 IFS=, read -ra cfgs <<< "$CONFIGS"
+runs=()
 for cfg in "${cfgs[@]}"; do
   set -- $cfg
   name="$1-d$2-b$3"
   [ "$4" = 4 ] || name="$name-h$4"
-  step "ncu-$name" 150 ncu --clock-control none --set full --import-source no --metrics "$MMA_SYNC_COUNTS" \
-    --kernel-name "regex:flash_fwd_kernel|flashsim_v2" --launch-skip 1 --launch-count 1 -f -o "$OUT/$name" \
-    python3 -m flashsim.experiments.bench_kernels --profile-target "$1,$2,4224,0,$3,$4"
-  step "ncu-$name-details" 30 ncu -i "$OUT/$name.ncu-rep" --print-details all
-  step "ncu-$name-sass" 40 ncu -i "$OUT/$name.ncu-rep" --page source --csv --print-source sass
-  rm -f "$OUT/$name.ncu-rep"
+  runs+=("$1 $2 4224 0 $3 $4 $name")
 done
+ncu_configs "flash_fwd_kernel|flashsim_v2" "$MMA_SYNC_COUNTS" "${runs[@]}"
 cd "$OUT" && tar czf results.tgz --ignore-failed-read ./*.txt && rm -f ncu-*.txt
 cd - > /dev/null
 finish
