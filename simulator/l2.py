@@ -192,9 +192,7 @@ class L2Cache:
                         self.used -= old[0]
                         self.evictions += 1
                         if old[1]:
-                            self._written_back(key, old)
-                            self.dirty.pop(key, None)
-                            self.dirty_room -= old[0]
+                            self._evicted_dirty(key, old)
                 read_bytes += tile_bytes
                 miss_bytes += sum(fills, 0.0)
                 continue
@@ -268,11 +266,15 @@ class L2Cache:
             self.used -= old[0]
             self.evictions += 1
             if old[1]:
-                self._written_back(key, old)
-                self.dirty.pop(key, None)
-                self.dirty_room -= old[0]
+                self._evicted_dirty(key, old)
             if old is entry:  # a line larger than the whole cache: it streams through
                 break
+
+    def _evicted_dirty(self, key: tuple, entry: list) -> None:
+        """A dirty line left the cache: written back, and no longer counted dirty."""
+        self._written_back(key, entry)
+        self.dirty.pop(key, None)
+        self.dirty_room -= entry[0]
 
     def _written_back(self, key: tuple, entry: list) -> None:
         nbytes = entry[0] / entry[4]
