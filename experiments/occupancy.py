@@ -26,11 +26,15 @@ SEQLEN, HEADS = 4224, 4  # heads unless the file name says (-hH)
 # the model variants compared: name -> --set overrides
 VARIANTS = {"default": [], "issue model": ["issue_model=1", "ldsm_model=1"]}
 # how the validation simulates each implementation (experiments/validate_impls.py): algorithm and tiling
+# how busy the SM was, per run (read_details)
+BUSY = ("tensor_active_pct", "issue_busy_pct", "warps_per_scheduler")
 SIMULATED_AS = {"v2": ("v2", None), "sdpa-flash": ("v2", {"exp2": "exp2f", "launch": "fa2"})}
 
 
 def read_details(path: Path) -> dict:
-    """Duration (s), elapsed cycles and SM clock (Hz) of one Nsight Compute details page."""
+    """Duration (s), elapsed cycles, SM clock (Hz) of one Nsight Compute details page, and how busy the SM was:
+    the tensor pipe's and the schedulers' issue slots' active shares (%) and the warps alive per scheduler (with
+    two blocks of four warps alive throughout, 2)."""
     text = path.read_text()
 
     def first(label: str, unit: str) -> float:
@@ -44,7 +48,10 @@ def read_details(path: Path) -> dict:
     if m is None:
         raise ValueError(f"{path.name}: no 'Duration' line")
     return {"duration_s": float(m.group(2).replace(",", "")) * scale[m.group(1)],
-            "elapsed_cycles": int(first("Elapsed Cycles", "cycle")), "sm_hz": first("SM Frequency", "Ghz") * 1e9}
+            "elapsed_cycles": int(first("Elapsed Cycles", "cycle")), "sm_hz": first("SM Frequency", "Ghz") * 1e9,
+            "tensor_active_pct": first("SM: Pipe Tensor Cycles Active", "%"),
+            "issue_busy_pct": first("Issue Slots Busy", "%"),
+            "warps_per_scheduler": first("Active Warps Per Scheduler", "warp")}
 
 
 def measured(folder: Path) -> dict:
@@ -90,6 +97,7 @@ def table(runs: dict, model: dict | None) -> dict:
         one, two = runs[impl, d, 1], runs[impl, d, 2]
         row = {"impl": impl, "headdim": d, "heads": one["heads"], "measured_s": [one["duration_s"], two["duration_s"]],
                "elapsed_cycles": [one["elapsed_cycles"], two["elapsed_cycles"]],
+               **{k: [one[k], two[k]] for k in BUSY},
                "measured_ratio": two["duration_s"] / one["duration_s"]}
         if model:
             for v in VARIANTS:
@@ -114,6 +122,13 @@ def markdown(doc: dict) -> str:
             cells += [f"{1e6 * m['modelled_s'][0]:.1f} ({100 * m['error'][0]:+.0f}%) / "
                       f"{1e6 * m['modelled_s'][1]:.1f} ({100 * m['error'][1]:+.0f}%)", f"{m['ratio']:.2f}"]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "| kernel | tensor pipe active, one / two blocks | issue slots busy | warps alive per scheduler |",
+              "| --- | --- | --- | --- |"]
+    for r in doc["rows"]:
+        tensor, issue = r["tensor_active_pct"], r["issue_busy_pct"]
+        lines.append(f"| {r['impl']} d{r['headdim']} | {tensor[0]:.1f}% / {tensor[1]:.1f}% "
+                     f"| {issue[0]:.1f}% / {issue[1]:.1f}% "
+                     f"| {r['warps_per_scheduler'][0]:.2f} / {r['warps_per_scheduler'][1]:.2f} |")
     return "\n".join(lines)
 
 

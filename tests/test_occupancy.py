@@ -28,6 +28,10 @@ def test_a_second_block_costs_most_of_a_first():
     ratios = {(r["impl"], r["headdim"]): r["measured_ratio"] for r in doc["rows"]}
     assert len(ratios) == 6 and all(1.4 < x < 1.8 for x in ratios.values())
     assert "| v2 d128 | 119.2 | 205.3 | 1.72 |" in occupancy.markdown(doc)
+    for r in doc["rows"]:
+        one, two = r["tensor_active_pct"], r["warps_per_scheduler"]
+        # the second block's work keeps the tensor pipe busier, and its warps are alive for most of the run
+        assert one[1] > one[0] + 5 and two[0] == pytest.approx(1.0, abs=0.02) and 1.8 < two[1] <= 2.0
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
