@@ -38,6 +38,7 @@ ZERO_ALLOWED = frozenset({"smem_reserved_per_block_bytes", "issue_model", "clock
                            "wgmma_ss_pipe_steal_fraction", "wgmma_rs_pipe_steal_fraction",
                            "mma_sync_ldsm_unhidden_fraction", "smem_fill_port_fraction",
                            "mma_sync_pipe_steal_fraction", "mma_sync_ldsm_latency_cycles", "ldsm_model",
+                           "block_share_model",
                            "icache_miss_cycles_per_line", "icache_branch_cycles", "icache_fetch_cycles_per_line",
                            "fetch_model"})
 
@@ -150,6 +151,10 @@ class Profile:
     mma_sync_ldsm_latency_cycles: float = _p(float)
     # 0: the unhidden fraction above; 1: the latency form (a modelling choice, docs/MODEL.md)
     ldsm_model: int = _p(int)
+    # 0: an SM's units serve every request at once, each at rate / n (processor sharing); 1: with k thread
+    # blocks resident on the SM each block's warps take at most 1/k of each unit, whatever the others do
+    # (a modelling choice, docs/MODEL.md: the two blocks of an SM cost the same at every phase apart)
+    block_share_model: int = _p(int)
     # the issue model (issue_model = 1) beside ldmatrix-fed mma.sync: the scheduler cycles one HMMA takes from
     # its sub-partition's other warps, and the share of the FMA, ALU, MUFU and shuffle pipes a running
     # mma.sync GEMM takes from the other warps on its SM (both from kernels/microbench/softmax_gemm.cu)
@@ -300,6 +305,9 @@ class Profile:
         if self.wgmma_clock_knee_fraction is not None and not 0 < self.wgmma_clock_knee_fraction < 1:
             raise self._fail("wgmma_clock_knee_fraction", f"is a share of the tensor cores' peak, between 0 and 1, "
                                                           f"got {self.wgmma_clock_knee_fraction}")
+        if self.block_share_model not in (0, 1):
+            raise self._fail("block_share_model", f"must be 0 (processor sharing) or 1 (a share per resident block), "
+                                                  f"got {self.block_share_model}")
         if self.ldsm_model not in (0, 1):
             raise self._fail("ldsm_model", f"must be 0 (the unhidden fraction) or 1 (the loads' latency), got "
                                            f"{self.ldsm_model}")

@@ -26,7 +26,7 @@ class AttnParams(ctypes.Structure):
         ("batch", _I32), ("heads", _I32), ("kv_group", _I32), ("seqlen_q", _I32), ("seqlen_k", _I32),
         ("causal", _I32), ("num_splits", _I32),
         ("scale", _F32), ("scale_log2", _F32),
-        ("pad_", _I32),
+        ("start_stagger_cycles", _I32),  # experiments only: include/common.cuh
     ]  # fmt: skip
 
 

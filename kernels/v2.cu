@@ -68,6 +68,7 @@ __device__ __forceinline__ void forward(const AttnParams& p) {
   const int n_blocks = (visible_keys(p, m0 + BM) + BN - 1) / BN;
 
   const int k_stride = static_cast<int>(p.k_row_stride), v_stride = static_cast<int>(p.v_row_stride);
+  if (p.start_stagger_cycles > 0) stagger_start(p, reinterpret_cast<int*>(smem));
   load_tile_async<Cfg::kThreads, QTile, BM>(sQ, q, m0, static_cast<int>(p.q_row_stride), p.seqlen_q);
   load_tile_async<Cfg::kThreads, KVTile, BN>(sK, k, max(n_blocks - 1, 0) * BN, k_stride, p.seqlen_k);
   cp_async_commit();

@@ -144,6 +144,7 @@ def simulate(
     max_events: int | None = None,
     progress=None,
     flushed_l2: bool = False,
+    start_stagger_cycles: int = 0,
 ) -> SimResult:
     """Replay `algo`'s schedule for `problem` on `profile`.
 
@@ -156,7 +157,9 @@ def simulate(
     has the limit of its own). progress: called with the fraction of the run's blocks done, as they finish.
     options: the record's build options (V3's ablation switches, v2-bwd's dq); one it does not take is refused.
     flushed_l2: start from the full, partly dirty L2 a flush leaves (Gpu.flushed_l2), not an empty one; bytes
-    then holds hbm_write_flush, the part of hbm_write that is the flush's dirty lines written back."""
+    then holds hbm_write_flush, the part of hbm_write that is the flush's dirty lines written back.
+    start_stagger_cycles: the first block of each SM's odd slots starts that much later (the phase experiment,
+    experiments/stagger.py; kernels/v2.cu's start_stagger_cycles)."""
     rec = catalog.get(algo)
     options = dict(options or {})
     unknown = sorted(set(options) - set(rec.options))
@@ -184,6 +187,7 @@ def simulate(
     gpu.kv_head_bytes = 2 * problem.seqlen_k * problem.headdim * problem.elem_bytes
     if flushed_l2:
         gpu.flushed_l2()
+    gpu.start_stagger = start_stagger_cycles
     if max_events is not None:
         gpu.env.max_events = max_events
     cycles = 0

@@ -168,6 +168,7 @@ class Sm:
         self.code = CodeCache(profile.icache_bytes_per_sm, profile.icache_miss_cycles_per_line)
         self.plans: dict = {}  # op id -> its requests to these units (simulator/timing.py, _gemm_plan)
         self.mma_warps = 0  # warps of the mma.sync GEMMs in flight (ldsm_model 1: simulator/timing.py _load_lags)
+        self.blocks = 0  # thread blocks resident (block_share_model 1: each takes at most 1/blocks of a unit)
 
     def units(self) -> dict[str, SharedUnit]:
         return {"tensor": self.tensor, "wgmma": self.wgmma_queue, "sfu": self.sfu, "alu": self.alu, "smem": self.smem}
@@ -246,6 +247,9 @@ class Gpu:
         self.skipped: dict[str, float] = {}  # counter increments of the loop periods left out
         self.kv_head_bytes = 0.0  # K and V of one K/V head (the evicting loop skip's premise; 0: unknown)
         self.on_block = None  # progress: on_block(blocks done or left out, blocks) after each block of a launch
+        # what-if: the first block of each SM's odd slots starts this many cycles late, as kernels/v2.cu's
+        # start_stagger_cycles makes the second block to start on an SM wait (experiments/stagger.py)
+        self.start_stagger = 0
 
     # -- memory --------------------------------------------------------------------------------------
     def load(self, tile, now: int, to_smem: bool, sm: Sm, then, extra: int = 0, flow=None) -> None:

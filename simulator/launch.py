@@ -237,7 +237,9 @@ class Launch:
         while queue:
             cta = queue.popleft()
             if first or not kernel.persistent:
-                yield env.timeout(p.cta_launch_cycles)
+                # the stagger experiment's odd slots start late (Gpu.start_stagger; 0 in every other run)
+                late = gpu.start_stagger if first and slot % 2 else 0
+                yield env.timeout(p.cta_launch_cycles + late)
                 first = False
             barriers = defaultdict(lambda: Barrier(env))
             procs = []
@@ -245,7 +247,9 @@ class Launch:
                 track = f"SM{sm.index}.{slot} {role.name}"
                 timer = RoleTimer(gpu, sm, barriers, gpu.trace, track, slot)
                 procs.append(env.process(timer.run(role.program(cta))))
+            sm.blocks += 1
             yield simpy.AllOf(env, procs)
+            sm.blocks -= 1
             self.block_done()
 
     @property

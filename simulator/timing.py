@@ -166,6 +166,7 @@ class RoleTimer:
             skip.enter(self)
         source = self.source = iter(program)
         ahead, history = self.ahead, self.history
+        block_share = p.block_share_model
         # branches in order of how often schedules issue them (barrier waits and arrivals first)
         while True:
             if self.at < len(ahead):
@@ -204,7 +205,8 @@ class RoleTimer:
                 plan = plans.get(id(op))
                 if plan is None:
                     plan = _gemm_plan(op, sm, p)
-                reqs = [(unit, unit.submit(now, work, cap)) for unit, work, cap in plan[1]]
+                wants = plan[1] if not block_share or sm.blocks < 2 else _block_share(plan[1], sm.blocks)
+                reqs = [(unit, unit.submit(now, work, cap)) for unit, work, cap in wants]
                 if plan[3]:
                     self._steal(plan[3], reqs[0])
                 if op.async_token:
@@ -254,6 +256,8 @@ class RoleTimer:
                         # the warps issue the copy's instructions and their address arithmetic, sharing
                         # the SM's warp schedulers with other blocks' copies
                         share = pipe_share(op.warps, p.sub_partitions_per_sm)
+                        if block_share and sm.blocks > 1:
+                            share /= sm.blocks
                         yield from self._until([(sm.issue, sm.issue.submit(now, op.issue * op.warps, share))])
                     else:
                         yield env.timeout(p.tma_issue_cycles if tma else p.cp_async_issue_cycles)
@@ -261,20 +265,23 @@ class RoleTimer:
                 plan = plans.get(id(op))
                 if plan is None:
                     plan = _elementwise_plan(op, sm, p)
-                reqs = [(unit, unit.submit(now, work, cap)) for unit, work, cap in plan[1]]
+                blocks = sm.blocks if block_share else 1
+                wants = plan[1] if blocks < 2 else _block_share(plan[1], blocks)
+                reqs = [(unit, unit.submit(now, work, cap)) for unit, work, cap in wants]
                 floor = now + plan[3]
                 yield from self._until(reqs, plan[2])
                 if floor > env._now:
                     yield env.timeout(floor - env._now)
                 for phase, least in plan[6]:  # the issue model's later phases, one after another
                     start = env._now
-                    yield from self._until([(unit, unit.submit(start, work, cap)) for unit, work, cap in phase])
+                    wants = phase if blocks < 2 else _block_share(phase, blocks)
+                    yield from self._until([(unit, unit.submit(start, work, cap)) for unit, work, cap in wants])
                     if start + least > env._now:
                         yield env.timeout(start + least - env._now)
                 if plan[4]:
                     # exp2f's instructions wait on no chain: the warps' schedulers issue them, one per cycle
                     # each, shared with the other blocks' warps
-                    yield from self._until([(sm.issue, sm.issue.submit(env._now, plan[4], plan[5]))])
+                    yield from self._until([(sm.issue, sm.issue.submit(env._now, plan[4], plan[5] / blocks))])
                 if tracing:
                     name = "softmax" if kind in (OnlineSoftmax, RowSoftmax) else kind.__name__.lower()
                     self._mark(name, now, env.now)
@@ -498,6 +505,12 @@ def _keep(plans: dict, op, plan: tuple) -> tuple:
         plans.clear()
     plans[id(op)] = plan
     return plan
+
+
+def _block_share(wants: tuple, blocks: int) -> list:
+    """Requests (unit, work, cap) capped at 1/blocks of what they may take (block_share_model 1: each of the
+    SM's resident blocks takes at most its share of a unit; a queue's requests, cap None, keep their order)."""
+    return [(unit, work, cap if cap is None else cap / blocks) for unit, work, cap in wants]
 
 
 def _gemm_plan(op: Gemm, sm, p) -> tuple:

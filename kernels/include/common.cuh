@@ -32,13 +32,33 @@ struct AttnParams {
   int32_t num_splits;  // v1: thread blocks per (batch, head)
   float scale;         // softmax scale
   float scale_log2;    // scale * log2(e): exp(x * scale) == exp2(x * scale_log2)
-  int32_t pad_;
+  // Experiments only (experiments/h200_stagger.sh; 0 in every other launch): v2's second block to start on each
+  // SM waits this many SM cycles before its first load, so the two blocks of an SM run a set phase apart; `s`
+  // then points at one zeroed int per SM, which counts the blocks as they start.
+  int32_t start_stagger_cycles;
 };
 static_assert(sizeof(AttnParams) == 208, "AttnParams layout changed: update kernels/launch.py");
 
 // Causal masks are aligned bottom-right (FlashAttention >= 2.1, and the simulator): the last query row
 // sees every key, so query i sees keys j <= i + causal_offset. With seqlen_q > seqlen_k the first
 // seqlen_q - seqlen_k rows see no key; they output 0 and a logsumexp of -inf.
+// start_stagger_cycles (above): every odd block to start on its SM spins that long. `scratch` is 4 bytes of the
+// block's shared memory, used before anything is loaded into it.
+__device__ __noinline__ void stagger_start(const AttnParams& p, int* scratch) {
+  if (threadIdx.x == 0) {
+    unsigned sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    *scratch = atomicAdd(static_cast<int*>(p.s) + sm, 1);
+  }
+  __syncthreads();
+  if (*scratch & 1) {
+    const long long t0 = clock64();
+    while (clock64() - t0 < p.start_stagger_cycles) {
+    }
+  }
+  __syncthreads();
+}
+
 __device__ __forceinline__ int causal_offset(const AttnParams& p) { return p.causal ? p.seqlen_k - p.seqlen_q : 0; }
 
 // x, computed where it is written: the compiler may neither hoist it out of a loop (where it would hold a
