@@ -519,6 +519,7 @@ class LseExp:
     scale: float
     mask: Mask | None
     warps: int
+    exp2: str = "approx"  # the compiled form of the exponential (EXP2_FORMS): FA2's backward computes exp2f's
 
     @property
     def exps(self) -> int:
@@ -526,7 +527,12 @@ class LseExp:
 
     @property
     def alu_flops(self) -> int:
-        return (2 + (MASK_OPS_PER_ELEMENT if self.mask is not None else 0)) * self.rows * self.cols
+        return (2 + (MASK_OPS_PER_ELEMENT if self.mask is not None else 0)) * self.rows * self.cols + self.exp2_ops
+
+    @property
+    def exp2_ops(self) -> int:
+        """The ops the exp2f form adds (none for approx), off the dependent stream as in OnlineSoftmax."""
+        return EXP2F_EXTRA_PER_EXP * self.exps if self.exp2 == "exp2f" else 0
 
 
 @dataclass(frozen=True, slots=True)

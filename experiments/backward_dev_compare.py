@@ -11,6 +11,7 @@ and the mean absolute percentage error per implementation). Needs no GPU.
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import sys
@@ -27,7 +28,7 @@ FA2_TILES = re.compile(r"flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_
 
 
 def ran_tiling(rec: dict) -> dict:
-    """block_m, block_n, warps and stages of the backward kernel the record timed."""
+    """block_m, block_n, warps and stages of the backward kernel the record timed (and FA2's exponential)."""
     for name in rec["kernels"]:
         m = OURS_TILES.search(name)
         if m:
@@ -36,21 +37,23 @@ def ran_tiling(rec: dict) -> dict:
         m = FA2_TILES.search(name)
         if m:
             bm, bn, w = map(int, m.groups()[:3])
-            return {"block_m": bm, "block_n": bn, "warps": w, "stages": 1 if m.group(5) == "true" else 2}
+            # FA2's code computes the exponential as exp2f (no fast math: a range test and two scalings each)
+            return {"block_m": bm, "block_n": bn, "warps": w, "stages": 1 if m.group(5) == "true" else 2,
+                    "exp2": "exp2f"}
     raise ValueError(f"no backward kernel with tiles among {rec['kernels']}")
 
 
 def _predict(job: tuple) -> float:
-    problem, tiling = job
+    problem, tiling, overrides = job
     from flashsim.algorithms.problem import Problem
     from flashsim.algorithms.tiling import Tiling
     from flashsim.hw_profiles import load_profile
     from flashsim.simulator import simulate
 
-    return simulate("v2-bwd", Problem(**problem), load_profile(HW), Tiling(**tiling)).kernel_time_s
+    return simulate("v2-bwd", Problem(**problem), load_profile(HW, overrides), Tiling(**tiling)).kernel_time_s
 
 
-def compare(records: list[dict], jobs: int = 2) -> dict:
+def compare(records: list[dict], jobs: int = 2, overrides: tuple[str, ...] = ()) -> dict:
     rows = []
     for rec in records:
         if rec["impl"] not in IMPLS or rec.get("status") != "ok":
@@ -59,10 +62,10 @@ def compare(records: list[dict], jobs: int = 2) -> dict:
                    "causal": rec["causal"], "dtype": rec["dtype"]}
         rows.append({"impl": rec["impl"], "problem": problem, "tiling": ran_tiling(rec),
                      "measured_s": rec["kernel_time_s"]})
-    # ours and SDPA's flash run the same tiles on this grid: simulate each (problem, tiling) once
+    # simulate each (problem, tiling) once
     keys = sorted({json.dumps([r["problem"], r["tiling"]], sort_keys=True) for r in rows})
     with ProcessPoolExecutor(jobs) as pool:
-        predicted = dict(zip(keys, pool.map(_predict, [tuple(json.loads(k)) for k in keys]), strict=True))
+        predicted = dict(zip(keys, pool.map(_predict, [(*json.loads(k), list(overrides)) for k in keys]), strict=True))
     for r in rows:
         r["predicted_s"] = predicted[json.dumps([r["problem"], r["tiling"]], sort_keys=True)]
         r["error"] = r["predicted_s"] / r["measured_s"] - 1
@@ -73,7 +76,7 @@ def compare(records: list[dict], jobs: int = 2) -> dict:
             summary[impl] = {"n": len(errs), "mape": sum(map(abs, errs)) / len(errs), "bias": sum(errs) / len(errs),
                              "max_abs": max(map(abs, errs))}
     return {"hw": HW, "schedule": "v2-bwd", "quantity": "GPU busy time of the backward's kernels",
-            "summary": summary, "rows": rows}
+            "overrides": list(overrides), "summary": summary, "rows": rows}
 
 
 COMMAND = "python3 -m flashsim.experiments.backward_dev_compare"
@@ -97,13 +100,17 @@ def markdown(result: dict, source: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        sys.stderr.write("usage: backward_dev_compare BENCH.json OUT_STEM\n")
-        return 2
-    source, stem = Path(argv[0]), Path(argv[1])
-    result = compare(json.loads(source.read_text())["records"])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("bench", type=Path, help="the backward benchmark's JSON")
+    ap.add_argument("stem", type=Path, help="write STEM.json and STEM.md")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a profile override for every prediction (repeatable), as simulate --set")
+    ap.add_argument("--jobs", type=int, default=2)
+    args = ap.parse_args(argv)
+    source, stem = args.bench, args.stem
+    result = compare(json.loads(source.read_text())["records"], args.jobs, tuple(args.set))
     result["source"] = str(source)
-    result["command"] = f"{COMMAND} {source} {stem}"
+    result["command"] = f"{COMMAND} {source} {stem}" + "".join(f" --set {o}" for o in args.set)
     stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
     stem.with_suffix(".md").write_text(markdown(result, source.name))
     for impl, s in result["summary"].items():

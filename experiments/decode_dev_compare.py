@@ -40,7 +40,8 @@ def problem_args(row: dict) -> dict:
 
 
 def predict(job: tuple) -> dict:
-    problem, tiling, hw, flushed = job
+    problem, tiling, hw, flushed, *rest = job
+    overrides = rest[0] if rest else []
     from flashsim.algorithms.problem import Problem
     from flashsim.algorithms.tiling import Tiling
     from flashsim.hw_profiles import load_profile
@@ -48,7 +49,7 @@ def predict(job: tuple) -> dict:
 
     t0 = time.perf_counter()
     try:
-        res = simulate("decode", Problem(**problem), load_profile(hw, []), Tiling(**tiling) if tiling else None,
+        res = simulate("decode", Problem(**problem), load_profile(hw, overrides), Tiling(**tiling) if tiling else None,
                        flushed_l2=flushed)
     except FlashsimError as exc:
         return {"predict_error": str(exc)}
@@ -93,11 +94,14 @@ def main(argv=None) -> None:
     ap.add_argument("--empty-l2", action="store_true",
                     help="start each run from an empty L2, not the full, partly dirty one the benchmark's flush leaves")
     ap.add_argument("--stem", default="decode-dev-compare")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a profile override for every prediction (repeatable), as simulate --set")
     args = ap.parse_args(argv)
     impls = args.impls.split(",")
     bench = json.loads(args.bench.read_text())
     rows = [dict(r) for r in bench["rows"] if r["impl"] in impls and r.get("gpu_us")]
-    jobs = [(problem_args(r), our_tiling(r) if r["impl"] == "ours" else None, args.hw, not args.empty_l2) for r in rows]
+    jobs = [(problem_args(r), our_tiling(r) if r["impl"] == "ours" else None, args.hw, not args.empty_l2, args.set)
+            for r in rows]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         for row, res in zip(rows, pool.map(predict, jobs), strict=True):
             row.pop("kernels", None)
@@ -110,9 +114,10 @@ def main(argv=None) -> None:
     command = ("python3 -m flashsim.experiments.decode_dev_compare"
                + (f" --impls {args.impls}" if args.impls != ",".join(IMPLS) else "")
                + (" --empty-l2" if args.empty_l2 else "")
-               + (f" --stem {args.stem}" if args.stem != ap.get_default("stem") else ""))
+               + (f" --stem {args.stem}" if args.stem != ap.get_default("stem") else "")
+               + "".join(f" --set {o}" for o in args.set))
     report = {"command": command, "hw": args.hw, "bench": args.bench.name,
-              "l2_start": "empty" if args.empty_l2 else "flushed",
+              "l2_start": "empty" if args.empty_l2 else "flushed", "overrides": args.set,
               "summary": {i: summary([r for r in rows if r["impl"] == i]) for i in impls}, "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.stem}.json").write_text(json.dumps(report, indent=1) + "\n")

@@ -28,6 +28,8 @@ from .sass_counts import CLASSES
 SASS_FILE = re.compile(r"ncu-(?P<impl>.+)-d(?P<d>\d+)-n(?P<n>\d+)-c(?P<c>[01])-sass\.txt(\.gz)?$")
 _OPCODE = re.compile(r"(@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
 _FA2_TRAITS = re.compile(r"Flash_fwd_kernel_traits<\(int\)(\d+), \(int\)(\d+), \(int\)(\d+), \(int\)(\d+)")
+_FA2_BWD_TRAITS = re.compile(r"Flash_bwd_kernel_traits<(?:\(int\))?(\d+), (?:\(int\))?(\d+), (?:\(int\))?(\d+), "
+                             r"(?:\(int\))?(\d+)")
 _V2_TILE = re.compile(r"_(\d+)x(\d+)w(\d+)")
 TOKENS, HIDDEN = 16384, 2048  # the FA2 grid: batch = 16k / N, heads = 2048 / d (experiments/validate.py)
 HOT = 0.5  # an instruction executed at least this share of the most executed one is in the hot loop
@@ -58,7 +60,7 @@ def executed(path: Path) -> tuple[str, list[tuple[str, bool, int]]]:
 
 def tile(name: str) -> tuple[int, int, int]:
     """(block_m, block_n, warps) from the kernel's name: FA2's traits <d, kBlockM, kBlockN, warps> or ours."""
-    m = _FA2_TRAITS.search(name)
+    m = _FA2_TRAITS.search(name) or _FA2_BWD_TRAITS.search(name)
     if m:
         return int(m.group(2)), int(m.group(3)), int(m.group(4))
     m = _V2_TILE.search(name)

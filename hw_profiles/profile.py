@@ -292,8 +292,9 @@ class Profile:
         object.__setattr__(self, spec.name, value)
 
     def _check_consistency(self) -> None:
-        if self.issue_model not in (0, 1):
-            raise self._fail("issue_model", f"must be 0 (dependent stream) or 1 (instruction issue), "
+        if self.issue_model not in (0, 1, 2):
+            raise self._fail("issue_model", f"must be 0 (dependent stream), 1 (instruction issue) or 2 (instruction "
+                                            f"issue for mma.sync kernels, the stream for wgmma ones), "
                                             f"got {self.issue_model}")
         if self.clock_model not in (None, 0, 1):
             raise self._fail("clock_model", f"must be 0 (the saturated clock) or 1 (the clock of the tensor duty), "

@@ -101,6 +101,16 @@ class SimResult:
         }
 
 
+def issue_model_for(rec, profile):
+    """The profile with the elementwise timing its issue_model picks for this schedule: 2 (the shipped
+    profiles) the instruction-issue model where the schedule's tensor instruction is mma.sync, the dependent
+    stream where it is wgmma, whose asynchronous products and uniform-datapath code the issue model does not
+    yet follow as closely (docs/MODEL.md, Instruction issue); 0 and 1 the one or the other everywhere."""
+    if profile.issue_model != 2:
+        return profile
+    return profile.with_overrides({"issue_model": int(rec.mma == "mma_sync")})
+
+
 def schedule_options(profile) -> dict:
     """Build options the profile's model options call for (a record ignores those it does not take): the
     kernels' code stretches for the streamed instruction fetch (fetch_model 1), their bookkeeping
@@ -161,6 +171,7 @@ def simulate(
     start_stagger_cycles: the first block of each SM's odd slots starts that much later (the phase experiment,
     experiments/stagger.py; kernels/v2.cu's start_stagger_cycles)."""
     rec = catalog.get(algo)
+    profile = issue_model_for(rec, profile)
     options = dict(options or {})
     unknown = sorted(set(options) - set(rec.options))
     if unknown:

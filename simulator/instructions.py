@@ -80,13 +80,14 @@ def _exp2f(c: Counter, e: float, exps: float) -> None:
 
 
 def exp2f_issue(op) -> float:
-    """Warp instructions per warp that the exp2f form adds to an online softmax (0 for ours, and for other
-    ops): the unfused FMUL per element, and the FSETP and two FMULs per exponential."""
-    if type(op) is not OnlineSoftmax or op.exp2 != "exp2f":
+    """Warp instructions per warp that the exp2f form adds to an online softmax or a backward's P = exp(S -
+    LSE) (0 for ours, and for other ops): the unfused FMUL per element, and the FSETP and two FMULs per
+    exponential."""
+    if type(op) not in (OnlineSoftmax, LseExp) or op.exp2 != "exp2f":
         return 0.0
     c: Counter = Counter()
     e, rt, _ = _layout(op.rows, op.cols, op.warps)
-    _exp2f(c, e, e + (rt if op.mode == "online" else 0))
+    _exp2f(c, e, e + (rt if type(op) is OnlineSoftmax and op.mode == "online" else 0))
     return total(c)
 
 
@@ -137,6 +138,8 @@ def lower(op) -> Counter:
         c["fp32"] += e  # s * scale - lse (FFMA)
         c["mufu"] += e
         c["convert"] += e / 2
+        if op.exp2 == "exp2f":
+            _exp2f(c, e, e)
         if op.mask is not None:
             _mask(c, e)
     elif kind is SoftmaxGrad:

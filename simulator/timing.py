@@ -476,8 +476,15 @@ def _load_lags(plan: tuple, requests: int, sm, p) -> tuple:
     other warps in a GEMM at the same time fill the wait with their own loads and products, so n warps per
     sub-partition expose mma_sync_ldsm_latency_cycles / n^2 per k-step (`calibrate --only ldsm_form`: our
     kernels' k-steps at 4 to 16 warps per SM take max(products alone, loads alone + that)). n counts the warps
-    of every mma.sync GEMM in flight on the SM when this one starts, another block's too."""
-    n = max(1.0, (sm.mma_warps + plan[0].warps) / p.sub_partitions_per_sm)
+    of every mma.sync GEMM in flight on the SM when this one starts, another block's too; with block shares
+    (block_share_model 1), where each block runs as on its own 1/k of the SM, those of its own GEMM only, so
+    that, as measured, the blocks' phase apart does not change what they cost (and the run stays periodic).
+    On the FA2 grid's development set that takes our v2 / SDPA flash / our v1 to 5.6 / 4.6 / 8.0% (every
+    block's GEMM warps counted: 3.9 / 6.0 / 12.8%; those in flight, phase-dependent: 5.0 / 5.5 / 5.7%)."""
+    if p.block_share_model:
+        n = max(1.0, plan[0].warps / p.sub_partitions_per_sm)
+    else:
+        n = max(1.0, (sm.mma_warps + plan[0].warps) / p.sub_partitions_per_sm)
     return (0.0, plan[4] * p.mma_sync_ldsm_latency_cycles / (n * n)) + (0.0,) * (requests - 2)
 
 

@@ -64,6 +64,18 @@ def test_schedulers_and_special_function_units_bound_the_softmax():
     assert _time(issue_model=1, mufu_ops_per_clk_per_sm=64) == pytest.approx(base, rel=0.01)
 
 
-def test_issue_model_takes_zero_or_one():
+def test_issue_model_takes_zero_one_or_two():
     with pytest.raises(FlashsimError, match="issue_model"):
-        H200.with_overrides(["issue_model=2"])
+        H200.with_overrides(["issue_model=3"])
+
+
+def test_issue_model_two_picks_by_tensor_instruction():
+    """2: the issue model for mma.sync schedules, the dependent stream for wgmma ones."""
+    from flashsim.algorithms import catalog
+    from flashsim.simulator.api import issue_model_for
+
+    auto = H200.with_overrides(["issue_model=2"])
+    assert issue_model_for(catalog.get("v2"), auto).issue_model == 1
+    assert issue_model_for(catalog.get("v2-bwd"), auto).issue_model == 1
+    assert issue_model_for(catalog.get("v3"), auto).issue_model == 0
+    assert issue_model_for(catalog.get("v3"), H200) is H200

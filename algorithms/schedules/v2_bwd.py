@@ -46,6 +46,7 @@ from ..mapping import Tiling
 from ..parts import cdiv, gemm_dtype, kv_block_count, row_tile, stat_tile, tile_mask
 from ..problem import Problem
 from ..record import Algorithm
+from .backward_code import backward_code
 
 DQ_MODES = ("atomic", "pass")
 
@@ -129,7 +130,10 @@ def check_options(dq: str) -> None:
         raise FlashsimError(f"unknown dQ accumulation {dq!r}; choose one of {', '.join(DQ_MODES)}")
 
 
-def build(p: Problem, t: Tiling, dq: str = "atomic") -> Schedule:
+def build(p: Problem, t: Tiling, dq: str = "atomic", bookkeeping: bool = False) -> Schedule:
+    """dq: 'atomic' (FA2's) or 'pass' (above). bookkeeping: the main kernel's stretches carry the compiler's
+    bookkeeping instructions (backward_code.BOOKKEEPING; FA2's for the exp2f form, which only its kernel
+    computes, else ours), which only the instruction-issue model charges."""
     check_options(dq)
     bm, bn, d, w = t.block_m, t.block_n, p.headdim, t.warps
     dt, g = gemm_dtype(p), p.group
@@ -137,11 +141,15 @@ def build(p: Problem, t: Tiling, dq: str = "atomic") -> Schedule:
     double_q = t.stages >= 2
     g_sdp, g_dkv, g_dq = warp_grids(d, t)
     dp_first = dp_before_p(t)
+    code = backward_code("fa2" if t.exp2 == "exp2f" else "flashsim", d, bm, bn, w) \
+        if bookkeeping and atomic else None
 
     def main(cta):
         b, h, j = cta
         col0 = j * bn
         hk = h // g
+        if code:
+            yield code["prologue"]
         yield Load(row_tile(p, "K", b, h, col0, bn, kv=True), "sK", SMEM, "cp.async", "kv")
         yield Load(row_tile(p, "V", b, h, col0, bn, kv=True), "sV", SMEM, "cp.async", "kv")
         yield Fill("dK", bn, d, 0.0)
@@ -161,6 +169,8 @@ def build(p: Problem, t: Tiling, dq: str = "atomic") -> Schedule:
             sq = f"sQ{n % 2 if double_q else 0}"
             yield Wait("q", n + 1)
             yield Wait("do", n + 1)
+            if code:
+                yield code["loop"]
             yield SyncThreads()  # Q_i, dO_i landed; every warp is done with step i-1's Q buffer, P and dS
             if double_q and n + 1 < len(blocks):
                 yield from load_q(n + 1)
@@ -171,7 +181,7 @@ def build(p: Problem, t: Tiling, dq: str = "atomic") -> Schedule:
             yield Gemm("S", sq, "sK", bm, bn, d, SMEM, SMEM, "mma_sync", dt, w, trans_b=True, split=g_sdp)
             if dp_first:
                 yield Gemm("dP", "sdO", "sV", bm, bn, d, SMEM, SMEM, "mma_sync", dt, w, trans_b=True, split=g_sdp)
-            yield LseExp("S", "P", "lse", bm, bn, p.scale, tile_mask(p, row0, col0, bm, bn), w)
+            yield LseExp("S", "P", "lse", bm, bn, p.scale, tile_mask(p, row0, col0, bm, bn), w, t.exp2)
             # P and dS go to shared memory: the dK / dV products read them transposed, across warps
             yield StoreShared("P", "sP", bm, bn, OPERAND_BYTES[dt], "P")
             if not dp_first:
@@ -192,6 +202,8 @@ def build(p: Problem, t: Tiling, dq: str = "atomic") -> Schedule:
             if not double_q and n + 1 < len(blocks):
                 yield SyncThreads()
                 yield from load_q(n + 1)
+        if code:
+            yield code["epilogue"]
         if g > 1:
             yield AtomicAdd("dK", bw.accum_tile(p, "dKaccum", b, hk, col0, bn, kv=True))
             yield AtomicAdd("dV", bw.accum_tile(p, "dVaccum", b, hk, col0, bn, kv=True))
@@ -217,7 +229,7 @@ def build(p: Problem, t: Tiling, dq: str = "atomic") -> Schedule:
             yield Wait("kv", 2 * (j + 1))
             yield SyncThreads()
             yield Gemm("S", "sQ", "sK", bm, bn, d, SMEM, SMEM, "mma_sync", dt, w, trans_b=True, split=g_sdp)
-            yield LseExp("S", "P", "lse", bm, bn, p.scale, tile_mask(p, row0, col0, bm, bn), w)
+            yield LseExp("S", "P", "lse", bm, bn, p.scale, tile_mask(p, row0, col0, bm, bn), w, t.exp2)
             yield Gemm("dP", "sdO", "sV", bm, bn, d, SMEM, SMEM, "mma_sync", dt, w, trans_b=True, split=g_sdp)
             yield SoftmaxGrad("dS", "P", "dP", "delta", bm, bn, p.scale, w)
             yield Gemm("dQ", "dS", "sK", bm, d, bn, RMEM, SMEM, "mma_sync", dt, w, accumulate=True, split=g_dq)
@@ -344,7 +356,7 @@ ALGORITHM = Algorithm(
     hbm_tensors=bw.flash_backward_tensors,
     why="K_j and V_j cross global memory once; Q, dO, LSE and D once per kv-block: Tc = {tc} passes, and dQ "
         "is added into an fp32 accumulator Tc times (atomics served by the L2).",
-    options=("dq",),
+    options=("dq", "bookkeeping"),
     dtypes=("bf16", "fp16"),  # FA2's backward takes 16-bit inputs
     warp_split="n",  # the kernels' 2 x 4 warp grids: block_n a multiple of 8 x warps with S's n
     block_n_is_k=False,
