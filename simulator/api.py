@@ -102,8 +102,8 @@ class SimResult:
 
 
 def issue_model_for(rec, profile):
-    """The profile with the elementwise timing its issue_model picks for this schedule: 2 (the shipped
-    profiles) the instruction-issue model where the schedule's tensor instruction is mma.sync, the dependent
+    """The profile with the elementwise timing its issue_model picks for this schedule: 2 the
+    instruction-issue model where the schedule's tensor instruction is mma.sync, the dependent
     stream where it is wgmma, whose asynchronous products and uniform-datapath code the issue model does not
     yet follow as closely (docs/MODEL.md, Instruction issue); 0 and 1 the one or the other everywhere."""
     if profile.issue_model != 2:
