@@ -39,12 +39,40 @@ def load(path: Path) -> dict:
     return report
 
 
+STALE = {
+    "earlier model": "predicted with an earlier model (its sources have changed since)",
+    "earlier profile": "predicted with other profile numbers than the shipped profile's (changed since, or --set)",
+    "unknown": "predicted with a model of unknown date (the report carries no fingerprints)",
+}
+
+
+def model_status(report: dict) -> str:
+    """Whether the report's predictions are what the installed model and the shipped profile give today:
+    "current", "earlier model" (the model's sources changed since), "earlier profile" (the profile's
+    numbers changed, or it was predicted with --set or another file) or "unknown" (no fingerprints)."""
+    from flashsim.hw_profiles import load_profile
+
+    from .validate_compare import model_fingerprint, profile_fingerprint
+
+    prof = report.get("profile", {})
+    if not prof.get("fingerprint") or not report.get("model_fingerprint"):
+        return "unknown"
+    if report["model_fingerprint"] != model_fingerprint():
+        return "earlier model"
+    try:
+        shipped = profile_fingerprint(load_profile(prof.get("hw") or prof.get("name", "")))
+    except Exception:  # a profile file that is not here: not the shipped one
+        return "earlier profile"
+    return "current" if shipped == prof["fingerprint"] else "earlier profile"
+
+
 def summary(report: dict, path: Path) -> dict:
     """What --json prints: accuracy per implementation and quantity, overall, provenance, plot path."""
     plot = path.parent / report.get("plot", "validation.png")
     return {
         "file": str(path),
         "profile": report.get("profile", {}).get("name"),
+        "predicted_with": model_status(report),
         "provenance": report["provenance"],
         "summary": report["summary"],
         "overall": report.get("overall", {}),
@@ -134,6 +162,11 @@ def render(report: dict, path: Path, console=None) -> None:
         f"torch {prov.get('torch', '?')}), {prov.get('date', '?')}; predicted with profile "
         f"{report.get('profile', {}).get('name', '?')}. Error = (predicted - measured) / measured."
     )
+    status = model_status(report)
+    if status != "current":
+        grid = {"dev": "fa2"}.get(report.get("set", {}).get("name", "dev"), report.get("set", {}).get("name"))
+        console.print(f"[yellow]{STALE[status]}[/yellow]; `flashsim validate --compare-only --grid {grid}` "
+                      "predicts it again", soft_wrap=True)
     impl_algo = report.get("impl_algo", {})
     for q, meta in report["quantities"].items():
         rows = [(impl, s[q]) for impl, s in report["summary"].items() if s.get(q, {}).get("n")]

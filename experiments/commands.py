@@ -47,11 +47,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--published", action="store_true",
                    help="no GPU: compare the h100 and a100 profiles with the FA2 and FA3 papers' published TFLOP/s "
                    "(each point cited) and write published.json/.md/.png")
-    p.add_argument("--grid", default="fa2",
-                   help="configurations: fa2 (FA2 grid + ragged: the development set), test (the held-out test "
-                   "set, timed only, into testset-measured.jsonl), test-decode (decoding steps against a dense or "
-                   "paged K/V cache), test-bwd (the backward kernels alone), dev-llm (LLM-shaped development set), "
-                   "dev-tiles (per-tile development set) or smoke")  # fmt: skip
+    p.add_argument("--grid", default=None,
+                   help="configurations: fa2 (FA2 grid + ragged: the development set; the default), test (the "
+                   "held-out test set, timed only, into testset-measured.jsonl), test-decode (decoding steps "
+                   "against a dense or paged K/V cache), test-bwd (the backward kernels alone), dev-llm (LLM-shaped "
+                   "development set), dev-tiles (per-tile development set) or smoke; with --compare-only, the one "
+                   "set to compare (default: every set with measurements)")  # fmt: skip
     p.add_argument("--impls", metavar="NAMES",
                    help="comma-separated implementations (default: the grid's: fa2 every forward one; test "
                    "v2,v3,sdpa-flash,sdpa-cudnn; test-decode decode and SDPA's flash, cuDNN and efficient; "
@@ -131,10 +132,11 @@ def _validate(args: argparse.Namespace) -> int:
     from .calibrate_gpu import argv_tail, command_line
 
     out_dir = Path(args.out_dir or "experiments/results/h200")
-    if args.grid not in v.GRIDS:
-        raise FlashsimError(f"unknown grid {args.grid!r}; choose one of {', '.join(v.GRIDS)}")
-    measured = out_dir / v.measured_name(args.grid)
-    default_impls = v.DEFAULT_IMPLS.get(args.grid, list(v.IMPLS))
+    grid = args.grid or "fa2"
+    if grid not in v.GRIDS:
+        raise FlashsimError(f"unknown grid {grid!r}; choose one of {', '.join(v.GRIDS)}")
+    measured = out_dir / v.measured_name(grid)
+    default_impls = v.DEFAULT_IMPLS.get(grid, list(v.IMPLS))
     impls = [s.strip() for s in args.impls.split(",") if s.strip()] if args.impls else default_impls
     for name in impls:
         if name not in v.IMPLS:
@@ -144,7 +146,7 @@ def _validate(args: argparse.Namespace) -> int:
     if args.max_minutes <= 0 or args.budget_s < 0 or args.min_reps < 1 or args.max_reps < args.min_reps:
         raise FlashsimError("need --max-minutes > 0, --budget-s >= 0 and 1 <= --min-reps <= --max-reps")
     if not args.compare_only:
-        configs = v.GRIDS[args.grid]()
+        configs = v.GRIDS[grid]()
         seqlens = _csv_ints(args.seqlens, "--seqlens")
         if seqlens:
             configs = [c for c in configs if c.seqlen_q in seqlens]
@@ -157,7 +159,7 @@ def _validate(args: argparse.Namespace) -> int:
         v.measure(opts, deadline=deadline)
         if args.ncu_sample and not args.no_ncu:
             v.measure_bytes(opts, [], deadline, sample=v.byte_sample(configs, args.ncu_sample))
-        elif not args.no_ncu and args.grid not in v.TIMED_ONLY:  # the test sets are timed only
+        elif not args.no_ncu and grid not in v.TIMED_ONLY:  # the test sets are timed only
             v.measure_bytes(opts, _csv_ints(args.ncu_seqlens, "--ncu-seqlens") or [], deadline)
         print(f"measurements in {measured}")
         if args.measure_only:
@@ -173,12 +175,17 @@ def _validate(args: argparse.Namespace) -> int:
     from .validate_sets import DEV, SETS
 
     command = command_line(["validate", *argv_tail()[1:]])
+    # a comparison named by --grid is that set's alone; measuring compares what it measured and the rest
+    sets = [s for s in SETS if s.measured == measured.name] if args.compare_only and args.grid else list(SETS)
+    if args.compare_only and args.grid and not measured.is_file():
+        raise FlashsimError(f"no measurements in {measured}; run `flashsim validate --grid {grid}` on a GPU first")
     reports = {s.name: compare(out_dir, out_dir / s.measured, args.hw, args.hw_set, args.jobs, command, data_set=s,
                                flushed_l2=not args.empty_l2, o_store=args.o_store)
-               for s in SETS if (out_dir / s.measured).is_file()}  # fmt: skip
+               for s in sets if (out_dir / s.measured).is_file()}  # fmt: skip
     if not reports:
         raise FlashsimError(f"no measurements in {out_dir}; run `flashsim validate` on a GPU first")
-    render_sets(reports.get("dev"), out_dir / DEV.report, reports.get("test"))
+    if "dev" in reports or "test" in reports:
+        render_sets(reports.get("dev"), out_dir / DEV.report, reports.get("test"))
     for s in SETS[2:]:  # the decode, backward and LLM-shaped development sets, each under its title
         if s.name in reports:
             render_one(reports[s.name], out_dir / s.report)

@@ -42,11 +42,12 @@ from flashsim.algorithms.ir import (
 
 WARP = 32
 QUAD_STEPS = 2  # butterfly steps that combine the four threads of a quad (xor 1, xor 2)
-# mma.sync m16n8k16 (16-bit operands; tf32 and fp8 differ in k): FLOPs per HMMA instruction
-HMMA_K = {"fp16": 16, "bf16": 16, "tf32": 8, "fp8": 32}
+# mma.sync m16n8k16 (16-bit operands; tf32 and fp8 differ in k): FLOPs per HMMA instruction. fp32 operands
+# run on the tf32 path, as the profile's tensor rates take them
+HMMA_K = {"fp16": 16, "bf16": 16, "tf32": 8, "fp32": 8, "fp8": 32}
 HMMA_FLOPS = {dtype: 2 * 16 * 8 * k for dtype, k in HMMA_K.items()}
 # wgmma m64nNk: k per instruction by operand type (one instruction covers up to N = 256 columns)
-WGMMA_K = {"fp16": 16, "bf16": 16, "tf32": 8, "fp8": 32}
+WGMMA_K = {"fp16": 16, "bf16": 16, "tf32": 8, "fp32": 8, "fp8": 32}
 WGMMA_MAX_N = 256
 LDSM_X4_ELEMENTS = 4 * 8 * 8  # ldmatrix .x4: four 8x8 matrices of 16-bit elements per warp
 
@@ -233,7 +234,7 @@ def lower_gemm(op: Gemm) -> Counter:
     c["hmma"] += op.flops / HMMA_FLOPS[op.dtype] / op.warps
     # ldmatrix .x4 moves 256 16-bit elements per warp: each warp loads the operand share it multiplies
     rows, cols = _warp_grid(op)
-    elem = 2 if op.dtype in ("fp16", "bf16") else (4 if op.dtype == "tf32" else 1)
+    elem = 2 if op.dtype in ("fp16", "bf16") else (4 if op.dtype in ("tf32", "fp32") else 1)
     scale = elem / 2
     if op.a_level == SMEM:
         c["ldsm"] += op.m / rows * op.k * scale / LDSM_X4_ELEMENTS

@@ -63,6 +63,27 @@ def test_accuracy_json(report_file: Path, capsys: pytest.CaptureFixture[str]) ->
     assert obj["provenance"]["measured"]["date"] == "2026-01-02"
 
 
+def test_accuracy_says_which_model_made_the_report(report_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from flashsim.experiments import accuracy
+    from flashsim.experiments.validate_compare import model_fingerprint, profile_fingerprint
+    from flashsim.hw_profiles import load_profile
+
+    report = json.loads(report_file.read_text())
+    assert accuracy.model_status(report) == "unknown"  # the fixture carries no fingerprints
+    report["profile"] = {"name": "h200-sxm-141gb", "hw": "h200",
+                         "fingerprint": profile_fingerprint(load_profile("h200"))}
+    report["model_fingerprint"] = model_fingerprint()
+    assert accuracy.model_status(report) == "current"
+    changed = load_profile("h200").with_overrides(["hbm_bandwidth_bytes_per_s=1e12"])
+    other = {**report, "profile": {**report["profile"], "fingerprint": profile_fingerprint(changed)}}
+    assert accuracy.model_status(other) == "earlier profile"
+    report_file.write_text(json.dumps({**report, "model_fingerprint": "0" * 16}))
+    assert cli.main(["accuracy", "--file", str(report_file)]) == 0
+    assert "earlier model" in capsys.readouterr().out
+    assert cli.main(["accuracy", "--file", str(report_file), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["predicted_with"] == "earlier model"
+
+
 def test_accuracy_missing_or_foreign_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["accuracy", "--file", str(tmp_path / "none.json")]) == 2
     err = capsys.readouterr().err

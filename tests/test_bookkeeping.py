@@ -20,6 +20,7 @@ from flashsim.simulator.instructions import lower, lower_gemm, total
 RESULTS = Path(__file__).resolve().parents[1] / "experiments" / "results" / "h200"
 H200 = load_profile("h200")
 ISSUE = H200.with_overrides({"issue_model": 1})
+DEPENDENT = H200.with_overrides({"issue_model": 0})  # the dependent stream, which charges no bookkeeping
 PROBLEM = Problem(2, 8, 1024, 128)
 OURS_D128 = Tiling(128, 64, 4)
 SOURCES = {
@@ -73,14 +74,15 @@ def test_the_stretches_carry_it_only_when_asked():
 
 
 def test_simulate_asks_for_them_with_the_issue_model():
-    assert schedule_options(H200) == {}
+    assert schedule_options(DEPENDENT) == {}
     assert schedule_options(ISSUE) == {"bookkeeping": True}
-    assert schedule_options(H200.with_overrides({"fetch_model": 1})) == {"code": True}
+    assert schedule_options(H200.with_overrides({"issue_model": 2})) == {"bookkeeping": True}
+    assert schedule_options(DEPENDENT.with_overrides({"fetch_model": 1})) == {"code": True}
 
 
 def test_only_the_issue_model_charges_them_and_it_takes_longer():
-    default = simulate("v2", PROBLEM, H200, OURS_D128).cycles
-    plain = simulate("v2", PROBLEM, H200, OURS_D128, options={"bookkeeping": True}).cycles
+    default = simulate("v2", PROBLEM, DEPENDENT, OURS_D128).cycles
+    plain = simulate("v2", PROBLEM, DEPENDENT, OURS_D128, options={"bookkeeping": True}).cycles
     assert plain == default  # the dependent stream's pacing stands for them
     without = simulate("v2", PROBLEM, ISSUE, OURS_D128, options={"bookkeeping": False}).cycles
     charged = simulate("v2", PROBLEM, ISSUE, OURS_D128).cycles

@@ -56,12 +56,16 @@ def test_dependent_pace_sets_the_old_model_but_only_chains_in_the_new():
 
 
 def test_schedulers_and_special_function_units_bound_the_softmax():
-    base = _time(issue_model=1)
-    assert _time(issue_model=1, warp_issue_per_clk_per_sub_partition=0.25) > 1.1 * base
-    assert _time(issue_model=1, mufu_ops_per_clk_per_sm=4) > 1.1 * base
+    shared = {"issue_model": 1, "block_share_model": 0}  # both blocks may use the whole SFU when out of phase
+    base = _time(**shared)
+    assert _time(**shared, warp_issue_per_clk_per_sub_partition=0.25) > 1.1 * base
+    assert _time(**shared, mufu_ops_per_clk_per_sm=4) > 1.1 * base
     # a faster SFU buys nothing here: at the measured rate it does not bound the softmax (the two blocks'
     # phases may settle a fraction of a percent apart)
-    assert _time(issue_model=1, mufu_ops_per_clk_per_sm=64) == pytest.approx(base, rel=0.01)
+    assert _time(**shared, mufu_ops_per_clk_per_sm=64) == pytest.approx(base, rel=0.01)
+    # with block shares each of the two blocks gets half the SFU, which then binds part of its exponentials
+    capped = {"issue_model": 1, "block_share_model": 1}
+    assert _time(**capped, mufu_ops_per_clk_per_sm=64) < 0.99 * _time(**capped)
 
 
 def test_issue_model_takes_zero_one_or_two():
@@ -78,4 +82,17 @@ def test_issue_model_two_picks_by_tensor_instruction():
     assert issue_model_for(catalog.get("v2"), auto).issue_model == 1
     assert issue_model_for(catalog.get("v2-bwd"), auto).issue_model == 1
     assert issue_model_for(catalog.get("v3"), auto).issue_model == 0
-    assert issue_model_for(catalog.get("v3"), H200) is H200
+    dependent = H200.with_overrides(["issue_model=0"])
+    assert issue_model_for(catalog.get("v3"), dependent) is dependent
+
+
+def test_fp32_gemms_lower_as_tf32():
+    """fp32 operands run on the tf32 path (the profile's rates take them so): the lowering counts them as tf32
+    HMMAs, and an fp32 standard attention runs under the issue model."""
+    from flashsim.algorithms.ir import SMEM, Gemm
+
+    def gemm(dtype):
+        return Gemm("S", "Q", "K", 128, 64, 64, SMEM, SMEM, "mma_sync", dtype, 4, trans_b=True)
+
+    assert lower(gemm("fp32")) == lower(gemm("tf32"))
+    assert simulate("standard", Problem(1, 2, 512, 64, dtype="fp32"), H200.with_overrides(["issue_model=1"])).time_s > 0

@@ -23,6 +23,11 @@ KSTEPS = 256
 WARPS = 8  # per SM, as our v2 kernels run (forward: 2 blocks of 4 warps, backward: 1 block of 8)
 
 
+def _form_model():
+    """The unhidden-fraction form (ldsm_model 0), which these first tests are about."""
+    return load_profile("h200").with_overrides(["ldsm_model=0"])
+
+
 def _points(path: Path) -> list[dict]:
     return json.loads(path.read_text())["results"]["ldsm_form"]["points"]
 
@@ -60,7 +65,7 @@ SIXTEEN_ROWS = ("tile_fwd_s_m16_bn64", "tile_fwd_pv_m16_d128")
 @pytest.mark.parametrize("name", [n for n in TILE_KERNELS if n not in SIXTEEN_ROWS])
 def test_simulated_kernel_ksteps_take_the_measured_cycles(name):
     measured = _measured()[name, WARPS]
-    assert _cycles_per_kstep(load_profile("h200"), name) == pytest.approx(measured, rel=0.05)
+    assert _cycles_per_kstep(_form_model(), name) == pytest.approx(measured, rel=0.05)
 
 
 @pytest.mark.parametrize("name", SIXTEEN_ROWS)
@@ -68,7 +73,7 @@ def test_loads_dominant_ksteps_hide_their_products_more_than_the_form_says(name)
     """16 rows per warp: the loads outlast the products (5 x4 loads per 8 products in S, 8 per 16 in P V) and
     hide them wholly (measured within 1% of the loads alone); the fitted form still adds its fraction of the
     products, 5-7% too slow (docs/MODEL.md, the k-step form's known gap)."""
-    h200 = load_profile("h200")
+    h200 = _form_model()
     measured = _measured()[name, WARPS]
     alone = _cycles_per_kstep(dataclasses.replace(h200, mma_sync_ldsm_unhidden_fraction=0.0), name)
     assert alone == pytest.approx(measured, rel=0.015)
@@ -78,7 +83,7 @@ def test_loads_dominant_ksteps_hide_their_products_more_than_the_form_says(name)
 def test_full_overlap_is_too_fast_where_loads_and_products_are_even():
     """The backward's 32 x 32 k-step and the forward's S at BN 64: loads alone and products alone are close,
     and the longer alone misses the measurement by more than the fitted form does."""
-    h200 = load_profile("h200")
+    h200 = _form_model()
     overlapped = dataclasses.replace(h200, mma_sync_ldsm_unhidden_fraction=0.0)
     for name in ("tile_bwd_nn_32x32", "tile_fwd_s_bn64"):
         measured = _measured()[name, WARPS]
@@ -166,9 +171,10 @@ def test_the_latency_form_takes_the_measured_cycles_at_every_occupancy(name, war
 def test_one_warp_per_sub_partition_exposes_the_load_latency():
     """The forward's S at BN 64 (d96, d128): loads alone and products alone are even, and with one warp per
     sub-partition nothing hides the wait for each k-step's fragments (135 cycles measured against 98 for either
-    alone). The default form, fitted at 8 warps per SM, misses that by a fifth; the latency form is within 5%."""
+    alone). The unhidden-fraction form, fitted at 8 warps per SM, misses that by a fifth; the latency form is
+    within 5%."""
     measured = _measured()["tile_fwd_s_bn64", 4]
-    assert _cycles_per_kstep(load_profile("h200"), "tile_fwd_s_bn64", 4) < 0.85 * measured
+    assert _cycles_per_kstep(_form_model(), "tile_fwd_s_bn64", 4) < 0.85 * measured
     assert _cycles_per_kstep(_latency_model(), "tile_fwd_s_bn64", 4) == pytest.approx(measured, rel=0.05)
 
 

@@ -398,6 +398,23 @@ def test_validate_compare_only_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert rc == 0 and "sdpa-cudnn" in out and "MAPE" in out
 
 
+def test_compare_only_with_a_grid_compares_that_set_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys) -> None:
+    import shutil
+
+    from flashsim.experiments.validate_sets import DEV_LLM
+
+    monkeypatch.setattr(validate_compare, "_simulate", _fake_simulate)
+    shutil.copy(_measured_file(tmp_path), tmp_path / DEV_LLM.measured)
+    assert cli.main(["validate", "--compare-only", "--grid", "dev-llm", "--out-dir", str(tmp_path), "--jobs", "1"]) == 0
+    assert (tmp_path / "devset-llm.json").is_file() and not (tmp_path / "validation.json").exists()
+    # a set with no measurements is one clear line
+    capsys.readouterr()
+    assert cli.main(["validate", "--compare-only", "--grid", "test", "--out-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "testset-measured.jsonl" in err
+
+
 def test_validate_rejects_bad_input(capsys) -> None:
     assert cli.main(["validate", "--impls", "v9"]) == 2
     err = capsys.readouterr().err
