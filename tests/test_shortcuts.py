@@ -9,8 +9,8 @@
 - Loop skip: leaving out whole stretches of the inner loops every running block is in is exact once the
   machine repeats them (times, each role's ops and phase, counters) and the L2 answers the left-out loads
   as it answered the watched ones without evicting (the skip checks both first). Stretches that evict
-  alike, and whole heads that repeat (unit skip), are left out within a tolerance:
-  tests/test_shortcut_tolerance.py.
+  alike (here within EVICTING_TOL), and whole heads that repeat (unit skip), are left out within a
+  tolerance: tests/test_shortcut_tolerance.py.
 
 Where the premise fails (causal grids whose blocks differ, sampled runs whose L2 evicts), the bounded
 tests in test_simulator.py apply.
@@ -24,10 +24,12 @@ import pytest
 from flashsim.algorithms.problem import Problem
 from flashsim.hw_profiles import load_profile
 from flashsim.simulator import simulate
+from flashsim.simulator.loopskip import EVICTING_TOL
 from flashsim.simulator.resources import Barrier, Port
 
 H100 = load_profile("h100")
 H200 = load_profile("h200")
+A100 = load_profile("a100")
 BIG_L2 = H100.with_overrides({"l2_bytes": 8 * H100.l2_bytes, "l2_dirty_max_bytes": 8 * H100.l2_bytes})
 FOUR_SMS = H100.with_overrides({"sm_count": 4})
 
@@ -213,8 +215,8 @@ def test_periodic_skip_within_a_hair_where_the_l2_state_differs(monkeypatch):
 
 
 # Shapes whose step costs settle within the probes on this profile (elsewhere the full loop is simulated);
-# which ones settle moves with the profile's numbers (the h100's became the H200's measured SM numbers).
-@pytest.mark.parametrize("problem", [Problem(1, 4, 8192, 64), Problem(2, 4, 12288, 64)])
+# which ones settle moves with the profile's numbers. Short Q, long K/V: 64 steps, each cheap.
+@pytest.mark.parametrize("problem", [Problem(1, 4, 2048, 64, seqlen_k=16384), Problem(2, 2, 1024, 64, seqlen_k=16384)])
 def test_v1_outer_steps_are_exact(problem):
     fast = simulate("v1", problem, FOUR_SMS, sms=None)
     plain = simulate("v1", problem, FOUR_SMS, sms=None, extrapolate=False)
@@ -223,7 +225,7 @@ def test_v1_outer_steps_are_exact(problem):
 
 
 def test_v1_outer_steps_keep_a_ragged_last_step():
-    problem = Problem(1, 4, 8192 + 50, 64)
+    problem = Problem(1, 4, 2048, 64, seqlen_k=16384 + 50)
     fast = simulate("v1", problem, FOUR_SMS, sms=None)
     plain = simulate("v1", problem, FOUR_SMS, sms=None, extrapolate=False)
     assert "outer_steps_simulated" in fast.sim
@@ -254,7 +256,7 @@ def test_v1_probes_run_on_the_machine_of_the_full_loop(monkeypatch):
     [
         (Problem(1, 16, 16384, 128), H100, 8),  # the FA2-grid point: eight waves of two blocks per SM
         (Problem(2, 16, 8192, 64), H100, 8),
-        (Problem(4, 16, 4096, 128), load_profile("a100"), 8),
+        (Problem(4, 16, 4096, 128), A100, 8),
         (Problem(2, 32, 8192, 128, kv_heads=8, causal=True), H200, 8),  # GQA, causal: blocks of many lengths
         (Problem(1, 8, 8192, 64), H100, None),  # whole chip
     ],
@@ -267,6 +269,14 @@ def test_loop_skip_is_exact(problem, profile, sms):
     # evicting skip replays with evictions, and its count may differ)
     assert skip["skips"] > 0 and skip["ops_left_out"] > 0 and (skip["mismatch_bytes"] == 0 or skip["evicting_skips"])
     assert plain.sim["loop_skip"]["skips"] == 0 and fast.sim["ops"] < plain.sim["ops"]
+    if profile is A100:
+        # the sample's L2 (10 of 108 SMs' share) holds under two of its six heads' K/V: lines the skip brought
+        # in at once age otherwise than lines loaded step by step, so a later eviction may pick another line
+        # (one K or V head's MiB, read again from HBM, in 1/6 of the runs the sample stands for)
+        assert fast.cycles == pytest.approx(plain.cycles, rel=EVICTING_TOL)
+        for key, value in plain.bytes.items():
+            assert fast.bytes[key] == pytest.approx(value, rel=EVICTING_TOL)
+        return
     _same(fast, plain)
     assert fast.utilization == pytest.approx(plain.utilization, rel=1e-9)
 
