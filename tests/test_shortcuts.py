@@ -272,8 +272,8 @@ def test_loop_skip_is_exact(problem, profile, sms):
     if profile is A100:
         # the sample's L2 (10 of 108 SMs' share) holds under two of its six heads' K/V: lines the skip brought
         # in at once age otherwise than lines loaded step by step, so a later eviction may pick another line
-        # (one K or V head's MiB, read again from HBM, in 1/6 of the runs the sample stands for)
-        assert fast.cycles == pytest.approx(plain.cycles, rel=EVICTING_TOL)
+        # and the HBM reads differ by a hair (0.075%), the cycles not at all
+        assert fast.cycles == plain.cycles
         for key, value in plain.bytes.items():
             assert fast.bytes[key] == pytest.approx(value, rel=EVICTING_TOL)
         return
