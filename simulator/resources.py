@@ -191,9 +191,14 @@ class SharedUnit:
     phases coincide too, unless the schedule staggers them (FA3's ping-pong). A request may carry a cap, the
     largest fraction of the rate it can use (warps bound to fewer than all of an SM's sub-partitions); the
     rate its cap leaves unused goes to the others (water-filling). estimate() is the finish cycle if nothing
-    else arrives: later arrivals can only delay it, so a waiter sleeps until the estimate and asks again."""
+    else arrives: later arrivals can only delay it, so a waiter sleeps until the estimate and asks again.
 
-    __slots__ = ("name", "rate", "active", "caps", "t0", "done", "work", "_next_id", "_detached")
+    The common cases share one rate among all requests in service: none capped (rate / n each), or all
+    capped alike (min(cap, rate / n) each; block shares give every block's request the same cap). Those
+    take a path without water-filling; mixed caps take the general one."""
+
+    __slots__ = ("name", "rate", "active", "caps", "capn", "t0", "done", "work", "_next_id", "_detached",
+                 "_memo")
 
     def __init__(self, name: str, rate: float):
         if rate <= 0:
@@ -202,11 +207,14 @@ class SharedUnit:
         self.rate = rate
         self.active: dict[int, float] = {}  # request -> work left
         self.caps: dict[int, float] = {}  # request -> largest rate it may use (capped requests only)
+        self.capn: dict[float, int] = {}  # cap -> capped requests in service with it
         self.t0 = 0.0  # time the `active` amounts refer to
         self.done: dict[int, float] = {}  # finished request -> finish time (until its waiter reads it)
         self.work = 0.0
         self._next_id = 0
         self._detached: set[int] = set()  # requests nobody waits for (copy-engine traffic)
+        # request -> (requests submitted so far, its estimate then): an estimate holds until another arrives
+        self._memo: dict[int, tuple[int, float]] = {}
 
     def _shares(self, work: dict[int, float]) -> dict[int, float]:
         """Each request's rate: equal shares, except that a capped request takes at most its cap and the
@@ -220,32 +228,59 @@ class SharedUnit:
             n -= 1
         return out
 
+    def _common_cap(self) -> float | None:
+        """The cap every request in service shares (None when they are not all capped alike)."""
+        if len(self.capn) == 1 and len(self.caps) == len(self.active):
+            for cap in self.capn:
+                return cap
+        return None
+
     def _finish(self, k: int, t: float) -> None:
         del self.active[k]
-        self.caps.pop(k, None)
+        cap = self.caps.pop(k, None)
+        if cap is not None:
+            left = self.capn[cap] - 1
+            if left:
+                self.capn[cap] = left
+            else:
+                del self.capn[cap]
         if k in self._detached:
             self._detached.discard(k)
         else:
             self.done[k] = t
 
     def _advance(self, now: float) -> None:
-        active = self.active
-        if len(active) == 1 and not self.caps and self.t0 < now:  # the loop below for one request, unrolled
+        active, caps = self.active, self.caps
+        if len(active) == 1 and self.t0 < now:  # the loops below for one request, unrolled
             ((k, w),) = active.items()
             t0 = self.t0
-            t_free = t0 + w / self.rate
+            t_free = t0 + w / caps.get(k, self.rate)
             if t_free > now:
-                active[k] = w - (now - t0) * self.rate
+                active[k] = w - (now - t0) * caps.get(k, self.rate)
             else:
-                del active[k]
-                if k in self._detached:
-                    self._detached.discard(k)
-                else:
-                    self.done[k] = t_free
+                self._finish(k, t_free)
             self.t0 = now
             return
-        while self.caps and active and self.t0 < now:  # water-filling, until the capped requests are done
-            rates = self._shares(active)
+        while caps and active and self.t0 < now:  # until the capped requests are done
+            cap = self._common_cap()
+            if cap is not None:  # all capped alike: one rate for all
+                r = min(cap, self.rate / len(active))
+                dt = min(active.values()) / r
+                if self.t0 + dt > now:
+                    served = (now - self.t0) * r
+                    for k, w in active.items():
+                        active[k] = w - served
+                    self.t0 = now
+                    return
+                self.t0 += dt
+                served = dt * r
+                for k, w in list(active.items()):
+                    if w - served <= 1e-9:
+                        self._finish(k, self.t0)
+                    else:
+                        active[k] = w - served
+                continue
+            rates = self._shares(active)  # water-filling
             dt = min(w / rates[k] for k, w in active.items())
             if self.t0 + dt > now:
                 for k in active:
@@ -300,12 +335,22 @@ class SharedUnit:
             self.t0 = now
         self.active[rid] = work
         if cap < 1.0:
-            self.caps[rid] = cap * self.rate
+            cap *= self.rate
+            self.caps[rid] = cap
+            self.capn[cap] = self.capn.get(cap, 0) + 1
         self.work += work
         return rid
 
     def estimate(self, now: float, rid: int) -> float:
         """Finish cycle of a request if nothing else arrives (its real finish time once it is done)."""
+        memo = self._memo.get(rid)
+        if memo is not None and memo[0] == self._next_id:
+            return memo[1]
+        finish = self._estimate(now, rid)
+        self._memo[rid] = (self._next_id, finish)
+        return finish
+
+    def _estimate(self, now: float, rid: int) -> float:
         if self.t0 < now:
             if self.active:
                 self._advance(now)
@@ -314,22 +359,25 @@ class SharedUnit:
         finish = self.done.get(rid)
         if finish is not None:
             return finish
-        if self.caps:  # play the requests forward, sharing again as each leaves
-            t, work = self.t0, dict(self.active)
-            while True:
-                rates = self._shares(work)
-                if work[rid] / rates[rid] <= min(w / rates[k] for k, w in work.items()) + 1e-12:
-                    return t + work[rid] / rates[rid]
-                dt = min(w / rates[k] for k, w in work.items())
-                t += dt
-                work = {k: w - dt * rates[k] for k, w in work.items() if w - dt * rates[k] > 1e-9}
-                if rid not in work:  # it finished within rounding of the one that left first
-                    return t
-        # play the current requests forward: the smaller ones leave first, the rest speed up
         active = self.active
         target = active[rid]
         if len(active) == 1:
-            return self.t0 + target / self.rate
+            return self.t0 + target / self.caps.get(rid, self.rate)
+        if self.caps:
+            cap = self._common_cap()
+            if cap is None:
+                return self._play(rid)
+            # all capped alike: the smaller requests leave first, the rest speed up to their cap
+            t, served, rate = self.t0, 0.0, self.rate
+            left = sorted(active.values())
+            n = len(left)
+            for i, w in enumerate(left):
+                t += (w - served) / min(cap, rate / (n - i))
+                served = w
+                if w >= target - 1e-12:
+                    return t
+            return t
+        # play the current requests forward: the smaller ones leave first, the rest speed up
         t, served = self.t0, 0.0
         left = sorted(active.values())
         n = len(left)
@@ -340,8 +388,22 @@ class SharedUnit:
                 return t
         return t
 
+    def _play(self, rid: int) -> float:
+        """estimate() under mixed caps: water-fill again as each request leaves."""
+        t, work = self.t0, dict(self.active)
+        while True:
+            rates = self._shares(work)
+            if work[rid] / rates[rid] <= min(w / rates[k] for k, w in work.items()) + 1e-12:
+                return t + work[rid] / rates[rid]
+            dt = min(w / rates[k] for k, w in work.items())
+            t += dt
+            work = {k: w - dt * rates[k] for k, w in work.items() if w - dt * rates[k] > 1e-9}
+            if rid not in work:  # it finished within rounding of the one that left first
+                return t
+
     def release(self, rid: int) -> None:
         """The waiter is done with this request (or never waits for it)."""
+        self._memo.pop(rid, None)
         if self.done.pop(rid, None) is None and rid in self.active:
             self._detached.add(rid)
 

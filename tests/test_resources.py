@@ -120,6 +120,27 @@ def test_capped_sharing_matches_a_step_by_step_integration(seed):
         assert unit.estimate(1000, rid) == pytest.approx(expected[i], abs=0.02)
 
 
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("cap", (0.2, 0.5, 1.0))
+def test_requests_capped_alike_match_a_step_by_step_integration(seed, cap):
+    """Block shares cap every request alike, which takes the unit's one-rate path (min(cap, rate / n)
+    each); estimates asked while requests arrive, and asked again with nothing new, are the ones the
+    integration gives once every request is in."""
+    import random
+
+    rng = random.Random(seed)
+    requests = sorted((rng.choice((0, 0, 1, 3, 7)), rng.uniform(1, 20), cap) for _ in range(rng.randint(1, 6)))
+    unit, ids = SharedUnit("u", 4.0), []
+    for arrival, work, c in requests:
+        ids.append(unit.submit(arrival, work, c))
+        for rid in ids:  # an estimate now, then the memo of it: later arrivals must invalidate both
+            assert unit.estimate(arrival, rid) == unit.estimate(arrival, rid)
+    expected = _integrate(requests, _water_filling(4.0))
+    for i, rid in enumerate(ids):
+        assert unit.estimate(requests[-1][0], rid) == pytest.approx(expected[i], abs=0.02)
+    assert unit.busy_cycles(1000) == pytest.approx(sum(w for _, w, _ in requests) / 4.0)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_port_matches_a_step_by_step_integration(seed):
     """The port's virtual-time bookkeeping against fair sharing integrated directly: each request is
