@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field, replace
 
@@ -114,8 +115,8 @@ def issue_model_for(rec, profile):
 def schedule_options(profile) -> dict:
     """Build options the profile's model options call for (a record ignores those it does not take): the
     kernels' code stretches for the streamed instruction fetch (fetch_model 1), their bookkeeping
-    instructions for the instruction-issue model (issue_model 1). Off by default, so that default runs keep
-    their ops (and speed)."""
+    instructions for the instruction-issue model (issue_model 1 or 2). A profile without those models
+    builds neither, and its runs keep their ops (and speed)."""
     return {**({"code": True} if profile.fetch_model else {}),
             **({"bookkeeping": True} if profile.issue_model else {})}
 
@@ -310,9 +311,27 @@ def padding_avoided(schedule, algo: str, problem: Problem, t: Tiling, options: d
 # V1 runs its outer K/V step Tc times per block. A loop of at least V1_PROBE_FROM steps is simulated with
 # 1, 2, 3, ... steps (up to V1_PROBE_MAX, and while the probes cost at most a quarter of the loop) until adding a
 # step costs the same twice running; from there every step costs that, so the full loop's time is a line
-# through the last two.
+# through the last two. Where block shares and instruction phases make step costs wander by a hair without
+# ever repeating, three step costs within V1_SETTLE_TOL of their mean count as settled too: the loop is
+# extended by their mean, and the result carries their spread.
 V1_PROBE_FROM = 32
 V1_PROBE_MAX = 8
+V1_SETTLE_TOL = 0.005
+
+
+def _settled(cycles: list[int]) -> tuple[int, float] | None:
+    """(step costs to average, their spread) once the probes' cycles have settled, else None: the last two
+    step costs equal (exact), or the last three within V1_SETTLE_TOL of their mean."""
+    steps = [cycles[i + 1] - cycles[i] for i in range(len(cycles) - 1)]
+    if len(steps) >= 2 and steps[-1] == steps[-2]:
+        return 1, 0.0
+    if len(steps) >= 3:
+        last = steps[-3:]
+        mean = sum(last) / 3
+        spread = (max(last) - min(last)) / mean if mean > 0 else math.inf
+        if spread <= V1_SETTLE_TOL:
+            return 3, spread
+    return None
 
 
 def _outer_steps(algo: str, problem: Problem, profile, t: Tiling, sms: int | None, steps: int,
@@ -334,15 +353,17 @@ def _outer_steps(algo: str, problem: Problem, profile, t: Tiling, sms: int | Non
             return None  # probing further would cost more than a quarter of the loop it stands for
         runs.append(simulate(algo, loop(n), profile, t, sms=sms, extrapolate=False, small_whole_chip=False,
                              max_events=max_events, options=options))
-        c = [r.cycles for r in runs[-3:]]
-        if n >= 3 and c[2] - c[1] == c[1] - c[0]:
+        settled = _settled([r.cycles for r in runs])
+        if settled:
             break
     else:
         return None
-    a, b = runs[-2], runs[-1]
+    k, spread = settled
+    a, b = runs[-1 - k], runs[-1]
 
     def line(x: float, y: float) -> float:
-        return y + (y - x) * (steps - n)
+        """The last probe's value plus the mean of its last k step costs for each step it lacks."""
+        return y + (y - x) / k * (steps - n)
 
     kernel_s = line(a.kernel_time_s, b.kernel_time_s)
     launch_s = b.sim["launch_overhead_s"]
@@ -360,7 +381,8 @@ def _outer_steps(algo: str, problem: Problem, profile, t: Tiling, sms: int | Non
              "ops": sum(r.sim["ops"] for r in runs),
              "sms_simulated": b.sim["sms_simulated"], "blocks_extrapolated": 0, "launch_overhead_s": launch_s,
              **({"sample": b.sim["sample"]} if "sample" in b.sim else {}),
-             "outer_steps_simulated": list(range(1, n + 1)), "outer_steps": steps + bool(ragged)},
+             "outer_steps_simulated": list(range(1, n + 1)), "outer_steps": steps + bool(ragged),
+             "outer_step_spread": spread},
     )
 
 

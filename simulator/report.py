@@ -138,7 +138,11 @@ def detail_table(r):
         shortcuts.append(f"{skip['ops_left_out']:,} tile ops in {skip['skips']} loop stretches left out "
                          f"(loop skip, {exact})")
     if "outer_steps_simulated" in r.sim:
-        shortcuts.append(f"{r.sim['outer_steps']} V1 steps from loops of 1-{len(r.sim['outer_steps_simulated'])}")
+        spread = r.sim.get("outer_step_spread", 0.0)
+        settle = (f"the last three step costs within {100 * spread:.2f}% of each other, extended by their mean"
+                  if spread else "step costs equal, exact")
+        shortcuts.append(f"{r.sim['outer_steps']} V1 steps from loops of 1-{len(r.sim['outer_steps_simulated'])} "
+                         f"({settle})")
     if shortcuts:
         table.add_row("shortcuts", "; ".join(shortcuts))
     return table

@@ -8,6 +8,8 @@ interpreted), on problems small enough to run both.
 - Loop skip of V3's d64 tiles, whose iteration is no whole number of cycles: the state at the marks agrees
   in cycles and phases, not in the units' fractions of a cycle: a cycle off, and 2% fewer dirty lines at
   the end (one skip of 1 to 4 iterations came out the same).
+- V1 outer steps (simulator/api.py): probes whose last three step costs agree within V1_SETTLE_TOL stand
+  for the loop, extended by their mean.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from __future__ import annotations
 import pytest
 from flashsim.algorithms.problem import Problem
 from flashsim.hw_profiles import load_profile
+import flashsim.simulator.api as api
 from flashsim.simulator import simulate
+from flashsim.simulator.api import V1_SETTLE_TOL, _settled
 from flashsim.simulator.unitskip import UNIT_TOL, UnitSkip
 
 H100 = load_profile("h100")
@@ -116,3 +120,34 @@ def test_unit_skip_keeps_to_a_gqa_group_and_watches_none_of_its_first_heads():
 def test_unit_skip_needs_equal_heads_of_two_waves():
     assert not UnitSkip([(0, h, i) for h in range(8) for i in range(16)], 16, lambda c: c[1]).ok  # one wave
     assert not UnitSkip([(0, h, i) for h in range(8) for i in range(32 + h)], 16, lambda c: c[1]).ok
+
+
+def test_v1_probes_settle_exactly_or_within_the_tolerance():
+    assert _settled([100, 210, 320]) == (1, 0.0)  # two equal step costs: exact, the line through the last two
+    assert _settled([100, 210, 321]) is None  # two that differ, and no third
+    k, spread = _settled([0, 1000, 2001, 3000, 4002])  # 1001, 999, 1002: 0.3% apart
+    assert k == 3 and spread == pytest.approx(3 / 1000.67, rel=1e-3) and spread <= V1_SETTLE_TOL
+    assert _settled([0, 1000, 2010, 3000, 4020]) is None  # 1010, 990, 1020: 3% apart
+
+
+def test_v1_loop_from_probes_that_wander_by_a_hair(monkeypatch):
+    """Step costs that never repeat but stay within V1_SETTLE_TOL (here a probe's cycles nudged by up to
+    0.02% of a step) extend the loop by their mean: within the bound of the plain run, the spread reported."""
+    from dataclasses import replace
+
+    real = api.simulate
+    nudges = iter((0, 30, -20, 10, 0, 0, 0, 0))
+
+    def nudged(*args, **kwargs):
+        result = real(*args, **kwargs)
+        if kwargs.get("extrapolate", True):
+            return result
+        return replace(result, cycles=result.cycles + next(nudges))
+
+    monkeypatch.setattr(api, "simulate", nudged)
+    problem, four_sms = Problem(1, 4, 2048, 64, seqlen_k=16384), H100.with_overrides({"sm_count": 4})
+    fast = api.simulate("v1", problem, four_sms, sms=None)
+    assert fast.sim["outer_step_spread"] > 0 and len(fast.sim["outer_steps_simulated"]) == 5
+    monkeypatch.setattr(api, "simulate", real)
+    plain = simulate("v1", problem, four_sms, sms=None, extrapolate=False)
+    _within(fast, plain)
