@@ -342,41 +342,44 @@ class SharedUnit:
         return rid
 
     def estimate(self, now: float, rid: int) -> float:
-        """Finish cycle of a request if nothing else arrives (its real finish time once it is done)."""
+        """Finish cycle of a request if nothing else arrives (its real finish time once it is done). The
+        requests' work refers to t0, the last arrival (or later): played forward from there, the finish
+        times need no advance to `now`, and hold until the next arrival."""
         memo = self._memo.get(rid)
         if memo is not None and memo[0] == self._next_id:
             return memo[1]
-        finish = self._estimate(now, rid)
+        finish = self.done.get(rid)
+        if finish is None:
+            finish = self._play_all(rid) if self.caps else self._play_equal(rid)
         self._memo[rid] = (self._next_id, finish)
         return finish
 
-    def _estimate(self, now: float, rid: int) -> float:
-        if self.t0 < now:
-            if self.active:
-                self._advance(now)
-            else:  # _advance of an idle unit
-                self.t0 = now
-        finish = self.done.get(rid)
-        if finish is not None:
-            return finish
+    def _play_all(self, rid: int) -> float:
+        """estimate() with caps: alike, one rate min(cap, rate / n) for all; else water-filling."""
         active = self.active
         target = active[rid]
         if len(active) == 1:
             return self.t0 + target / self.caps.get(rid, self.rate)
-        if self.caps:
-            cap = self._common_cap()
-            if cap is None:
-                return self._play(rid)
-            # all capped alike: the smaller requests leave first, the rest speed up to their cap
-            t, served, rate = self.t0, 0.0, self.rate
-            left = sorted(active.values())
-            n = len(left)
-            for i, w in enumerate(left):
-                t += (w - served) / min(cap, rate / (n - i))
-                served = w
-                if w >= target - 1e-12:
-                    return t
-            return t
+        cap = self._common_cap()
+        if cap is None:
+            return self._play(rid)
+        # the smaller requests leave first, the rest speed up to their cap
+        t, served, rate = self.t0, 0.0, self.rate
+        left = sorted(active.values())
+        n = len(left)
+        for i, w in enumerate(left):
+            t += (w - served) / min(cap, rate / (n - i))
+            served = w
+            if w >= target - 1e-12:
+                return t
+        return t
+
+    def _play_equal(self, rid: int) -> float:
+        """estimate() without caps."""
+        active = self.active
+        target = active[rid]
+        if len(active) == 1:
+            return self.t0 + target / self.rate
         # play the current requests forward: the smaller ones leave first, the rest speed up
         t, served = self.t0, 0.0
         left = sorted(active.values())
