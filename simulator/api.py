@@ -312,25 +312,31 @@ def padding_avoided(schedule, algo: str, problem: Problem, t: Tiling, options: d
 # 1, 2, 3, ... steps (up to V1_PROBE_MAX, and while the probes cost at most a quarter of the loop) until adding a
 # step costs the same twice running; from there every step costs that, so the full loop's time is a line
 # through the last two. Where block shares and instruction phases make step costs wander by a hair without
-# ever repeating, three step costs within V1_SETTLE_TOL of their mean count as settled too: the loop is
-# extended by their mean, and the result carries their spread.
+# ever repeating, three step costs within V1_SETTLE_TOL of their mean count as settled too, if each byte
+# count's last two step increments agree as closely: the loop's cycles are extended by their mean, its bytes
+# by the last step's (a step's bytes settle to exact repeats, while the first steps' write-backs differ),
+# and the result carries the spread.
 V1_PROBE_FROM = 32
 V1_PROBE_MAX = 8
 V1_SETTLE_TOL = 0.005
 
 
-def _settled(cycles: list[int]) -> tuple[int, float] | None:
-    """(step costs to average, their spread) once the probes' cycles have settled, else None: the last two
-    step costs equal (exact), or the last three within V1_SETTLE_TOL of their mean."""
+def _settled(runs: list) -> tuple[int, float] | None:
+    """(step costs to average, their spread) once the probes (runs of 1, 2, ... steps) have settled, else
+    None: the last two step costs equal (exact), or the last three within V1_SETTLE_TOL of their mean with
+    every byte count's last two increments as close."""
+    cycles = [r.cycles for r in runs]
     steps = [cycles[i + 1] - cycles[i] for i in range(len(cycles) - 1)]
     if len(steps) >= 2 and steps[-1] == steps[-2]:
         return 1, 0.0
-    if len(steps) >= 3:
-        last = steps[-3:]
-        mean = sum(last) / 3
-        spread = (max(last) - min(last)) / mean if mean > 0 else math.inf
-        if spread <= V1_SETTLE_TOL:
-            return 3, spread
+    if len(steps) < 3:
+        return None
+    last = steps[-3:]
+    mean = sum(last) / 3
+    spread = (max(last) - min(last)) / mean if mean > 0 else math.inf
+    x, y, z = (r.bytes for r in runs[-3:])
+    if spread <= V1_SETTLE_TOL and all(math.isclose(z[k] - y[k], y[k] - x[k], rel_tol=V1_SETTLE_TOL) for k in z):
+        return 3, spread
     return None
 
 
@@ -353,7 +359,7 @@ def _outer_steps(algo: str, problem: Problem, profile, t: Tiling, sms: int | Non
             return None  # probing further would cost more than a quarter of the loop it stands for
         runs.append(simulate(algo, loop(n), profile, t, sms=sms, extrapolate=False, small_whole_chip=False,
                              max_events=max_events, options=options))
-        settled = _settled([r.cycles for r in runs])
+        settled = _settled(runs)
         if settled:
             break
     else:
@@ -365,6 +371,8 @@ def _outer_steps(algo: str, problem: Problem, profile, t: Tiling, sms: int | Non
         """The last probe's value plus the mean of its last k step costs for each step it lacks."""
         return y + (y - x) / k * (steps - n)
 
+    before = runs[-2].bytes  # bytes: the last step's increments
+
     kernel_s = line(a.kernel_time_s, b.kernel_time_s)
     launch_s = b.sim["launch_overhead_s"]
     roof = roofline(algo, problem, profile)
@@ -372,7 +380,7 @@ def _outer_steps(algo: str, problem: Problem, profile, t: Tiling, sms: int | Non
     return SimResult(
         algo=algo, hw=profile.name, problem=problem, tiling=t, cycles=cycles, time_s=kernel_s + launch_s,
         hw_provenance=profile.provenance,
-        bytes={k: round(line(a.bytes[k], b.bytes[k])) for k in a.bytes},
+        bytes={key: round(b.bytes[key] + (b.bytes[key] - before[key]) * (steps - n)) for key in b.bytes},
         utilization=b.utilization, bound_by=b.bound_by,
         roofline_time_s=max(roof.values()), roofline=roof,
         kernels=[{**b.kernels[0], "cycles": cycles}], kernel_time_s=kernel_s,

@@ -122,12 +122,23 @@ def test_unit_skip_needs_equal_heads_of_two_waves():
     assert not UnitSkip([(0, h, i) for h in range(8) for i in range(32 + h)], 16, lambda c: c[1]).ok
 
 
+def _probes(cycles, writes=None):
+    """Probe results with these cycles (and HBM writes: by default 100 bytes a step)."""
+    from types import SimpleNamespace
+
+    writes = writes or [100 * (i + 1) for i in range(len(cycles))]
+    return [SimpleNamespace(cycles=c, bytes={"hbm_write": w}) for c, w in zip(cycles, writes, strict=True)]
+
+
 def test_v1_probes_settle_exactly_or_within_the_tolerance():
-    assert _settled([100, 210, 320]) == (1, 0.0)  # two equal step costs: exact, the line through the last two
-    assert _settled([100, 210, 321]) is None  # two that differ, and no third
-    k, spread = _settled([0, 1000, 2001, 3000, 4002])  # 1001, 999, 1002: 0.3% apart
+    assert _settled(_probes([100, 210, 320])) == (1, 0.0)  # two equal step costs: exact
+    assert _settled(_probes([100, 210, 321])) is None  # two that differ, and no third
+    k, spread = _settled(_probes([0, 1000, 2001, 3000, 4002]))  # 1001, 999, 1002: 0.3% apart
     assert k == 3 and spread == pytest.approx(3 / 1000.67, rel=1e-3) and spread <= V1_SETTLE_TOL
-    assert _settled([0, 1000, 2010, 3000, 4020]) is None  # 1010, 990, 1020: 3% apart
+    assert _settled(_probes([0, 1000, 2010, 3000, 4020])) is None  # 1010, 990, 1020: 3% apart
+    # cycles within the tolerance, but a byte count whose last two increments differ (write-backs of the
+    # first steps): not settled
+    assert _settled(_probes([0, 1000, 2001, 3000, 4002], [50, 400, 500, 610, 700])) is None
 
 
 def test_v1_loop_from_probes_that_wander_by_a_hair(monkeypatch):
