@@ -78,6 +78,16 @@ def register(subparsers: Any) -> None:
         "--set", dest="hw_set", action="append", default=[], metavar="KEY=VALUE", help="override a profile parameter"
     )
     p.add_argument("--jobs", type=int, default=0, help="simulator processes (default: CPUs, at most 8)")
+    p.add_argument("--journal-only", action="store_true",
+                   help="with --compare-only: run the simulations into each set's prediction journal "
+                        "(.<set>-predictions.jsonl beside its measurements) and write no report; a later "
+                        "--compare-only writes the reports from the journals (a set split over machines)")
+    p.add_argument("--share", choices=("light", "heavy"), default="",
+                   help="with --journal-only: only the simulations that took at most (light) or more than "
+                        "(heavy) --heavy-above seconds for the set's last report; light ones, and those it lacks, "
+                        "suit a machine of many CPUs whose commands are limited in time")
+    p.add_argument("--heavy-above", type=float, default=300.0, metavar="S",
+                   help="seconds of the last report's simulation that make one heavy (default 300)")
     p.add_argument("--empty-l2", action="store_true",
                    help="predict each call from an empty L2, not the full, partly dirty one the flush before it leaves")
     p.add_argument("--o-store", choices=("tma", "fragments"), default="",
@@ -145,6 +155,12 @@ def _validate(args: argparse.Namespace) -> int:
         raise FlashsimError(f"--ncu-sample must be at least 0, got {args.ncu_sample}")
     if args.max_minutes <= 0 or args.budget_s < 0 or args.min_reps < 1 or args.max_reps < args.min_reps:
         raise FlashsimError("need --max-minutes > 0, --budget-s >= 0 and 1 <= --min-reps <= --max-reps")
+    if (args.journal_only or args.share) and not args.compare_only:
+        raise FlashsimError("--journal-only and --share go with --compare-only (they predict, they do not measure)")
+    if args.share and not args.journal_only:
+        raise FlashsimError("--share runs part of a set's simulations: give --journal-only with it")
+    if args.heavy_above <= 0:
+        raise FlashsimError(f"--heavy-above must be positive, got {args.heavy_above}")
     if not args.compare_only:
         configs = v.GRIDS[grid]()
         seqlens = _csv_ints(args.seqlens, "--seqlens")
@@ -180,10 +196,13 @@ def _validate(args: argparse.Namespace) -> int:
     if args.compare_only and args.grid and not measured.is_file():
         raise FlashsimError(f"no measurements in {measured}; run `flashsim validate --grid {grid}` on a GPU first")
     reports = {s.name: compare(out_dir, out_dir / s.measured, args.hw, args.hw_set, args.jobs, command, data_set=s,
-                               flushed_l2=not args.empty_l2, o_store=args.o_store)
+                               flushed_l2=not args.empty_l2, o_store=args.o_store, journal_only=args.journal_only,
+                               share=args.share, heavy_above_s=args.heavy_above)
                for s in sets if (out_dir / s.measured).is_file()}  # fmt: skip
     if not reports:
         raise FlashsimError(f"no measurements in {out_dir}; run `flashsim validate` on a GPU first")
+    if args.journal_only:
+        return 0
     if "dev" in reports or "test" in reports:
         render_sets(reports.get("dev"), out_dir / DEV.report, reports.get("test"))
     for s in SETS[2:]:  # the decode, backward and LLM-shaped development sets, each under its title

@@ -21,27 +21,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from flashsim.algorithms import catalog
 from flashsim.errors import FlashsimError
 
 from . import validate_store as store
-from .validate_impls import IMPLS, kernel_tiling, launch_rule
+from .prediction_inputs import BYTES, SIM_SWAPS, ran_tiling, rows_from  # noqa: F401 (ran_tiling: tests, callers)
+from .prediction_inputs import job_args as _job_args
+from .prediction_inputs import problem_args as _problem_args
+from .prediction_inputs import simulate_job as _simulate
 from .validate_metrics import summarize, summarize_groups
 from .validate_sets import DEV, DataSet
 
 JSON_NAME = DEV.report
-# SDPA's math backend upcasts bf16 to fp32 and runs cuBLAS's FFMA SGEMMs (its kernel names say ffma): the
-# simulator's fp32 GEMMs run on the tf32 tensor-core rate, so for it that rate is the FP32 FMA rate.
-SIM_SWAPS = {
-    "sdpa-math": {
-        "mma_sync_tf32_flops_per_clk_per_sm": "fp32_flops_per_clk_per_sm",
-        "wgmma_tf32_flops_per_clk_per_sm": "fp32_flops_per_clk_per_sm",
-    }
-}
 # Quantity -> (label, short label for plots, unit, scale for display). Both times are compared with the
 # simulated time (the GPU busy time with the simulated launch overheads left out); l2_bytes compares ncu's
 # lts__t_bytes with the simulated L2 reads + writes.
@@ -53,98 +46,8 @@ QUANTITIES = {
     "l2_bytes": ("L2 read + write", "L2 read + write", "MB", 1e-6),
 }
 
-# The quantities Nsight Compute measures (after its own cache flush), not the timed calls.
-BYTES = {"hbm_read", "hbm_write", "l2_bytes"}
 # The simulated L2 at each call's start, by simulate's flushed_l2 (recorded in the report).
 L2_STARTS = {True: "flushed", False: "empty"}
-
-
-# our kernels whose epilogue stores O straight from the accumulator fragments (kernels/v3_epilogue.cuh)
-FRAGMENT_STORES = frozenset({"v3", "v3-fp8"})
-
-
-def ran_tiling(rec: dict, o_store: str = "") -> dict | None:
-    """The tiling the measured kernel ran: the record's own, or, for one of our kernels measured before records
-    carried it, its tile table's entry for the head dim and mask (what the kernel picks when the caller names
-    no tiles; V1's split count is left to FA1's rule, which the kernel also follows). Our kernels that store O
-    from their fragments run with that form; o_store names another ("tma": the schedule's default, FA3's)."""
-    impl = IMPLS.get(rec["impl"])
-    if rec["impl"] in FRAGMENT_STORES and rec["algo"] == impl.algo and (o_store or "fragments") != "tma":
-        base = rec.get("tiling") or _table_tiling(rec) or {}
-        return {**base, "o_store": o_store or "fragments"}
-    if impl is not None and impl.launch == "cudnn-sm90":
-        return launch_rule(impl, rec["algo"], rec["config"]["headdim"])[0] or rec.get("tiling")
-    if impl is not None and impl.exp2 and rec["algo"] == impl.algo:
-        # a kernel whose code computes the exponential its own way: the schedule's tiles, with that form (and,
-        # for FA2, its launch rule, which _simulate settles on the profile's GPU)
-        launch = {"launch": impl.launch} if impl.launch else {}
-        return {**(rec.get("tiling") or {}), "exp2": impl.exp2, **launch}
-    if rec.get("tiling") or impl is None or impl.kind != "ours":
-        return rec.get("tiling")
-    if rec["algo"] != IMPLS[rec["impl"]].algo:
-        return None  # a backward or decode record: its kernel's tiles are recorded or the schedule's own
-    return _table_tiling(rec)
-
-
-def _table_tiling(rec: dict) -> dict | None:
-    """Our kernel's tile table entry for the record's head dim and mask (None: no entry, e.g. a head dim the
-    kernels are no longer built for: the model's default tiles)."""
-    cfg = rec["config"]
-    try:
-        tiling = kernel_tiling(rec["impl"], cfg["headdim"], cfg["causal"])
-    except FlashsimError:
-        return None
-    if catalog.get(rec["algo"]).kv_outer_loop:
-        tiling.pop("splits", None)
-    return tiling
-
-
-def _sim_headdim(rec: dict) -> dict:
-    """{"sim_headdim": D} where the measured kernel runs another head dim than the problem's (cuDNN's d96 runs
-    its d128 kernel), else {}."""
-    impl = IMPLS.get(rec["impl"])
-    if impl is None or not impl.launch:
-        return {}
-    d = launch_rule(impl, rec["algo"], rec["config"]["headdim"])[1]
-    return {"sim_headdim": d} if d != rec["config"]["headdim"] else {}
-
-
-def rows_from(records: list[dict], o_store: str = "") -> list[dict]:
-    """One row per (implementation, configuration): its timing and, where ncu ran, its bytes (o_store: as for
-    ran_tiling)."""
-    rows: dict[tuple[str, str], dict] = {}
-    for rec in list(store.latest(records, "time").values()) + list(store.latest(records, "ncu").values()):
-        rid = (rec["impl"], rec["config_id"])
-        row = rows.setdefault(
-            rid,
-            {
-                "impl": rec["impl"],
-                "algo": rec["algo"],
-                "config_id": rec["config_id"],
-                "config": rec["config"],
-                "tiling": ran_tiling(rec, o_store),
-                **_sim_headdim(rec),
-                "measured": {},
-                "status": {},
-            },
-        )
-        row["status"][rec["type"]] = rec["status"] if rec["status"] == "ok" else f"{rec['status']}: {rec.get('error')}"
-        if rec["status"] != "ok":
-            continue
-        if rec["type"] == "time":
-            row["measured"]["time_s"] = rec["time_s"]
-            if rec.get("kernel_time_s"):
-                row["measured"]["kernel_time_s"] = rec["kernel_time_s"]
-            row["rel_err"] = rec.get("rel_err")
-            row["tflops"] = rec.get("tflops")
-            if rec.get("launched"):
-                row["launched"] = rec["launched"]
-        else:
-            for q in ("hbm_read", "hbm_write", "l2_bytes"):
-                if rec.get(q) is not None:
-                    row["measured"][q] = rec[q]
-            row["ncu_kernels"] = rec.get("kernels", [])
-    return sorted(rows.values(), key=lambda r: (r["impl"], r["config_id"]))
 
 
 def profile_fingerprint(profile) -> str:
@@ -154,80 +57,30 @@ def profile_fingerprint(profile) -> str:
 
 # The code a prediction depends on: a change to any of it makes earlier predictions stale.
 MODEL_SOURCES = ("algorithms", "simulator", "hw_profiles")
+# ... and the code that turns a measurement into the simulator's inputs (the tiles each kernel ran)
+INPUT_SOURCES = ("prediction_inputs.py", "validate_impls.py")
 
 
 def model_fingerprint(root: Path | None = None) -> str:
     """A hash of the model's Python sources (schedules, interpreters, simulator, profile loader) and of
-    this file, whose _simulate turns a measurement into the simulator's inputs."""
+    the experiments' modules that make its inputs from a measurement (INPUT_SOURCES); not of how reports are
+    made, which predicts nothing."""
     root = root or Path(__file__).resolve().parents[1]
     h = hashlib.sha256()
     paths = [p for pkg in MODEL_SOURCES for p in sorted((root / pkg).rglob("*.py"))]
-    own = root / "experiments" / Path(__file__).name
-    for path in paths + ([own] if own.is_file() else []):
+    inputs = [root / "experiments" / name for name in INPUT_SOURCES]
+    for path in paths + [p for p in inputs if p.is_file()]:
         h.update(str(path.relative_to(root)).encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
 
 
-def _simulate(job: tuple) -> dict:
-    """One prediction (runs in a worker process): the simulator's time and bytes, or the error it raised.
-    job: (algo, problem kwargs, tiling dict or None, profile name or path, --set overrides, and optionally
-    {profile key: profile key whose value it takes} for an implementation that runs on other units, and
-    whether the run starts from the flushed L2 (absent: an empty one))."""
-    algo, problem, tiling, hw, overrides, *rest = job
-    swaps = rest[0] if rest else {}
-    flushed = bool(rest[1]) if len(rest) > 1 else False
-    from flashsim.algorithms.problem import Problem
-    from flashsim.algorithms.tiling import Tiling
-    from flashsim.hw_profiles import load_profile
-    from flashsim.simulator import simulate
-
-    try:
-        t0 = time.perf_counter()
-        profile = load_profile(hw, overrides)
-        if swaps:
-            profile = profile.with_overrides({k: getattr(profile, v) for k, v in swaps.items()})
-        if "causal_align" in problem and not hasattr(Problem, "causal_align"):
-            # a row measured with another causal mask than the simulator's (top-left): until Problem takes
-            # causal_align it cannot be simulated as it ran
-            return {"predict_error": f"this simulator has no causal_align; the row ran {problem['causal_align']}"}
-        prob = Problem(**problem)
-        if algo == "v1" and tiling and "splits" not in tiling:
-            # a record without the launched splits: the model's default, FA1's rule, which the kernel also
-            # follows (with its compiled register count where the model estimates one)
-            from flashsim.algorithms.tiling import fa1_splits
-
-            tiling = {**tiling, "splits": fa1_splits(prob, Tiling(**tiling), profile)}
-        if tiling and tiling.get("launch") == "fa2":  # FA2's tiles or its split-KV kernel's, on this GPU
-            from flashsim.simulator.sdpa import fa2_tiling
-
-            tiling = {**fa2_tiling(prob, profile), **{k: v for k, v in tiling.items() if k != "launch"}}
-        if tiling and "block_m" not in tiling:  # only the code's form given: the schedule's own tiles
-            from flashsim.algorithms.tiling import resolve_tiling
-
-            tiling = {**resolve_tiling(algo, prob, profile).as_dict(), **tiling}
-        res = simulate(algo, prob, profile, Tiling(**tiling) if tiling else None, flushed_l2=flushed)
-        d = res.as_dict()
-        b = d["bytes"]
-        return {
-            "predicted": {
-                "time_s": d["time_s"],
-                "kernel_time_s": d["kernel_time_s"],
-                "hbm_read": b["hbm_read"],
-                "hbm_write": b["hbm_write"],
-                "l2_bytes": b["l2_read"] + b["l2_write"],
-            },
-            "sim": {"bound_by": d["bound_by"], "tiling": d["tiling"], "wall_s": time.perf_counter() - t0},
-        }
-    except Exception as exc:  # a refused configuration is a result of the comparison, not a crash
-        return {"predict_error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
-
-
 def predict(rows: list[dict], hw: str, overrides: list[str], jobs: int, cached: dict, log=print,
-            journal: Journal | None = None, flushed_l2: bool = True) -> None:
+            journal: Journal | None = None, flushed_l2: bool = True, select=None) -> bool:
     """Fill row["predicted"] (or row["predict_error"]) for every row with a measurement. Each simulation is
     written to the journal as it finishes, so an interrupted comparison resumes where it stopped. flushed_l2:
-    each run starts from the L2 validate's flush leaves (else from an empty one)."""
+    each run starts from the L2 validate's flush leaves (else from an empty one). select: run only the
+    simulations (job args) it accepts, into the journal, and fill no row. Returns whether the rows are filled."""
     todo = []
     for row in rows:
         if not row["measured"]:
@@ -238,52 +91,59 @@ def predict(rows: list[dict], hw: str, overrides: list[str], jobs: int, cached: 
             continue
         todo.append(row)
     if not todo:
-        return
-    job_args = [
-        (r["algo"], _problem_args(r["config"], r.get("sim_headdim")), r.get("tiling"), hw, overrides,
-         SIM_SWAPS.get(r["impl"], {}), flushed_l2)
-        for r in todo
-    ]
-    # a row that names no tiles runs the model's default: named, it is one simulation with a row that names
-    # the same tiles (SDPA flash and our v2); a default the model refuses stays None, to fail in _simulate
-    profiles: dict = {}
-    for i, (algo, problem, tiling, _, _, swaps, _) in enumerate(job_args):
-        if tiling is None:
-            try:
-                from flashsim.algorithms.problem import Problem
-                from flashsim.algorithms.tiling import resolve_tiling
-                from flashsim.hw_profiles import load_profile
-
-                key = json.dumps(swaps, sort_keys=True)
-                if key not in profiles:
-                    base = load_profile(hw, overrides)
-                    swapped = {k: getattr(base, v) for k, v in swaps.items()}
-                    profiles[key] = base.with_overrides(swapped) if swaps else base
-                default = resolve_tiling(algo, Problem(**problem), profiles[key]).as_dict()
-            except Exception:  # the simulation says why
-                continue
-            job_args[i] = (algo, problem, default, hw, overrides, swaps, flushed_l2)
+        return True
+    job_args, byte_args = _job_args(todo, hw, overrides, flushed_l2)
     # Implementations that the model runs as the same schedule on the same tiles share one simulation; the
     # largest problems start first, so the last process to finish is not the one that drew the longest run.
-    # ncu's bytes were counted from its own clean, empty L2: rows that have them are simulated from one for them
-    byte_args = {i: (*a[:6], False) for i, (a, r) in enumerate(zip(job_args, todo, strict=True))
-                 if flushed_l2 and BYTES & set(r["measured"])}  # fmt: skip
     unique = sorted({json.dumps(a, sort_keys=True): a for a in [*job_args, *byte_args.values()]}.values(), key=_work,
                     reverse=True)  # fmt: skip
     by_args = journal.done() if journal else {}
     pending = [a for a in unique if json.dumps(a, sort_keys=True) not in by_args]
     resumed = f", {len(unique) - len(pending)} resumed from an interrupted run" if len(pending) < len(unique) else ""
+    if select is not None:
+        chosen = [a for a in pending if select(a)]
+        resumed += f"; this share: {len(chosen)} of them, into the journal"
+        pending = chosen
     log(f"validate: simulating {len(pending)} configurations for {len(todo)} measurements ({jobs} processes{resumed})")
     for args, res in _run_all(pending, jobs):
         key = json.dumps(args, sort_keys=True)
         by_args[key] = res
         if journal:
             journal.add(key, res)
+    if select is not None:
+        return False
     for i, (row, args) in enumerate(zip(todo, job_args, strict=True)):
         row.update(by_args[json.dumps(args, sort_keys=True)])
         empty = by_args[json.dumps(byte_args[i], sort_keys=True)] if i in byte_args else {}
         if "predicted" in row and "predicted" in empty:
             row["predicted"] = {**row["predicted"], **{q: empty["predicted"][q] for q in BYTES}}
+    return True
+
+
+# --share: a set's simulations split by the wall time each took for its last report, so that the light ones run
+# on a machine of many CPUs (each command limited in time) and the heavy ones where a run may take longer.
+SHARES = ("light", "heavy")
+
+
+def share_filter(report: Path, share: str, heavy_above_s: float):
+    """Job args -> whether the simulation is in `share`: heavy if it took over heavy_above_s for `report`
+    (the set's last report), light otherwise (and where the report has no such simulation)."""
+    walls: dict = {}
+    if report.is_file():
+        try:
+            rows = json.loads(report.read_text()).get("rows", [])
+        except json.JSONDecodeError:
+            rows = []
+        for r in rows:
+            wall = (r.get("sim") or {}).get("wall_s")
+            if wall is not None:
+                key = json.dumps([r["algo"], _problem_args(r["config"], r.get("sim_headdim"))], sort_keys=True)
+                walls[key] = max(walls.get(key, 0.0), wall)
+
+    def heavy(args: tuple) -> bool:
+        return walls.get(json.dumps([args[0], args[1]], sort_keys=True), 0.0) > heavy_above_s
+
+    return heavy if share == "heavy" else (lambda args: not heavy(args))
 
 
 def _run_all(jobs_args: list, jobs: int):
@@ -333,15 +193,6 @@ def _work(job_args: tuple) -> float:
     return cfg["batch"] * cfg["heads"] * nq * nk * cfg["headdim"] / (2 if cfg.get("causal") else 1)
 
 
-def _problem_args(config: dict, sim_headdim: int | None = None) -> dict:
-    """Problem's arguments for a row: its configuration, with the head dim its kernel runs where that differs
-    (the products and tiles of that kernel; its global reads are then counted at that width too)."""
-    keys = ("batch", "heads", "kv_heads", "seqlen_q", "seqlen_k", "headdim", "causal", "dtype", "causal_align",
-            "page_size")
-    args = {k: config[k] for k in keys if k in config}
-    return args | {"headdim": sim_headdim} if sim_headdim else args
-
-
 def _cached(path: Path, fingerprint: str, l2_start: str) -> dict:
     """(impl, config_id, tiling) -> prediction fields from an earlier report made with the same profile,
     model and L2 start (a kernel re-measured with other tiles is predicted again)."""
@@ -368,10 +219,13 @@ def _cache_key(row: dict) -> tuple:
 
 def compare(out_dir: Path, measured: Path, hw: str = "h200", overrides: list[str] | None = None, jobs: int = 0,
             command: str = "", log=print, data_set: DataSet = DEV, flushed_l2: bool = True,
-            o_store: str = "") -> dict:  # fmt: skip
+            o_store: str = "", journal_only: bool = False, share: str = "", heavy_above_s: float = 300.0
+            ) -> dict | None:  # fmt: skip
     """Predict, score and write the set's report (validation.json / .md / .png for the development set,
     testset.* for the test set) into out_dir. flushed_l2: simulate each call from the L2 validate's flush
-    leaves, as it was measured (False: from an empty L2). o_store: as for ran_tiling. Returns the report."""
+    leaves, as it was measured (False: from an empty L2). o_store: as for ran_tiling. Returns the report, or
+    None with journal_only: the simulations (of `share` only, if given: SHARES, split at heavy_above_s) go
+    into the set's journal, and a later comparison writes the report from it."""
     from flashsim.hw_profiles import load_profile
 
     from .calibrate_gpu import today
@@ -386,7 +240,13 @@ def compare(out_dir: Path, measured: Path, hw: str = "h200", overrides: list[str
     json_path, md_path, png_path = (out_dir / f"{data_set.stem}{ext}" for ext in (".json", ".md", ".png"))
     journal = Journal(out_dir / f".{data_set.stem}-predictions.jsonl", fingerprint)
     l2_start = L2_STARTS[flushed_l2]
-    predict(rows, hw, overrides or [], jobs, _cached(json_path, fingerprint, l2_start), log, journal, flushed_l2)
+    select = (share_filter(json_path, share, heavy_above_s) if share else (lambda _: True)) if journal_only else None
+    filled = predict(rows, hw, overrides or [], jobs, _cached(json_path, fingerprint, l2_start), log, journal,
+                     flushed_l2, select)
+    if journal_only or not filled:
+        log(f"validate: {data_set.name}: simulations in {journal.path}; a comparison without --journal-only "
+            "writes the report from it")
+        return None
     scored = [r for r in rows if r.get("predicted")]
     summary = summarize_groups(scored, "impl", QUANTITIES)
     by_algo = summarize_groups(scored, "algo", QUANTITIES)

@@ -14,10 +14,10 @@ interpreted), on problems small enough to run both.
 
 from __future__ import annotations
 
+import flashsim.simulator.api as api
 import pytest
 from flashsim.algorithms.problem import Problem
 from flashsim.hw_profiles import load_profile
-import flashsim.simulator.api as api
 from flashsim.simulator import simulate
 from flashsim.simulator.api import V1_SETTLE_TOL, _settled
 from flashsim.simulator.unitskip import UNIT_TOL, UnitSkip

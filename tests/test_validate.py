@@ -282,6 +282,66 @@ def test_an_interrupted_compare_resumes_from_its_journal(tmp_path: Path, monkeyp
     assert not journal.exists()  # the report replaces it
 
 
+def test_a_set_split_into_shares_fills_one_journal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """--journal-only --share light / heavy split a set's simulations by the wall time each took for its last
+    report: each share runs only its own into the journal and writes no report; the comparison after them
+    simulates nothing and writes the report."""
+
+    def timed(job):  # the last report: cuDNN's v3 simulations took 500 s, the others 1 s
+        res = _fake_simulate(job)
+        return {**res, "sim": {**res["sim"], "wall_s": 500.0 if job[0] == "v3" else 1.0}}
+
+    monkeypatch.setattr(validate_compare, "_simulate", timed)
+    _measured_file(tmp_path)
+    assert cli.main(["validate", "--compare-only", "--out-dir", str(tmp_path), "--jobs", "1"]) == 0
+    monkeypatch.setattr(validate_compare, "model_fingerprint", lambda: "changed")
+    ran: dict = {"light": [], "heavy": []}
+    for share in ran:
+        monkeypatch.setattr(validate_compare, "_simulate", lambda job, s=share: ran[s].append(job) or timed(job))
+        assert cli.main(["validate", "--compare-only", "--journal-only", "--share", share, "--heavy-above", "100",
+                         "--out-dir", str(tmp_path), "--jobs", "1"]) == 0
+        assert json.loads((tmp_path / "validation.json").read_text())["model_fingerprint"] != "changed"
+    assert {j[0] for j in ran["heavy"]} == {"v3"} and {j[0] for j in ran["light"]} == {"v2"}
+    assert len((tmp_path / ".validation-predictions.jsonl").read_text().splitlines()) == len(ran["light"]) + len(
+        ran["heavy"])
+    monkeypatch.setattr(validate_compare, "_simulate", lambda job: pytest.fail("simulated again"))
+    assert cli.main(["validate", "--compare-only", "--out-dir", str(tmp_path), "--jobs", "1"]) == 0
+    report = json.loads((tmp_path / "validation.json").read_text())
+    assert report["model_fingerprint"] == "changed" and report["overall"]["time_s"]["n"] == 3
+    assert not (tmp_path / ".validation-predictions.jsonl").exists()
+
+
+@pytest.mark.parametrize("args", [["--journal-only"], ["--compare-only", "--share", "light"],
+                                  ["--compare-only", "--journal-only", "--heavy-above", "0"]])
+def test_journal_options_need_their_mode(tmp_path: Path, args: list, capsys) -> None:
+    assert cli.main(["validate", *args, "--out-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and ("--journal-only" in err or "--heavy-above" in err)
+
+
+def test_the_model_fingerprint_follows_the_model_and_its_inputs_not_the_reports(tmp_path: Path) -> None:
+    """A change to the simulator or to how a measurement becomes its inputs stales every prediction; a change
+    to how reports are written does not."""
+    import shutil
+
+    root = tmp_path / "tree"
+    for pkg in validate_compare.MODEL_SOURCES:
+        (root / pkg).mkdir(parents=True)
+        (root / pkg / "a.py").write_text("x = 1\n")
+    (root / "experiments").mkdir()
+    for name in (*validate_compare.INPUT_SOURCES, "validate_compare.py"):
+        (root / "experiments" / name).write_text("y = 1\n")
+    base = validate_compare.model_fingerprint(root)
+    (root / "experiments" / "validate_compare.py").write_text("y = 2\n")
+    assert validate_compare.model_fingerprint(root) == base
+    for changed in (root / "simulator" / "a.py", root / "experiments" / "prediction_inputs.py"):
+        copy = tmp_path / "copy"
+        shutil.copytree(root, copy)
+        (copy / changed.relative_to(root)).write_text("z = 3\n")
+        assert validate_compare.model_fingerprint(copy) != base
+        shutil.rmtree(copy)
+
+
 def test_compare_predicts_again_after_a_model_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Cached predictions carry a hash of the model's sources: a changed schedule or simulator is not
     scored with the old model's numbers."""
