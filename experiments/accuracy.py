@@ -15,7 +15,7 @@ from pathlib import Path
 from flashsim.console import make_console
 from flashsim.errors import FlashsimError
 
-from .validate_sets import DEV_LLM, DEV_TILES, TEST
+from .validate_sets import DEV_D256, DEV_LLM, DEV_TILES, TEST
 
 # Packaged with flashsim.experiments (package data), so found from any working directory.
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -199,8 +199,9 @@ def _pct(x: float | None, signed: bool = False) -> str:
 def main(args) -> int:
     path = Path(args.file) if args.file else DEFAULT_FILE
     report, test = load(path), load_test(path)
-    # the LLM-shaped and per-tile development sets, where committed
-    sets = (("dev_llm", path.parent / DEV_LLM.report), ("dev_tiles", path.parent / DEV_TILES.report))
+    # the LLM-shaped, per-tile and d256 development sets, where committed
+    sets = (("dev_llm", path.parent / DEV_LLM.report), ("dev_tiles", path.parent / DEV_TILES.report),
+            ("dev_d256", path.parent / DEV_D256.report))
     extra = {key: p for key, p in sets if p.is_file()}
     if args.json:
         out = summary_sets(report, path, test)

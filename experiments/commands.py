@@ -51,8 +51,9 @@ def register(subparsers: Any) -> None:
                    help="configurations: fa2 (FA2 grid + ragged: the development set; the default), test (the "
                    "held-out test set, timed only, into testset-measured.jsonl), test-decode (decoding steps "
                    "against a dense or paged K/V cache), test-bwd (the backward kernels alone), dev-llm (LLM-shaped "
-                   "development set), dev-tiles (per-tile development set) or smoke; with --compare-only, the one "
-                   "set to compare (default: every set with measurements)")  # fmt: skip
+                   "development set), dev-tiles (per-tile development set), dev-d256 (head-dim-256 development "
+                   "set) or smoke; with --compare-only, the one set to compare (default: every set with "
+                   "measurements)")  # fmt: skip
     p.add_argument("--impls", metavar="NAMES",
                    help="comma-separated implementations (default: the grid's: fa2 every forward one; test "
                    "v2,v3,sdpa-flash,sdpa-cudnn; test-decode decode and SDPA's flash, cuDNN and efficient; "

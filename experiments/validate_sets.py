@@ -6,6 +6,8 @@ test-decode, test-bwd: held-out decoding steps and backward passes (experiments/
 dev-llm: LLM shapes drawn like the test set from another seed, as development data off the FA2 grid.
 dev-tiles: one Q tile per head against K/V of 128-8192 keys, and short causal problems: what a tile costs
 beyond its K/V iterations, as development data.
+dev-d256: head dim 256 at few and many blocks per SM, as development data for what the test set's d256 rows
+miss.
 """
 
 from __future__ import annotations
@@ -37,4 +39,7 @@ DEV_LLM = DataSet("dev-llm", "LLM-shaped development set (drawn like the test se
 DEV_TILES = DataSet("dev-tiles", "per-tile development set (a Q tile per head against 128-8192 keys, and short "
                     "causal problems; what a tile costs beyond its iterations)", "devset-tiles-measured.jsonl",
                     "devset-tiles")  # fmt: skip
-SETS = (DEV, TEST, DECODE, BWD, DEV_LLM, DEV_TILES)
+DEV_D256 = DataSet("dev-d256", "head-dim-256 development set (few and many blocks per SM, causal or not, GQA and "
+                   "prefix shapes; where the test set's d256 rows go wrong, looked for off the test set)",
+                   "devset-d256-measured.jsonl", "devset-d256")  # fmt: skip
+SETS = (DEV, TEST, DECODE, BWD, DEV_LLM, DEV_TILES, DEV_D256)

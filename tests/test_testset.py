@@ -35,6 +35,17 @@ def test_llm_development_draw_is_committed_and_shares_no_shape_with_the_test_set
     assert validate.measured_name("dev-llm") != validate.measured_name("test")
 
 
+def test_the_d256_development_set_is_d256_and_shares_no_shape_with_the_test_set() -> None:
+    """The head-dim-256 development data looks where the test set's d256 rows go wrong without being them:
+    d256 only, one to many blocks per SM, causal and not, its own measurement file."""
+    dev = validate.GRIDS["dev-d256"]()
+    assert {c.headdim for c in dev} == {256} and len({c.id for c in dev}) == len(dev)
+    assert {c.causal for c in dev} == {False, True} and any(c.hkv < c.heads for c in dev)
+    assert any(c.nk > c.seqlen_q for c in dev)
+    assert not {c.id for c in dev} & {c.id for c in testset.committed()}
+    assert validate.measured_name("dev-d256") not in {validate.measured_name(g) for g in ("test", "fa2", "dev-llm")}
+
+
 def test_shapes_are_llm_like_and_cover_the_ranges() -> None:
     configs = testset.committed()
     assert len(configs) >= 64 and len({c.id for c in configs}) == len(configs)
