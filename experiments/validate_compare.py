@@ -245,7 +245,8 @@ def compare(out_dir: Path, measured: Path, hw: str = "h200", overrides: list[str
                      flushed_l2, select)
     if journal_only or not filled:
         log(f"validate: {data_set.name}: simulations in {journal.path}; a comparison without --journal-only "
-            "writes the report from it")
+            "writes the report from it" if not filled else f"validate: {data_set.name}: nothing to simulate, "
+            f"{json_path.name} holds this model's predictions")
         return None
     scored = [r for r in rows if r.get("predicted")]
     summary = summarize_groups(scored, "impl", QUANTITIES)
