@@ -75,7 +75,7 @@ def modelled(runs: dict, jobs: int = 2) -> dict:
     """(variant, impl, head dim, batch) -> the model's GPU busy seconds for each run (the validation's call)."""
     from concurrent.futures import ProcessPoolExecutor
 
-    from .validate_compare import _simulate
+    from .prediction_inputs import simulate_job as _simulate
 
     todo = [(v, k) for v in VARIANTS for k in sorted(runs)]
     with ProcessPoolExecutor(jobs) as pool:

@@ -27,7 +27,7 @@ from pathlib import Path
 from flashsim.errors import FlashsimError
 
 from . import validate_store as store
-from .prediction_inputs import BYTES, SIM_SWAPS, ran_tiling, rows_from  # noqa: F401 (ran_tiling: tests, callers)
+from .prediction_inputs import BYTES, SIM_SWAPS, rows_from
 from .prediction_inputs import job_args as _job_args
 from .prediction_inputs import problem_args as _problem_args
 from .prediction_inputs import simulate_job as _simulate
@@ -223,9 +223,9 @@ def compare(out_dir: Path, measured: Path, hw: str = "h200", overrides: list[str
             ) -> dict | None:  # fmt: skip
     """Predict, score and write the set's report (validation.json / .md / .png for the development set,
     testset.* for the test set) into out_dir. flushed_l2: simulate each call from the L2 validate's flush
-    leaves, as it was measured (False: from an empty L2). o_store: as for ran_tiling. Returns the report, or
-    None with journal_only: the simulations (of `share` only, if given: SHARES, split at heavy_above_s) go
-    into the set's journal, and a later comparison writes the report from it."""
+    leaves, as it was measured (False: from an empty L2). o_store: as for prediction_inputs.ran_tiling.
+    Returns the report, or None with journal_only: the simulations (of `share` only, if given: SHARES, split
+    at heavy_above_s) go into the set's journal, and a later comparison writes the report from it."""
     from flashsim.hw_profiles import load_profile
 
     from .calibrate_gpu import today

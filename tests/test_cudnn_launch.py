@@ -5,8 +5,9 @@ import json
 from pathlib import Path
 
 import pytest
+from flashsim.experiments.prediction_inputs import problem_args as _problem_args
+from flashsim.experiments.prediction_inputs import rows_from
 from flashsim.experiments.sdpa_launches import _kernel_events, cudnn_tile, summary
-from flashsim.experiments.validate_compare import _problem_args, rows_from
 from flashsim.simulator.sdpa import cudnn_sm90_headdim, cudnn_sm90_tiling
 
 RESULTS = Path(__file__).resolve().parents[1] / "experiments" / "results" / "h200"

@@ -73,7 +73,7 @@ def test_cli_takes_the_form_for_v3_only(capsys):
 def test_validate_names_the_form_for_our_fragment_storing_kernels_only():
     """`validate` simulates our v3 kernels' rows with O stored from fragments, as they store it, on the tiles
     they ran (`--o-store tma`: FA3's form); the other implementations' rows keep their tilings."""
-    from flashsim.experiments.validate_compare import ran_tiling
+    from flashsim.experiments.prediction_inputs import ran_tiling
 
     cfg = {"batch": 2, "heads": 16, "kv_heads": 16, "seqlen_q": 1024, "seqlen_k": 1024, "headdim": 128,
            "causal": False, "dtype": "bf16"}  # fmt: skip
