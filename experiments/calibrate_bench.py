@@ -19,6 +19,7 @@ from .calibrate_ldsm import ldsm_form
 from .calibrate_power import power_mix
 from .calibrate_softmax import softmax_gemm, softmax_mix
 from .calibrate_wgmma import wgmma_shape
+from .calibrate_xwarp import xwarp
 
 # Mirrors BlockTime in kernels/microbench/common.cuh.
 BLOCK_TIME = np.dtype(
@@ -921,6 +922,7 @@ BENCHMARKS: dict[str, Callable[[Bench], dict]] = {
     "power_mix": power_mix,
     "softmax_mix": softmax_mix,
     "softmax_gemm": softmax_gemm,
+    "xwarp": xwarp,
     "clock": clock_under_load,
     "cp_async": cp_async,
     "tma": tma,
