@@ -79,20 +79,31 @@ def _best(points, orders, port, hmma, latencies) -> tuple:
     return best
 
 
+def _split_q(d: int, br: int, bc: int, w: int) -> list[tuple]:
+    """FA2-class forward GEMMs: each warp br / w rows; S = Q K^T, then P V with P in registers."""
+    mt = br // w // 16
+    return [("S", (mt, bc // 16, d // 16, True)), ("PV", (mt, d // 16, bc // 16, False))]
+
+
+def _split_keys(d: int, br: int, bc: int, w: int) -> list[tuple]:
+    """V1's S: 16 query rows, the key block's columns dealt over the warps (its P V stretches are not kept)."""
+    return [("S", (1, bc // w // 16, d // 16, True))]
+
+
+# orders file prefix -> the warp tiles of its kernels' GEMMs
+LAYOUTS = {"v2": _split_q, "fa2": _split_q, "v1": _split_keys}
+
+
 def kernel_gemms(orders_dir: Path, port: float, hmma: float, latency: float, ahead: int) -> list[dict]:
     """Our kernels' GEMMs: their SASS order replayed against the generated order, at one and two blocks."""
     rows = []
-    for family in ("v2", "fa2", "v1"):
+    for family, layout in LAYOUTS.items():
         path = orders_dir / f"{family}-gemm-orders.json"
         if not path.is_file():
             continue
         for name, gemms in json.loads(path.read_text()).items():
             d, br, bc, w = map(int, re.search(r"_d(\d+)_\w+?_(\d+)x(\d+)w(\d+)", name).groups())
-            if family in ("v2", "fa2"):  # split-Q: each warp br / w rows; S = Q K^T then P V with P in registers
-                mt = br // w // 16
-                shapes = [("S", (mt, bc // 16, d // 16, True)), ("PV", (mt, d // 16, bc // 16, False))]
-            else:  # V1: 16 query rows, the key block's columns dealt over the warps
-                shapes = [("S", (1, bc // w // 16, d // 16, True))]
+            shapes = layout(d, br, bc, w)
             for (gemm, shape), order in zip(shapes, gemms, strict=False):  # V1 has more stretches
                 for warps in (w, 2 * w):
                     sass = replay(program(order, *shape), warps, port, hmma, latency)
