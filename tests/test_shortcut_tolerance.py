@@ -156,7 +156,9 @@ def test_v1_loop_from_probes_that_wander_by_a_hair(monkeypatch):
         return replace(result, cycles=result.cycles + next(nudges))
 
     monkeypatch.setattr(api, "simulate", nudged)
-    problem, four_sms = Problem(1, 4, 2048, 64, seqlen_k=16384), H100.with_overrides({"sm_count": 4})
+    # the nudges are laid over the probes' step costs under the latency form of ldmatrix (ldsm_model 1)
+    problem = Problem(1, 4, 2048, 64, seqlen_k=16384)
+    four_sms = H100.with_overrides({"sm_count": 4, "ldsm_model": 1})
     fast = api.simulate("v1", problem, four_sms, sms=None)
     assert fast.sim["outer_step_spread"] > 0 and len(fast.sim["outer_steps_simulated"]) == 5
     monkeypatch.setattr(api, "simulate", real)
