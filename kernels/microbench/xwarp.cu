@@ -14,6 +14,7 @@
 #include <cuda_bf16.h>
 
 #include "common.cuh"
+#include "include/common.cuh"  // the kernels' quad reductions, as kernels/v1.cu uses them
 
 namespace {
 
@@ -24,14 +25,6 @@ __device__ __forceinline__ float ex2(float x) {
   float y;
   asm volatile("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
-}
-__device__ __forceinline__ float qmax(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-__device__ __forceinline__ float qsum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
 template <int W, bool EXCHANGE>
@@ -53,7 +46,7 @@ __device__ __forceinline__ void softmax_loop(int iters, float scale, float* sink
       float m = -INFINITY;
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) m = fmaxf(m, fmaxf(s[nt * 4 + 2 * r], s[nt * 4 + 2 * r + 1]));
-      mx[r] = qmax(m);
+      mx[r] = flashsim::quad_max(m);
       if (EXCHANGE && t == 0) warp_max[warp * kRows + g + 8 * r] = mx[r];
     }
     if (EXCHANGE) __syncthreads();
@@ -73,7 +66,7 @@ __device__ __forceinline__ void softmax_loop(int iters, float scale, float* sink
         s[nt * 4 + 2 * r + 1] = ex2(s[nt * 4 + 2 * r + 1] * scale - ms);
         acc += s[nt * 4 + 2 * r] + s[nt * 4 + 2 * r + 1];
       }
-      sum[r] = qsum(acc);
+      sum[r] = flashsim::quad_sum(acc);
       mx[r] = m;
       if (EXCHANGE && t == 0) warp_sum[warp * kRows + g + 8 * r] = sum[r];
     }
