@@ -38,6 +38,7 @@ ZERO_ALLOWED = frozenset({"smem_reserved_per_block_bytes", "issue_model", "clock
                            "wgmma_ss_pipe_steal_fraction", "wgmma_rs_pipe_steal_fraction",
                            "mma_sync_ldsm_unhidden_fraction", "smem_fill_port_fraction",
                            "mma_sync_pipe_steal_fraction", "mma_sync_ldsm_latency_cycles", "ldsm_model",
+                           "ldsm_data_latency_cycles", "xwarp_model",
                            "block_share_model",
                            "icache_miss_cycles_per_line", "icache_branch_cycles", "icache_fetch_cycles_per_line",
                            "fetch_model"})
@@ -149,8 +150,19 @@ class Profile:
     # the same loads by their latency: each k-step's products wait for its fragments, of which n warps per
     # sub-partition in GEMMs at once leave mma_sync_ldsm_latency_cycles / n^2 exposed
     mma_sync_ldsm_latency_cycles: float = _p(float)
-    # 0: the unhidden fraction above; 1: the latency form (a modelling choice, docs/MODEL.md)
+    # 0: the unhidden fraction above; 1: the latency form; 2: the GEMM's instructions replayed
+    # (simulator/gemm_replay.py; a modelling choice, docs/MODEL.md)
     ldsm_model: int = _p(int)
+    # ldsm_model 2: cycles from an ldmatrix leaving the shared-memory port to its fragment being usable, and
+    # the fragment loads the compiler keeps in front of the products that read them
+    ldsm_data_latency_cycles: float = _p(float)
+    ldsm_prefetch_loads: int = _p(int)
+    # xwarp_model 1: an online softmax whose row statistics are combined across W warps through shared memory
+    # (V1's) waits cross_warp_exchange_cycles + W x cross_warp_exchange_cycles_per_warp for the exchanges,
+    # their barriers and the one-thread-per-row fold (kernels/microbench/xwarp.cu); 0: two shared-memory latencies
+    xwarp_model: int = _p(int)
+    cross_warp_exchange_cycles: float = _p(float)
+    cross_warp_exchange_cycles_per_warp: float = _p(float)
     # 0: an SM's units serve every request at once, each at rate / n (processor sharing); 1: with k thread
     # blocks resident on the SM each block's warps take at most 1/k of each unit, whatever the others do
     # (a modelling choice, docs/MODEL.md: the two blocks of an SM cost the same at every phase apart)
@@ -309,9 +321,12 @@ class Profile:
         if self.block_share_model not in (0, 1):
             raise self._fail("block_share_model", f"must be 0 (processor sharing) or 1 (a share per resident block), "
                                                   f"got {self.block_share_model}")
-        if self.ldsm_model not in (0, 1):
-            raise self._fail("ldsm_model", f"must be 0 (the unhidden fraction) or 1 (the loads' latency), got "
-                                           f"{self.ldsm_model}")
+        if self.ldsm_model not in (0, 1, 2):
+            raise self._fail("ldsm_model", f"must be 0 (the unhidden fraction), 1 (the loads' latency) or 2 (the "
+                                           f"GEMM's instructions replayed), got {self.ldsm_model}")
+        if self.ldsm_prefetch_loads < 1:
+            raise self._fail("ldsm_prefetch_loads", f"counts the loads kept in front of the products, at least 1, "
+                                                    f"got {self.ldsm_prefetch_loads}")
         if not 0 <= self.mma_sync_pipe_steal_fraction < 1:
             raise self._fail("mma_sync_pipe_steal_fraction", f"is a share of the elementwise pipes, at least 0 and "
                                                              f"below 1, got {self.mma_sync_pipe_steal_fraction}")

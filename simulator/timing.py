@@ -37,7 +37,9 @@ from flashsim.algorithms.ir import (
     Wait,
     WarpReduce,
 )
+from flashsim.simulator.gemm_replay import FRAGMENT_BYTES, exposed_cycles, warp_tile
 from flashsim.simulator.instructions import (
+    HMMA_FLOPS,
     HMMA_K,
     WARP,
     exp2f_issue,
@@ -212,7 +214,7 @@ class RoleTimer:
                 if op.async_token:
                     self.tokens[op.async_token] = (reqs, plan[2], now)
                     yield env.timeout(1)
-                elif plan[4]:  # ldsm_model 1: the loads' latency the warps of the SM's GEMMs leave exposed
+                elif plan[4]:  # ldsm_model 1 and 2: the loads' latency the warps of the SM's GEMMs leave exposed
                     lags = _load_lags(plan, len(reqs), sm, p)
                     sm.mma_warps += op.warps
                     yield from self._until(reqs, plan[2], lags)
@@ -481,11 +483,25 @@ def _load_lags(plan: tuple, requests: int, sm, p) -> tuple:
     that, as measured, the blocks' phase apart does not change what they cost (and the run stays periodic).
     On the FA2 grid's development set that takes our v2 / SDPA flash / our v1 to 5.6 / 4.6 / 8.0% (every
     block's GEMM warps counted: 3.9 / 6.0 / 12.8%; those in flight, phase-dependent: 5.0 / 5.5 / 5.7%)."""
+    if isinstance(plan[4], tuple):
+        return (0.0, _replayed_lag(plan, sm, p)) + (0.0,) * (requests - 2)
     if p.block_share_model:
         n = max(1.0, plan[0].warps / p.sub_partitions_per_sm)
     else:
         n = max(1.0, (sm.mma_warps + plan[0].warps) / p.sub_partitions_per_sm)
     return (0.0, plan[4] * p.mma_sync_ldsm_latency_cycles / (n * n)) + (0.0,) * (requests - 2)
+
+
+def _replayed_lag(plan: tuple, sm, p) -> float:
+    """ldsm_model 2: the cycles an ldmatrix-fed GEMM lasts past its loads alone, from its warps' instructions
+    replayed (simulator/gemm_replay.py) with every warp of the SM's mma.sync GEMMs at once: with block shares
+    (block_share_model 1) the resident blocks' warps in the same GEMM, as each runs on its own 1/k of the SM;
+    else those in flight when it starts."""
+    op, tile = plan[0], plan[4]
+    warps = op.warps * max(1, sm.blocks) if p.block_share_model else sm.mma_warps + op.warps
+    port = FRAGMENT_BYTES / p.smem_bandwidth_bytes_per_clk_per_sm
+    hmma = HMMA_FLOPS[op.dtype] * p.sub_partitions_per_sm / p.tensor_flops_per_clk_per_sm(op.instr, op.dtype)
+    return exposed_cycles(tile, warps, p.ldsm_prefetch_loads, port, hmma, p.ldsm_data_latency_cycles)
 
 
 def _ldsm_unhidden(tensor: float, smem_bytes: int, share: float, p) -> tuple[float, int]:
@@ -526,11 +542,15 @@ def _gemm_plan(op: Gemm, sm, p) -> tuple:
     share = pipe_share(op.warps, p.sub_partitions_per_sm)
     tensor = op.flops / p.tensor_flops_per_clk_per_sm(op.instr, op.dtype)  # cycles of the whole tensor pipe
     smem_bytes = gemm_smem_bytes(op)
-    ksteps = 0  # ldsm_model 1: k-steps whose products wait on their ldmatrix fragments (_load_lags)
+    # ldsm_model 1: k-steps whose products wait on their ldmatrix fragments; 2: the warp tile replayed
+    # (_load_lags)
+    ksteps = 0
     if smem_bytes and op.instr == "mma_sync":
-        if p.ldsm_model:
+        if p.ldsm_model == 2:
+            ksteps = warp_tile(op.m, op.n, op.k, op.warps, op.split, op.a_level == SMEM, HMMA_K[op.dtype]) or 0
+        if p.ldsm_model == 1 or (p.ldsm_model == 2 and not ksteps):
             ksteps = math.ceil(op.k / HMMA_K[op.dtype])
-        elif p.mma_sync_ldsm_unhidden_fraction:
+        elif not p.ldsm_model and p.mma_sync_ldsm_unhidden_fraction:
             tensor, smem_bytes = _ldsm_unhidden(tensor, smem_bytes, share, p)
     # wgmma is asynchronous: the tensor cores take warpgroups' instructions in issue order
     tensor_req = (sm.wgmma_queue, tensor, None) if op.instr == "wgmma" else (sm.tensor, tensor, share)
@@ -591,7 +611,10 @@ def _elementwise_plan(op, sm, p) -> tuple:
     if type(op) is OnlineSoftmax and op.cross_warp > 1:
         # row max and sum exchanged through shared memory, with a barrier each
         reqs.append((sm.smem, 2 * op.rows * op.cross_warp * 4, 1.0))
-        extra = 2 * p.smem_latency_cycles
+        if p.xwarp_model:
+            extra = round(p.cross_warp_exchange_cycles + op.cross_warp * p.cross_warp_exchange_cycles_per_warp)
+        else:
+            extra = 2 * p.smem_latency_cycles
     return _keep(sm.plans, op, (op, tuple(reqs), extra, floor, off_chain, share, phases))
 
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from flashsim.experiments.gemm_replay import issue_order, program, replay, warp_tile
+from flashsim.simulator.gemm_replay import issue_order, program, replay, warp_tile
 from flashsim.experiments.gemm_replay_fit import (
     AHEAD,
     kernel_gemms,

@@ -116,8 +116,8 @@ def test_mma_sync_and_the_softmax_slow_each_other_as_measured():
     h200 = load_profile("h200")
     fitted = mma_sync_mix_ratios(_mixed_points(), h200, h200.mma_sync_issue_cycles, h200.mma_sync_pipe_steal_fraction)
     assert len(fitted) == 6
-    # within 11% with the ldmatrix latency form (ldsm_model 1), 7% with the unhidden-fraction one
-    assert all(r == pytest.approx(1.0, abs=0.12) for r in fitted.values()), fitted
+    # within 8% with the ldmatrix replay (ldsm_model 2), 11% with the latency form (1), 7% with the unhidden fraction (0)
+    assert all(r == pytest.approx(1.0, abs=0.08) for r in fitted.values()), fitted
     # without the HMMA's scheduler cycles and the pipes' share the model misses both sides
     free = mma_sync_mix_ratios(_mixed_points(), h200, 1.0, 0.0)
     assert all(free[k] > 1.15 for k in free if k.endswith("gemm")), free
@@ -146,7 +146,7 @@ def test_the_dependent_stream_does_not_use_the_mma_sync_pair():
     busy = Problem(4, 16, 4096, 128)
     issue = default.with_overrides(["issue_model=1"])
     without = simulate("v2", busy, free.with_overrides(["issue_model=1"])).cycles
-    assert simulate("v2", busy, issue).cycles > 1.05 * without
+    assert simulate("v2", busy, issue).cycles > 1.03 * without  # 3.9% under ldsm_model 2 (5.5% under 1)
 
 
 @pytest.mark.parametrize("setting", ["mma_sync_pipe_steal_fraction=1", "mma_sync_issue_cycles=0.5"])

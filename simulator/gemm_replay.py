@@ -1,7 +1,9 @@
 """How long an ldmatrix-fed mma.sync GEMM takes on an SM, from its warps' instructions replayed one by one.
 
-A candidate mechanism for the simulator's ldmatrix latency, not in the model (the shipped one is the closed form
-of ldsm_model 1; experiments/results/h200/session28/candidate-gemm-replay/ says why it was not adopted).
+The simulator's ldmatrix latency under ldsm_model 2 (the profiles' default): each ldmatrix-fed GEMM lasts past
+its loads alone by what this replay finds (ldsm_model 1 is the older closed form, max(products alone, loads
+alone + 43 / n^2 per k-step), which misses the 16-row warp tiles of d256 by up to 26%;
+experiments/results/h200/session28/candidate-gemm-replay/ compares the two on every development set).
 
 A warp of such a GEMM issues, in program order, ldmatrix.x4 loads of its A and B fragments and the m16n8k16
 products that read them. The compiler hoists each load ahead of the products that need it, as far as its
