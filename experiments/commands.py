@@ -82,7 +82,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--journal-only", action="store_true",
                    help="with --compare-only: run the simulations into each set's prediction journal "
                         "(.<set>-predictions.jsonl beside its measurements) and write no report; a later "
-                        "--compare-only writes the reports from the journals (a set split over machines)")
+                        "--compare-only writes the reports from the journals (a set split over machines); "
+                        "without --grid every set's simulations share one pool of processes, longest first")
     p.add_argument("--share", choices=("light", "heavy"), default="",
                    help="with --journal-only: only the simulations that took at most (light) or more than "
                         "(heavy) --heavy-above seconds for the set's last report; light ones, and those it lacks, "
@@ -196,6 +197,15 @@ def _validate(args: argparse.Namespace) -> int:
     sets = [s for s in SETS if s.measured == measured.name] if args.compare_only and args.grid else list(SETS)
     if args.compare_only and args.grid and not measured.is_file():
         raise FlashsimError(f"no measurements in {measured}; run `flashsim validate --grid {grid}` on a GPU first")
+    if args.journal_only and not args.grid:  # every set's simulations in one pool
+        from .validate_compare import journal_sets
+
+        if not any((out_dir / s.measured).is_file() for s in sets):
+            raise FlashsimError(f"no measurements in {out_dir}; run `flashsim validate` on a GPU first")
+        journal_sets(out_dir, sets, args.hw, args.hw_set, args.jobs, flushed_l2=not args.empty_l2,
+                     o_store=args.o_store, share=args.share, heavy_above_s=args.heavy_above)
+        print("validate: a comparison without --journal-only writes each report from its journal")
+        return 0
     reports = {s.name: compare(out_dir, out_dir / s.measured, args.hw, args.hw_set, args.jobs, command, data_set=s,
                                flushed_l2=not args.empty_l2, o_store=args.o_store, journal_only=args.journal_only,
                                share=args.share, heavy_above_s=args.heavy_above)

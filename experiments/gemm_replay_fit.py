@@ -19,9 +19,9 @@ import sys
 from pathlib import Path
 
 from flashsim.hw_profiles import load_profile
+from flashsim.simulator.gemm_replay import FRAGMENT_BYTES, issue_order, program, replay
 
 from .calibrate_ldsm import TILE_KERNELS
-from flashsim.simulator.gemm_replay import FRAGMENT_BYTES, issue_order, program, replay
 
 LOOP_KSTEPS = 8  # k-steps per iteration of the sweep's loop
 SHIPPED_LATENCY = 43.0  # the profile's mma_sync_ldsm_latency_cycles of the closed form (ldsm_model 1)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -75,12 +76,10 @@ def model_fingerprint(root: Path | None = None) -> str:
     return h.hexdigest()[:16]
 
 
-def predict(rows: list[dict], hw: str, overrides: list[str], jobs: int, cached: dict, log=print,
-            journal: Journal | None = None, flushed_l2: bool = True, select=None) -> bool:
-    """Fill row["predicted"] (or row["predict_error"]) for every row with a measurement. Each simulation is
-    written to the journal as it finishes, so an interrupted comparison resumes where it stopped. flushed_l2:
-    each run starts from the L2 validate's flush leaves (else from an empty one). select: run only the
-    simulations (job args) it accepts, into the journal, and fill no row. Returns whether the rows are filled."""
+def _pending(rows: list[dict], hw: str, overrides: list[str], cached: dict, journal: Journal | None,
+             flushed_l2: bool) -> tuple[list[dict], tuple, list, dict]:
+    """(the rows to predict, after filling those the cached report holds; their (job args, byte job args); the
+    simulations they need that the journal lacks, largest first; the journal's results by job key)."""
     todo = []
     for row in rows:
         if not row["measured"]:
@@ -91,15 +90,27 @@ def predict(rows: list[dict], hw: str, overrides: list[str], jobs: int, cached: 
             continue
         todo.append(row)
     if not todo:
-        return True
+        return todo, ([], {}), [], {}
     job_args, byte_args = _job_args(todo, hw, overrides, flushed_l2)
     # Implementations that the model runs as the same schedule on the same tiles share one simulation; the
     # largest problems start first, so the last process to finish is not the one that drew the longest run.
     unique = sorted({json.dumps(a, sort_keys=True): a for a in [*job_args, *byte_args.values()]}.values(), key=_work,
                     reverse=True)  # fmt: skip
     by_args = journal.done() if journal else {}
-    pending = [a for a in unique if json.dumps(a, sort_keys=True) not in by_args]
-    resumed = f", {len(unique) - len(pending)} resumed from an interrupted run" if len(pending) < len(unique) else ""
+    return todo, (job_args, byte_args), [a for a in unique if json.dumps(a, sort_keys=True) not in by_args], by_args
+
+
+def predict(rows: list[dict], hw: str, overrides: list[str], jobs: int, cached: dict, log=print,
+            journal: Journal | None = None, flushed_l2: bool = True, select=None) -> bool:
+    """Fill row["predicted"] (or row["predict_error"]) for every row with a measurement. Each simulation is
+    written to the journal as it finishes, so an interrupted comparison resumes where it stopped. flushed_l2:
+    each run starts from the L2 validate's flush leaves (else from an empty one). select: run only the
+    simulations (job args) it accepts, into the journal, and fill no row. Returns whether the rows are filled."""
+    todo, (job_args, byte_args), pending, by_args = _pending(rows, hw, overrides, cached, journal, flushed_l2)
+    if not todo:
+        return True
+    unique = len({json.dumps(a, sort_keys=True) for a in [*job_args, *byte_args.values()]})
+    resumed = f", {unique - len(pending)} resumed from an interrupted run" if len(pending) < unique else ""
     if select is not None:
         chosen = [a for a in pending if select(a)]
         resumed += f"; this share: {len(chosen)} of them, into the journal"
@@ -125,9 +136,8 @@ def predict(rows: list[dict], hw: str, overrides: list[str], jobs: int, cached: 
 SHARES = ("light", "heavy")
 
 
-def share_filter(report: Path, share: str, heavy_above_s: float):
-    """Job args -> whether the simulation is in `share`: heavy if it took over heavy_above_s for `report`
-    (the set's last report), light otherwise (and where the report has no such simulation)."""
+def last_walls(report: Path) -> dict[str, float]:
+    """(algorithm, problem) as JSON -> the wall time its simulation took for `report` (a set's last report)."""
     walls: dict = {}
     if report.is_file():
         try:
@@ -139,11 +149,65 @@ def share_filter(report: Path, share: str, heavy_above_s: float):
             if wall is not None:
                 key = json.dumps([r["algo"], _problem_args(r["config"], r.get("sim_headdim"))], sort_keys=True)
                 walls[key] = max(walls.get(key, 0.0), wall)
+    return walls
+
+
+def _wall_key(args: tuple) -> str:
+    return json.dumps([args[0], args[1]], sort_keys=True)
+
+
+def share_filter(report: Path, share: str, heavy_above_s: float):
+    """Job args -> whether the simulation is in `share`: heavy if it took over heavy_above_s for `report`
+    (the set's last report), light otherwise (and where the report has no such simulation)."""
+    walls = last_walls(report)
 
     def heavy(args: tuple) -> bool:
-        return walls.get(json.dumps([args[0], args[1]], sort_keys=True), 0.0) > heavy_above_s
+        return walls.get(_wall_key(args), 0.0) > heavy_above_s
 
     return heavy if share == "heavy" else (lambda args: not heavy(args))
+
+
+def journal_sets(out_dir: Path, sets, hw: str = "h200", overrides: list[str] | None = None, jobs: int = 0,
+                 log=print, flushed_l2: bool = True, o_store: str = "", share: str = "",
+                 heavy_above_s: float = 300.0) -> int:  # fmt: skip
+    """Every set's simulations not yet in its journal (of `share` only, if given) in one pool of processes,
+    the longest first by the wall time each took for its set's last report (those it lacks before them), each
+    written to its set's journal as it finishes; a simulation two sets share runs once. One pool keeps every
+    process busy to the end, where sets run one after another leave processes idle at each set's tail.
+    Returns how many simulations ran; a later comparison writes each report from its journal."""
+    from flashsim.hw_profiles import load_profile
+
+    profile = load_profile(hw, overrides or [])
+    fingerprint = profile_fingerprint(profile)
+    jobs = jobs or max(1, min(8, (os.cpu_count() or 1)))
+    wanted: dict[str, tuple] = {}  # job key -> job args
+    journals: dict[str, list[Journal]] = {}  # job key -> the journals that want it
+    walls: dict[str, float] = {}
+    for data_set in sets:
+        measured = out_dir / data_set.measured
+        if not measured.is_file():
+            continue
+        rows = rows_from(store.load(measured), o_store)
+        json_path = out_dir / data_set.report
+        journal = Journal(out_dir / f".{data_set.stem}-predictions.jsonl", fingerprint)
+        select = share_filter(json_path, share, heavy_above_s) if share else (lambda _: True)
+        pending = _pending(rows, hw, overrides or [], _cached(json_path, fingerprint, L2_STARTS[flushed_l2]),
+                           journal, flushed_l2)[2]
+        set_walls = last_walls(json_path)
+        for args in pending:
+            if not select(args):
+                continue
+            key = json.dumps(args, sort_keys=True)
+            wanted[key] = args
+            journals.setdefault(key, []).append(journal)
+            walls[key] = max(walls.get(key, 0.0), set_walls.get(_wall_key(args), math.inf))
+    order = sorted(wanted, key=lambda k: (walls[k], _work(wanted[k])), reverse=True)
+    log(f"validate: simulating {len(order)} configurations of {len(sets)} sets into their journals ({jobs} processes)")
+    for args, res in _run_all([wanted[k] for k in order], jobs):
+        key = json.dumps(args, sort_keys=True)
+        for journal in journals[key]:
+            journal.add(key, res)
+    return len(order)
 
 
 def _run_all(jobs_args: list, jobs: int):

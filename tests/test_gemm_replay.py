@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-from flashsim.simulator.gemm_replay import issue_order, program, replay, warp_tile
 from flashsim.experiments.gemm_replay_fit import (
     AHEAD,
     kernel_gemms,
@@ -18,6 +17,7 @@ from flashsim.experiments.gemm_replay_fit import (
 )
 from flashsim.experiments.sass_orders import functions, gemm_orders, loop_order, ncu_function
 from flashsim.hw_profiles import load_profile
+from flashsim.simulator.gemm_replay import issue_order, program, replay, warp_tile
 
 RESULTS = Path(__file__).resolve().parents[1] / "experiments/results/h200"
 ORDERS = RESULTS / "gemm-replay"

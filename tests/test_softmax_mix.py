@@ -116,7 +116,7 @@ def test_mma_sync_and_the_softmax_slow_each_other_as_measured():
     h200 = load_profile("h200")
     fitted = mma_sync_mix_ratios(_mixed_points(), h200, h200.mma_sync_issue_cycles, h200.mma_sync_pipe_steal_fraction)
     assert len(fitted) == 6
-    # within 8% with the ldmatrix replay (ldsm_model 2), 11% with the latency form (1), 7% with the unhidden fraction (0)
+    # within 8% with the ldmatrix replay (ldsm_model 2), 11% with the latency form (1), 7% with the unhidden one (0)
     assert all(r == pytest.approx(1.0, abs=0.08) for r in fitted.values()), fitted
     # without the HMMA's scheduler cycles and the pipes' share the model misses both sides
     free = mma_sync_mix_ratios(_mixed_points(), h200, 1.0, 0.0)

@@ -311,6 +311,33 @@ def test_a_set_split_into_shares_fills_one_journal(tmp_path: Path, monkeypatch: 
     assert not (tmp_path / ".validation-predictions.jsonl").exists()
 
 
+def test_journaling_every_set_pools_their_simulations_longest_first(tmp_path: Path, monkeypatch) -> None:
+    """--journal-only without --grid runs every set's pending simulations in one pool, the longest (by its set's
+    last report) first; a simulation two sets share runs once and goes into both journals, and the comparison
+    after it simulates nothing."""
+    import shutil
+
+    def timed(job):
+        res = _fake_simulate(job)
+        return {**res, "sim": {**res["sim"], "wall_s": 500.0 if job[0] == "v3" else 1.0}}
+
+    monkeypatch.setattr(validate_compare, "_simulate", timed)
+    shutil.copy(_measured_file(tmp_path), tmp_path / "testset-measured.jsonl")  # the same rows as a second set
+    assert cli.main(["validate", "--compare-only", "--out-dir", str(tmp_path), "--jobs", "1"]) == 0
+    monkeypatch.setattr(validate_compare, "model_fingerprint", lambda: "changed")
+    ran = []
+    monkeypatch.setattr(validate_compare, "_simulate", lambda job: ran.append(job) or timed(job))
+    assert cli.main(["validate", "--compare-only", "--journal-only", "--out-dir", str(tmp_path), "--jobs", "1"]) == 0
+    keys = [json.dumps(j, sort_keys=True) for j in ran]
+    assert ran[0][0] == "v3" and len(set(keys)) == len(keys) >= 2  # the longest first, each once
+    for journal in (".validation-predictions.jsonl", ".testset-predictions.jsonl"):
+        assert len((tmp_path / journal).read_text().splitlines()) == len(ran)
+    monkeypatch.setattr(validate_compare, "_simulate", lambda job: pytest.fail("simulated again"))
+    assert cli.main(["validate", "--compare-only", "--out-dir", str(tmp_path), "--jobs", "1"]) == 0
+    for report in ("validation.json", "testset.json"):
+        assert json.loads((tmp_path / report).read_text())["model_fingerprint"] == "changed"
+
+
 @pytest.mark.parametrize("args", [["--journal-only"], ["--compare-only", "--share", "light"],
                                   ["--compare-only", "--journal-only", "--heavy-above", "0"]])
 def test_journal_options_need_their_mode(tmp_path: Path, args: list, capsys) -> None:
