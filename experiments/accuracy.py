@@ -4,7 +4,9 @@ For the development set (validation.json) and, beside it, the held-out test set 
 per quantity (time, HBM read and write bytes, L2 bytes) with MAPE, max error and bias per measured
 implementation and the algorithm it is simulated as, the provenance of the measurements and the plot's
 path; then the GPU busy time of both sets side by side. A missing test report is one line, not an error.
-The LLM-shaped development set (devset-llm.json) follows where one is committed beside them.
+The other sets follow where their reports are committed beside them (the LLM-shaped, per-tile and d256
+development sets, the decode and backward test sets), and last every set's GPU busy time at a glance, with
+whether the installed model and the shipped profile still give each report's predictions.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 from flashsim.console import make_console
 from flashsim.errors import FlashsimError
 
-from .validate_sets import DEV_D256, DEV_LLM, DEV_TILES, TEST
+from .validate_sets import BWD, DECODE, DEV, DEV_D256, DEV_LLM, DEV_TILES, TEST
 
 # Packaged with flashsim.experiments (package data), so found from any working directory.
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -196,20 +198,55 @@ def _pct(x: float | None, signed: bool = False) -> str:
     return f"{x:+.1f}" if signed else f"{x:.1f}"
 
 
+# The sets after the development and test sets, by their --json key, in the order they are shown.
+OTHER_SETS = (("dev_llm", DEV_LLM), ("dev_tiles", DEV_TILES), ("dev_d256", DEV_D256), ("test_decode", DECODE),
+              ("test_bwd", BWD))  # fmt: skip
+
+
+def overview(reports: dict[str, dict], q: str = SIDE_BY_SIDE) -> list[dict]:
+    """One row per set and implementation of quantity q (GPU busy time): n, MAPE, max, bias, and whether the
+    report's predictions are today's model's (model_status)."""
+    rows = []
+    for name, report in reports.items():
+        status = model_status(report)
+        for impl, s in report["summary"].items():
+            c = s.get(q) or {}
+            if c.get("n"):
+                rows.append({"set": name, "impl": impl, "n": c["n"], "mape": c["mape"], "max_err": c["max_err"],
+                             "bias": c["bias"], "predicted_with": status})  # fmt: skip
+    return rows
+
+
+def render_overview(rows: list[dict], console=None) -> None:
+    from rich.table import Table
+
+    console = console or _console()
+    table = Table(title="GPU busy time on every set (error %; test sets: never tuned on)")
+    for col in ("set", "implementation", "n", "MAPE %", "max %", "bias %", "predicted with"):
+        table.add_column(col, justify="right" if col in ("n", "MAPE %", "max %", "bias %") else "left")
+    for r in rows:
+        stale = r["predicted_with"] != "current"
+        table.add_row(r["set"], r["impl"], str(r["n"]), _pct(r["mape"]), _pct(r["max_err"]),
+                      _pct(r["bias"], signed=True), r["predicted_with"], style="yellow" if stale else None)  # fmt: skip
+    console.print(table)
+
+
 def main(args) -> int:
     path = Path(args.file) if args.file else DEFAULT_FILE
     report, test = load(path), load_test(path)
-    # the LLM-shaped, per-tile and d256 development sets, where committed
-    sets = (("dev_llm", path.parent / DEV_LLM.report), ("dev_tiles", path.parent / DEV_TILES.report),
-            ("dev_d256", path.parent / DEV_D256.report))
-    extra = {key: p for key, p in sets if p.is_file()}
+    extra = {key: path.parent / ds.report for key, ds in OTHER_SETS if (path.parent / ds.report).is_file()}
+    loaded = {key: load(p) for key, p in extra.items()}
+    names = {DEV.name: report, **({TEST.name: test} if test else {})}
+    names.update({ds.name: loaded[key] for key, ds in OTHER_SETS if key in loaded})
     if args.json:
         out = summary_sets(report, path, test)
         for key, p in extra.items():
-            out[key] = summary(load(p), p)
+            out[key] = summary(loaded[key], p)
+        out["overview"] = {"quantity": SIDE_BY_SIDE, "rows": overview(names)}
         print(json.dumps(out, indent=2))
         return 0
     render_sets(report, path, test)
-    for p in extra.values():
-        render_one(load(p), p)
+    for key, p in extra.items():
+        render_one(loaded[key], p)
+    render_overview(overview(names))
     return 0

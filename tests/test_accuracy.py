@@ -171,3 +171,24 @@ def test_a_memory_bound_kernel_follows_hbm_bandwidth():
     base = _time("standard", problem)
     assert _time("standard", problem, HALF_HBM) / base > 1.35
     assert _time("standard", problem, TWICE_HBM) / base < 0.95
+
+
+def test_accuracy_shows_every_committed_set_at_a_glance(report_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The decode and backward test sets beside the development report are shown under their titles, and every
+    set's GPU busy time closes the output, each row marked with whether today's model made it."""
+    busy = {"kernel_time_s": {"label": "GPU busy time", "unit": "ms"}}
+    bwd = {**FIXTURE, "set": {"name": "test-bwd", "title": "backward test set (never tuned on)"}, "quantities": busy,
+           "summary": {"v2": {"kernel_time_s": {"n": 32, "mape": 5.3, "max_err": 28.8, "bias": -3.4}}}}
+    (report_file.parent / "testset-bwd.json").write_text(json.dumps(bwd))
+    dev = {**FIXTURE, "quantities": busy, "summary": {"v3": {"kernel_time_s": {"n": 20, "mape": 7.1, "max_err": 15.9,
+                                                                               "bias": 5.8}}}}  # fmt: skip
+    report_file.write_text(json.dumps(dev))
+    assert cli.main(["accuracy", "--file", str(report_file)]) == 0
+    out = capsys.readouterr().out
+    assert "backward test set (never tuned on)" in out and "every set" in out
+    glance = out[out.index("every set"):]
+    assert "test-bwd" in glance and "28.8" in glance and "dev" in glance and "15.9" in glance
+    assert "unknown" in glance  # the fixtures carry no fingerprints
+    assert cli.main(["accuracy", "--file", str(report_file), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["overview"]["rows"]
+    assert {(r["set"], r["impl"], r["max_err"]) for r in rows} == {("dev", "v3", 15.9), ("test-bwd", "v2", 28.8)}
