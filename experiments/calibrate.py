@@ -174,11 +174,17 @@ def to_params(report: dict) -> dict[str, tuple[int | float, str]]:
         except ValueError:
             pass  # a sweep without the fill kernels
         else:
+            try:  # the copy engine's bulk copies of the same bytes (Hopper's sweeps only)
+                tma_share, tma = fill_port_fraction(r["ldsm_form"]["points"], kernel="tmafill_l4x4_m0")
+                by_tma = (f"; as TMA bulk copies ({tma['fills']:.1f} B/clk) the loads keep "
+                          f"{tma['loads_beside_fills']:.1f}, a loss of {tma_share:.3f} per filled byte")
+            except ValueError:
+                by_tma = ""
             p["smem_fill_port_fraction"] = (round(share, 3), src(
                 f"ldmatrix.x4 loads on half the warps at {KERNEL_WARPS_PER_SM} warps per SM: "
                 f"{rates['loads_alone']:.1f} B/clk per SM alone, {rates['loads_beside_fills']:.1f} while the other "
                 f"half cp.async {rates['fills']:.1f} B/clk of L2-resident data into shared memory; the loss per "
-                f"filled byte, {r['ldsm_form']['how']}"))
+                f"filled byte{by_tma}, {r['ldsm_form']['how']}"))
     if "red_dq" in r:
         rd = r["red_dq"]  # each block into a tile of its own: the slices' rate without same-address contention
         p["l2_atomic_bytes_per_s"] = (

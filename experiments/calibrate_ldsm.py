@@ -70,6 +70,12 @@ FILL_KERNELS: dict[str, tuple[str | None, bool]] = {
     "idle_l4x4_m0": ("form_l4x4_m0", False),
     "fillonly_l4x4_m0": (None, True),
 }
+# ... and the same bytes through the copy engine (TMA's bulk copies, lane 0 of each odd warp): Hopper only
+TMA_FILL_KERNELS: dict[str, tuple[str | None, bool]] = {
+    "tmafill_l4x4_m0": ("form_l4x4_m0", True),
+    "tmafillonly_l4x4_m0": (None, True),
+}
+TMA_ARCHS = ("sm_90a",)
 
 WARPS_PER_SM = (4, 8, 12, 16)
 KSTEPS_PER_ITER = 8  # ldsm_form.cu's kKsteps
@@ -82,12 +88,13 @@ def _shape(name: str) -> dict:
         return {"kind": "form", "ldsm": loads, "ldsm_x": x, "ldsm_trans": loads if trans else 0,
                 "smem_bytes": loads * (x or 4) * 128, "load": "ld.shared.v4" if x == 0 else "ldmatrix",
                 "mma": mma, "products_wait_on_loads": dep and loads > 0 and mma > 0}
-    if name in FILL_KERNELS:  # counts per warp of each half
-        loads, copies = FILL_KERNELS[name]
+    if name in FILL_KERNELS or name in TMA_FILL_KERNELS:  # counts per warp of each half
+        loads, copies = FILL_KERNELS.get(name) or TMA_FILL_KERNELS[name]
         shape = _shape(loads) if loads else {"ldsm": 0, "ldsm_x": 4, "smem_bytes": 0}
         return {"kind": "fill", "ldsm": shape["ldsm"], "ldsm_x": shape["ldsm_x"], "ldsm_trans": 0,
                 "smem_bytes": shape["smem_bytes"], "mma": 0, "fill_bytes": FILL_BYTES if copies else 0,
-                "loads_on": "even warps", "copies_on": "odd warps"}
+                "copy": "tma" if name in TMA_FILL_KERNELS else "cp.async", "loads_on": "even warps",
+                "copies_on": "odd warps"}
     if name in SPLIT_KERNELS:  # counts per warp of each half
         loads_only, products_only = (_shape(k) for k in SPLIT_KERNELS[name])
         return {"kind": "split", "ldsm": loads_only["ldsm"], "ldsm_x": loads_only["ldsm_x"], "ldsm_trans": 0,
@@ -144,7 +151,8 @@ def points(b, names: list[str], warps_list=WARPS_PER_SM) -> list[dict]:
 
 def ldsm_form(b) -> dict:
     """The sweep: every form and tile kernel at 4, 8, 12 and 16 warps per SM (one block per SM)."""
-    rows = points(b, [*FORM_KERNELS, *SPLIT_KERNELS, *TILE_KERNELS, *FILL_KERNELS])
+    tma = [*TMA_FILL_KERNELS] if b.gpu.arch in TMA_ARCHS else []
+    rows = points(b, [*FORM_KERNELS, *SPLIT_KERNELS, *TILE_KERNELS, *FILL_KERNELS, *tma])
     return {
         "points": rows,
         "how": (f"ldsm_form.cu: {b.gpu.sm_count} blocks (one per SM) of 4/8/12/16 warps, "
@@ -152,7 +160,8 @@ def ldsm_form(b) -> dict:
                 "(conflict-free) and M mma.sync m16n8k16 bf16 (fp32 accumulate, 8 accumulators) per warp "
                 "k-step (form_*i_*: the products on held fragments); split_*: loads on the even warps, products "
                 "on the odd ones; fill_*: loads on the even warps while the odd ones cp.async global memory "
-                "into shared memory (idle_*: they idle, fillonly_*: no loads); tile_*: the k-steps of the v2 "
+                "into shared memory (idle_*: they idle, fillonly_*: no loads; tmafill*: the same bytes as TMA bulk "
+                "copies, lane 0 of each odd warp, on Hopper); tile_*: the k-steps of the v2 "
                 "forward and backward GEMMs; median block cycles "
                 "(clock64) per warp k-step"),
     }

@@ -128,14 +128,16 @@ def unhidden_fraction(points: list[dict], warps: int = KERNEL_WARPS_PER_SM) -> t
     return s, err, len(rows)
 
 
-def fill_port_fraction(points: list[dict], warps: int = KERNEL_WARPS_PER_SM) -> tuple[float, dict]:
+def fill_port_fraction(points: list[dict], warps: int = KERNEL_WARPS_PER_SM,
+                       kernel: str = "fill_l4x4_m0") -> tuple[float, dict]:  # fmt: skip
     """The profile's smem_fill_port_fraction: the shared-memory load rate the loading warps lose while the
     other warps' cp.async copies fill shared memory (fill_* against idle_* at `warps` per SM), per byte of
-    those fills; with the rates it came from."""
+    those fills; with the rates it came from. kernel "tmafill_l4x4_m0": the same for the copy engine's (TMA's)
+    bulk copies."""
     at = {p["kernel"]: p for p in points if p["warps_per_sm"] == warps and p.get("cycles_per_warp_kstep")}
-    fill, idle = at.get("fill_l4x4_m0"), at.get("idle_l4x4_m0")
+    fill, idle = at.get(kernel), at.get("idle_l4x4_m0")
     if fill is None or idle is None:
-        raise ValueError(f"no fill and idle points at {warps} warps per SM")
+        raise ValueError(f"no {kernel} and idle points at {warps} warps per SM")
     lost = idle["smem_bytes_per_clk_per_sm"] - fill["smem_bytes_per_clk_per_sm"]
     rates = {"loads_alone": idle["smem_bytes_per_clk_per_sm"], "loads_beside_fills": fill["smem_bytes_per_clk_per_sm"],
              "fills": fill["fill_bytes_per_clk_per_sm"]}

@@ -20,7 +20,7 @@ def _defined() -> set[str]:
 
 
 def test_every_swept_kernel_is_defined_and_every_defined_one_is_swept():
-    swept = {*cl.FORM_KERNELS, *cl.SPLIT_KERNELS, *cl.TILE_KERNELS, *cl.FILL_KERNELS}
+    swept = {*cl.FORM_KERNELS, *cl.SPLIT_KERNELS, *cl.TILE_KERNELS, *cl.FILL_KERNELS, *cl.TMA_FILL_KERNELS}
     assert swept == _defined()
 
 
@@ -64,3 +64,41 @@ def test_fit_recovers_the_fraction_the_points_were_made_with():
     forms = analyse(_synthetic(0.12))["forms"]
     assert forms["min_share"]["rms_relative_error"] < forms["port_share"]["rms_relative_error"]
     assert forms["overlap"]["rms_relative_error"] > 0.02
+
+
+def test_the_tma_fills_are_swept_on_hopper_only(monkeypatch):
+    """The copy engine's fill kernels exist in the sm_90a build alone (bulk copies on mbarriers), so the sweep
+    launches them only there; their points say which copy filled."""
+    src = SOURCE.read_text()
+    guarded = src[src.index("#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900"):]
+    guarded = guarded[:guarded.index("#endif")]
+    assert all(f"void {name}(" in guarded for name in cl.TMA_FILL_KERNELS)
+    assert cl._shape("tmafill_l4x4_m0")["copy"] == "tma" and cl._shape("fill_l4x4_m0")["copy"] == "cp.async"
+    assert cl._shape("tmafill_l4x4_m0")["fill_bytes"] == cl._shape("fill_l4x4_m0")["fill_bytes"]
+
+    class Bench:  # only what ldsm_form reads before it hands the names to points()
+        def __init__(self, arch):
+            self.gpu, self.quick = type("Gpu", (), {"arch": arch, "sm_count": 132})(), True
+
+    swept = {}
+    monkeypatch.setattr(cl, "points", lambda b, names: swept.setdefault(b.gpu.arch, names) and [])
+    for arch in ("sm_80", "sm_90a"):
+        cl.ldsm_form(Bench(arch))
+    assert not set(cl.TMA_FILL_KERNELS) & set(swept["sm_80"])
+    assert set(cl.TMA_FILL_KERNELS) <= set(swept["sm_90a"])
+
+
+def test_the_fill_share_per_filled_byte_for_either_copy():
+    from flashsim.experiments.ldsm_form_fit import fill_port_fraction
+
+    def point(kernel, loads, fills):  # per-SM rates as points() records them
+        return {"kernel": kernel, "warps_per_sm": 8, "cycles_per_warp_kstep": 1.0,
+                "smem_bytes_per_clk_per_sm": loads, "fill_bytes_per_clk_per_sm": fills}
+
+    pts = [point("idle_l4x4_m0", 122.6, 0.0), point("fill_l4x4_m0", 120.9, 30.2), point("tmafill_l4x4_m0", 110.6, 40.0)]
+    share, rates = fill_port_fraction(pts)
+    assert share == pytest.approx(1.7 / 30.2) and rates["fills"] == 30.2
+    tma, _ = fill_port_fraction(pts, kernel="tmafill_l4x4_m0")
+    assert tma == pytest.approx(12.0 / 40.0)
+    with pytest.raises(ValueError):
+        fill_port_fraction(pts[:2], kernel="tmafill_l4x4_m0")

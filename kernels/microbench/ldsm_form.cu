@@ -256,6 +256,49 @@ extern "C" __global__ void fillonly_l4x4_m0(int iters, float* sink, BlockTime* t
   __shared__ __align__(128) uint16_t buf[kBufHalfs];
   fill_loop(buf, iters, times, threadIdx.x / 32 % 2 == 1);
 }
+// The same bytes through the copy engine (TMA's 1-D bulk copies, as a warp-specialised kernel's producer
+// issues them): lane 0 of each odd warp keeps two copies of an iteration's 4 KiB in flight, each completing on
+// its own mbarrier. Does the copy engine's write into shared memory take the read path ldmatrix uses?
+// Hopper only: the sm_80 build leaves these two kernels out.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#include "bulk_copy.cuh"
+constexpr int kBarOffsetHalfs = kFillOffsetHalfs + 8192;  // the barriers after the 16 KiB of fill slots
+__device__ __forceinline__ void tma_fill_loop(uint16_t* buf, int iters, BlockTime* times, bool copy) {
+  fill(buf);
+  const int slot = threadIdx.x / 64;  // odd warps 1, 3, 5, 7, ... -> slots 0, 1, 2, 3, ...
+  const unsigned dst = smem_u32(buf + kFillOffsetHalfs) + (slot & 3) * 4096;
+  const unsigned bar0 = smem_u32(buf + kBarOffsetHalfs) + (slot & 7) * 16;  // two barriers per slot
+  const bool leader = copy && threadIdx.x % 32 == 0;
+  const char* src = reinterpret_cast<const char*>(g_fill_src);
+  BlockTimer timer;
+  timer.start();  // every warp's fill() of the buffer is done: the barriers are not overwritten
+  if (leader) {
+    mbar_init(bar0, 1);
+    mbar_init(bar0 + 8, 1);
+    mbar_init_fence();
+    for (int i = 0; i < iters; ++i) {
+      const unsigned bar = bar0 + (i & 1) * 8;
+      if (i >= 2) mbar_wait(bar, ((i - 2) >> 1) & 1);
+      mbar_expect_tx(bar, 4096);
+      bulk_copy(dst, src + ((static_cast<unsigned long long>(i) * 8 + slot) * 4096 & ((1ull << 22) - 1)), 4096, bar);
+    }
+    for (int i = iters < 2 ? 0 : iters - 2; i < iters; ++i) mbar_wait(bar0 + (i & 1) * 8, (i >> 1) & 1);
+  }
+  __syncwarp();
+  timer.stop(times);
+}
+extern "C" __global__ void tmafill_l4x4_m0(int iters, float* sink, BlockTime* times) {
+  __shared__ __align__(128) uint16_t buf[kBufHalfs];
+  if (threadIdx.x / 32 % 2 == 0)
+    form_loop<4, 4, false, 0>(buf, iters, sink, times);
+  else
+    tma_fill_loop(buf, iters, times, true);
+}
+extern "C" __global__ void tmafillonly_l4x4_m0(int iters, float* sink, BlockTime* times) {
+  __shared__ __align__(128) uint16_t buf[kBufHalfs];
+  tma_fill_loop(buf, iters, times, threadIdx.x / 32 % 2 == 1);
+}
+#endif
 // Loads alone: the shared-memory port's rate per instruction and per byte.
 FORM(form_l1x4_m0, 1, 4, false, 0)
 FORM(form_l2x4_m0, 2, 4, false, 0)
