@@ -221,7 +221,7 @@ def render_overview(rows: list[dict], console=None) -> None:
     from rich.table import Table
 
     console = console or _console()
-    table = Table(title="GPU busy time on every set (error %; test sets: never tuned on)")
+    table = Table(title="GPU busy time, every set at a glance (error %)")
     for col in ("set", "implementation", "n", "MAPE %", "max %", "bias %", "predicted with"):
         table.add_column(col, justify="right" if col in ("n", "MAPE %", "max %", "bias %") else "left")
     for r in rows:
