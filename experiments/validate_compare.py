@@ -58,17 +58,26 @@ def profile_fingerprint(profile) -> str:
 
 # The code a prediction depends on: a change to any of it makes earlier predictions stale.
 MODEL_SOURCES = ("algorithms", "simulator", "hw_profiles")
+# ... less the modules of those packages that only present or drive simulations (the command line, result
+# tables, the animation, the advisor, progress bars, sweeps): predicting imports none of them
+# (tests/test_validate.py checks), so a change to one stales no report.
+PRESENTATION = frozenset({
+    "algorithms/cli_args.py", "algorithms/commands.py", "algorithms/explain.py", "simulator/advise.py",
+    "simulator/animate.py", "simulator/commands.py", "simulator/guide_commands.py", "simulator/progress.py",
+    "simulator/report.py", "simulator/runner.py", "hw_profiles/commands.py",
+})
 # ... and the code that turns a measurement into the simulator's inputs (the tiles each kernel ran)
 INPUT_SOURCES = ("prediction_inputs.py", "validate_impls.py")
 
 
 def model_fingerprint(root: Path | None = None) -> str:
-    """A hash of the model's Python sources (schedules, interpreters, simulator, profile loader) and of
-    the experiments' modules that make its inputs from a measurement (INPUT_SOURCES); not of how reports are
-    made, which predicts nothing."""
+    """A hash of the model's Python sources (schedules, interpreters, simulator, profile loader; not their
+    PRESENTATION modules) and of the experiments' modules that make its inputs from a measurement
+    (INPUT_SOURCES); not of how reports are made, which predicts nothing."""
     root = root or Path(__file__).resolve().parents[1]
     h = hashlib.sha256()
-    paths = [p for pkg in MODEL_SOURCES for p in sorted((root / pkg).rglob("*.py"))]
+    paths = [p for pkg in MODEL_SOURCES for p in sorted((root / pkg).rglob("*.py"))
+             if p.relative_to(root).as_posix() not in PRESENTATION]
     inputs = [root / "experiments" / name for name in INPUT_SOURCES]
     for path in paths + [p for p in inputs if p.is_file()]:
         h.update(str(path.relative_to(root)).encode())

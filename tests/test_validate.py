@@ -361,6 +361,8 @@ def test_the_model_fingerprint_follows_the_model_and_its_inputs_not_the_reports(
     base = validate_compare.model_fingerprint(root)
     (root / "experiments" / "validate_compare.py").write_text("y = 2\n")
     assert validate_compare.model_fingerprint(root) == base
+    (root / "simulator" / "report.py").write_text("w = 1\n")  # a presentation module
+    assert validate_compare.model_fingerprint(root) == base
     for changed in (root / "simulator" / "a.py", root / "experiments" / "prediction_inputs.py"):
         copy = tmp_path / "copy"
         shutil.copytree(root, copy)
@@ -573,3 +575,29 @@ def test_validate_ncu_does_not_import_validate():
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
     assert "validate_impls" in imported
     assert not imported & {"validate", "flashsim.experiments.validate"}
+
+
+def test_predicting_imports_none_of_the_presentation_modules_the_fingerprint_leaves_out() -> None:
+    """The model fingerprint leaves out the packages' presentation modules (validate_compare.PRESENTATION), so
+    none of them may take part in a prediction: a fresh interpreter predicts every schedule (our kernels,
+    SDPA's FA2 and cuDNN launches, a paged decode step, the backward passes) and has imported none of them."""
+    import subprocess
+    import sys
+
+    script = """
+import json, sys
+from flashsim.experiments.prediction_inputs import simulate_job
+p = {"batch": 1, "heads": 2, "seqlen_q": 256, "seqlen_k": 256, "headdim": 64, "causal": True, "dtype": "bf16"}
+jobs = [(a, p, None, "h200", []) for a in ("standard", "v1", "v2", "v3", "standard-bwd", "v2-bwd", "v3-bwd")]
+jobs += [("v3-fp8", {**p, "dtype": "fp8"}, None, "h200", []), ("v2", p, {"launch": "fa2"}, "h200", []),
+         ("v3", p, {"block_m": 128, "block_n": 128, "warps": 12, "stages": 2}, "h200", [], {}, True),
+         ("decode", {**p, "causal": False, "seqlen_q": 1, "seqlen_k": 1024, "page_size": 256}, None, "h200", [])]
+errors = [r["predict_error"] for r in map(simulate_job, jobs) if "predict_error" in r]
+print(json.dumps({"errors": errors, "modules": sorted(m for m in sys.modules if m.startswith("flashsim."))}))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    result = json.loads(out.splitlines()[-1])
+    assert not result["errors"]
+    loaded = {m.removeprefix("flashsim.").replace(".", "/") + ".py" for m in result["modules"]}
+    assert {"simulator/timing.py", "algorithms/schedules/decode.py", "simulator/sdpa.py"} <= loaded
+    assert not loaded & validate_compare.PRESENTATION, loaded & validate_compare.PRESENTATION
