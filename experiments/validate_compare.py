@@ -198,7 +198,7 @@ def journal_sets(out_dir: Path, sets, hw: str = "h200", overrides: list[str] | N
             continue
         rows = rows_from(store.load(measured), o_store)
         json_path = out_dir / data_set.report
-        journal = Journal(out_dir / f".{data_set.stem}-predictions.jsonl", fingerprint)
+        journal = Journal.of_set(out_dir, data_set, fingerprint)
         select = share_filter(json_path, share, heavy_above_s) if share else (lambda _: True)
         pending = _pending(rows, hw, overrides or [], _cached(json_path, fingerprint, L2_STARTS[flushed_l2]),
                            journal, flushed_l2)[2]
@@ -237,6 +237,11 @@ class Journal:
 
     def __init__(self, path: Path, fingerprint: str):
         self.path, self.stamp = path, {"profile": fingerprint, "model": model_fingerprint()}
+
+    @classmethod
+    def of_set(cls, out_dir: Path, data_set: DataSet, fingerprint: str) -> Journal:
+        """The set's journal: .<stem>-predictions.jsonl beside its measurements."""
+        return cls(out_dir / f".{data_set.stem}-predictions.jsonl", fingerprint)
 
     def done(self) -> dict:
         out = {}
@@ -311,7 +316,7 @@ def compare(out_dir: Path, measured: Path, hw: str = "h200", overrides: list[str
     rows = rows_from(records, o_store)
     jobs = jobs or max(1, min(8, (os.cpu_count() or 1)))
     json_path, md_path, png_path = (out_dir / f"{data_set.stem}{ext}" for ext in (".json", ".md", ".png"))
-    journal = Journal(out_dir / f".{data_set.stem}-predictions.jsonl", fingerprint)
+    journal = Journal.of_set(out_dir, data_set, fingerprint)
     l2_start = L2_STARTS[flushed_l2]
     select = (share_filter(json_path, share, heavy_above_s) if share else (lambda _: True)) if journal_only else None
     filled = predict(rows, hw, overrides or [], jobs, _cached(json_path, fingerprint, l2_start), log, journal,
