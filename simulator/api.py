@@ -261,7 +261,7 @@ def simulate(
             "l2_read": round(totals["l2_read"]),
             "l2_write": round(totals["l2_write"]),
             **({"l2_atomic": round(totals["l2_atomic"])} if totals["l2_atomic"] else {}),
-            "smem_read": round(totals["smem"] - totals["smem_write"]),
+            "smem_read": round(totals["smem"] - totals["smem_fill_port"]),
             "smem_write": round(totals["smem_write"]),
         },
         utilization=util,
@@ -464,6 +464,7 @@ def _counters(gpu: Gpu) -> dict:
         "l2_atomic": gpu.atomic_bytes,
         "smem": smem,
         "smem_write": gpu.smem_write_bytes,
+        "smem_fill_port": gpu.smem_fill_port_bytes,
     }
     for key, value in gpu.skipped.items():  # what the loop periods left out would have added
         out[key] += value

@@ -234,6 +234,7 @@ class Gpu:
         self.trace = trace
         self.hbm_write_bytes = 0
         self.smem_write_bytes = 0
+        self.smem_fill_port_bytes = 0.0  # of the port's work, what fills took (smem_read leaves it out)
         self.ops = 0  # tile ops interpreted
         self.dirty_scale = 1.0  # dirty lines at the end of the last launch per dirty line simulated
         self.extrapolated_blocks = 0
@@ -280,6 +281,7 @@ class Gpu:
             self.smem_write_bytes += nbytes
             share = p.smem_fill_port_fraction if p.fill_model else 1.0
             if share:
+                self.smem_fill_port_bytes += nbytes * share
                 sm.smem.release(sm.smem.submit(now, nbytes * share))
 
     def store(self, tile, now: int, from_smem: bool, sm: Sm, then=None, flow=None) -> None:

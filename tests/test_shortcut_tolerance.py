@@ -86,8 +86,10 @@ def _units(kv_heads: list, size: int = 64) -> UnitSkip:
 
 def test_loop_skip_takes_v3_d64_stretches_of_several_iterations():
     """2 heads of 86 tiles of 86 K/V steps on 4 SMs: stretches of 1 to 4 iterations repeat once (one skip);
-    with longer stretches watched, 9 skips leave out 13 times as many ops."""
-    four_sms = H100.with_overrides({"sm_count": 4})
+    with longer stretches watched, 9 skips leave out 13 times as many ops. (With the fills' measured port
+    share, fill_model 1, the consumers' phases recur after more than MAX_PERIOD iterations and one skip is
+    taken; the premise is pinned to every filled byte on the port, where the 18-iteration recurrence holds.)"""
+    four_sms = H100.with_overrides({"sm_count": 4, "fill_model": 0})
     problem = Problem(1, 2, 16384, 64)
     fast = simulate("v3", problem, four_sms, sms=None)
     plain = simulate("v3", problem, four_sms, sms=None, extrapolate=False)
@@ -156,9 +158,10 @@ def test_v1_loop_from_probes_that_wander_by_a_hair(monkeypatch):
         return replace(result, cycles=result.cycles + next(nudges))
 
     monkeypatch.setattr(api, "simulate", nudged)
-    # the nudges are laid over the probes' step costs under the latency form of ldmatrix (ldsm_model 1)
+    # the nudges are laid over the probes' step costs under the latency form of ldmatrix (ldsm_model 1) with
+    # every filled byte on the port (fill_model 0), where the probes settle after 5 steps
     problem = Problem(1, 4, 2048, 64, seqlen_k=16384)
-    four_sms = H100.with_overrides({"sm_count": 4, "ldsm_model": 1})
+    four_sms = H100.with_overrides({"sm_count": 4, "ldsm_model": 1, "fill_model": 0})
     fast = api.simulate("v1", problem, four_sms, sms=None)
     assert fast.sim["outer_step_spread"] > 0 and len(fast.sim["outer_steps_simulated"]) == 5
     monkeypatch.setattr(api, "simulate", real)
