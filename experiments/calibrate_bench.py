@@ -18,7 +18,7 @@ import numpy as np
 from .calibrate_ldsm import ldsm_form
 from .calibrate_power import power_mix
 from .calibrate_softmax import softmax_gemm, softmax_mix
-from .calibrate_wgmma import wgmma_shape
+from .calibrate_wgmma import wgmma_fill, wgmma_shape
 from .calibrate_xwarp import xwarp
 
 # Mirrors BlockTime in kernels/microbench/common.cuh.
@@ -919,6 +919,7 @@ BENCHMARKS: dict[str, Callable[[Bench], dict]] = {
     "cp_async_layout": cp_async_layout,
     "wgmma": wgmma,
     "wgmma_shape": wgmma_shape,
+    "wgmma_fill": wgmma_fill,
     "power_mix": power_mix,
     "softmax_mix": softmax_mix,
     "softmax_gemm": softmax_gemm,
@@ -928,4 +929,4 @@ BENCHMARKS: dict[str, Callable[[Bench], dict]] = {
     "tma": tma,
     "launch": launch,
 }
-HOPPER_ONLY = frozenset({"wgmma", "wgmma_shape", "power_mix", "softmax_mix", "softmax_gemm", "tma"})
+HOPPER_ONLY = frozenset({"wgmma", "wgmma_shape", "wgmma_fill", "power_mix", "softmax_mix", "softmax_gemm", "tma"})

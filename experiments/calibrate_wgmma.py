@@ -46,14 +46,18 @@ def shape(name: str) -> dict:
     return {"form": "ss" if form == "ss" else "rs", "n": n, "swizzle_bytes": w, "flops": 2 * 64 * n * 16}
 
 
-def wgmma_shape(b) -> dict:
-    from .calibrate_bench import _operand_words, block_times, per_sm_rate
+def _inputs(b, operand_bytes: int, seed: int):
+    """Random bf16 operands for the tiles, the sink and the chain length (shorter with --quick)."""
+    from .calibrate_bench import _operand_words
 
-    cp = b.cp
-    rng = np.random.default_rng(3)
-    init = cp.asarray(_operand_words(40 * 1024, "bf16", rng))
-    sink = cp.zeros(1, dtype=cp.float32)
-    iters = 256 if b.quick else 2048
+    init = b.cp.asarray(_operand_words(operand_bytes, "bf16", np.random.default_rng(seed)))
+    return init, b.cp.zeros(1, dtype=b.cp.float32), 256 if b.quick else 2048
+
+
+def wgmma_shape(b) -> dict:
+    from .calibrate_bench import block_times, per_sm_rate
+
+    init, sink, iters = _inputs(b, 40 * 1024, 3)
     rows = []
     for name in kernels():
         fn = b.fn("wgmma_shape", name)
@@ -97,3 +101,63 @@ def table(points: list[dict]) -> dict[tuple[str, int, int], float]:
             key = (p["form"], p["n"], p["swizzle_bytes"])
             best[key] = max(best.get(key, 0.0), rate)
     return best
+
+
+# wgfill_ss_n<N> (wgmma_shape.cu): one warpgroup chaining the QK^T form beside a warp whose lane 0 keeps TMA bulk
+# copies in flight into shared memory. mode 0: the chain alone, 1: the chain with the copies, 2: the copies alone.
+FILL_N = (64, 128)
+FILL_MODES = {0: "chain alone", 1: "chain beside TMA fills", 2: "TMA fills alone"}
+FILL_THREADS = 160
+
+
+def _operand_bytes(n: int) -> int:
+    """Shared-memory bytes one m64nNk16 QK^T-form instruction reads: A (64 x 16 bf16) and B (N x 16 bf16)."""
+    return (64 + n) * 16 * 2
+
+
+def wgmma_fill(b) -> dict:
+    """wgmma's operand reads beside the copy engine's fills: per N and blocks per SM, the chain's FLOPs per SM
+    clock alone and beside TMA fills, the fills' bytes per SM clock, and what the chain loses per filled byte
+    (its operand bytes per clock alone minus beside, over the fill bytes per clock)."""
+    from .calibrate_bench import block_times, per_sm_rate
+
+    cp = b.cp
+    init, sink, iters = _inputs(b, 24 * 1024, 5)
+    rows = []
+    for n in FILL_N:
+        fn = b.fn("wgmma_shape", f"wgfill_ss_n{n}")
+        flops = 2 * 64 * n * 16
+        for per_sm in WARPGROUPS_PER_SM:
+            blocks = per_sm * b.gpu.sm_count
+            tb = b.times(blocks)
+            copied = cp.zeros(blocks, dtype=cp.uint64)
+            chain_end = cp.zeros(blocks, dtype=cp.int64)
+            out = {"n": n, "swizzle_bytes": 128, "warpgroups_per_sm": per_sm, "operand_bytes": _operand_bytes(n)}
+            for mode in FILL_MODES:
+                b.elapsed(lambda fn=fn, blocks=blocks, tb=tb, copied=copied, chain_end=chain_end, mode=mode: fn(
+                    (blocks,), (FILL_THREADS,),
+                    (init, np.int32(iters), np.int32(mode), sink, tb, copied, chain_end)), reps=3)
+                t = block_times(tb).copy()
+                if mode != 2:  # the chain's span ends at its last cycle, not after the copies in flight drain
+                    t["clk1"] = chain_end.get()
+                key = ("alone", "beside", "fills")[mode]
+                if mode != 2:
+                    out[f"flops_per_clk_per_sm_{key}"] = per_sm_rate(t, iters * flops)
+                if mode != 0:
+                    out[f"fill_bytes_per_clk_per_sm_{key}"] = per_sm_rate(t, float(copied.get().mean()))
+            alone, beside = out["flops_per_clk_per_sm_alone"], out["flops_per_clk_per_sm_beside"]
+            fill = out["fill_bytes_per_clk_per_sm_beside"]
+            loss = (alone - beside) / flops * out["operand_bytes"]  # operand bytes per clock given up
+            out["loss_per_filled_byte"] = loss / fill if fill else None
+            rows.append(out)
+    return {
+        "points": rows,
+        "how": (
+            f"wgmma_shape.cu wgfill_ss_n64 / n128: 1-3 blocks per SM of one warpgroup chaining {iters} bf16 "
+            "m64nNk16 of the QK^T form (128-byte panels) beside a warp whose lane 0 keeps 4 TMA bulk copies of "
+            "4 KiB of an L2-resident array in flight into a ring of its own (until the chain is done), the chain "
+            "alone, and the copies alone (4 x iters); rates over the clock64 span of each SM's blocks, median "
+            "over SMs; loss per filled byte: the chain's operand bytes per clock alone minus beside the fills, "
+            "over the fills' bytes per clock"
+        ),
+    }
