@@ -276,8 +276,8 @@ class Gpu:
         if self.l2.evicted_dirty_bytes != self.l2._charged:
             self._charge_evictions(now, sm.index)
         if to_smem:
-            # the copy engine's writes take the port the warps' loads read through; measured, they land through
-            # the banks' own write path and take smem_fill_port_fraction of it (fill_model 1, not the default)
+            # the copy engine's writes land through the banks' own write path and take smem_fill_port_fraction
+            # of the port the warps' loads read through, as measured (fill_model 1); fill_model 0: every byte
             self.smem_write_bytes += nbytes
             share = p.smem_fill_port_fraction if p.fill_model else 1.0
             if share:
