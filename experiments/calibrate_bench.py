@@ -15,7 +15,7 @@ from functools import partial
 
 import numpy as np
 
-from .calibrate_ldsm import ldsm_form
+from .calibrate_ldsm import ldsm_form, xblock_fill
 from .calibrate_power import power_mix
 from .calibrate_softmax import softmax_gemm, softmax_mix
 from .calibrate_wgmma import wgmma_fill, wgmma_shape
@@ -913,6 +913,7 @@ BENCHMARKS: dict[str, Callable[[Bench], dict]] = {
     "mma_warps": mma_warps,
     "ldsm_mma": ldsm_mma,
     "ldsm_form": ldsm_form,
+    "xblock_fill": xblock_fill,
     "red_dq": red_dq,
     "frag_store": frag_store,
     "frag_store_sms": frag_store_sms,

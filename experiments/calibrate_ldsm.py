@@ -165,3 +165,70 @@ def ldsm_form(b) -> dict:
                 "forward and backward GEMMs; median block cycles "
                 "(clock64) per warp k-step"),
     }
+
+
+# Two blocks per SM (ldsm_form.cu NEIGHBOUR kernels): the first block to arrive on an SM loads as form_l4x4_m0 on
+# every warp, the second copies with cp.async beside it (xfill) or idles (xidle) for longer than the loads take
+NEIGHBOUR_KERNELS: dict[str, bool] = {"xfill_l4x4_m0": True, "xidle_l4x4_m0": False}
+NEIGHBOUR_WARPS = (4, 8)  # warps per block
+NEIGHBOUR_CYCLES_PER_KSTEP = 400  # the neighbour's cycles per loading warp k-step: well past the loads' 30-140
+
+
+def _pairs(t, roles, filled, warps: int, ksteps: int) -> list[tuple[float, float]]:
+    """Per SM holding one loading block and one neighbour: (the loader's shared bytes per clock, the neighbour's
+    filled bytes per clock)."""
+    per_load = warps * ksteps * _shape("form_l4x4_m0")["smem_bytes"]
+    out = []
+    for sm in np.unique(t["smid"]):
+        sel = np.flatnonzero(t["smid"] == sm)
+        if len(sel) != 2 or sorted(roles[sel]) != [0, 1]:
+            continue
+        loader, neighbour = (sel[0], sel[1]) if roles[sel[0]] == 0 else (sel[1], sel[0])
+        loads_cycles = float(t["clk1"][loader] - t["clk0"][loader])
+        fill_cycles = float(t["clk1"][neighbour] - t["clk0"][neighbour])
+        out.append((per_load / loads_cycles, float(filled[neighbour]) / fill_cycles))
+    return out
+
+
+def xblock_fill(b) -> dict:
+    """Loads in one block beside another block's cp.async fills, or beside an idle block, two blocks per SM."""
+    from .calibrate_bench import block_times
+
+    cp = b.cp
+    blocks = 2 * b.gpu.sm_count
+    iters = 128 if b.quick else 1024
+    ksteps = iters * KSTEPS_PER_ITER
+    sink = cp.zeros(1, dtype=cp.float32)
+    rows = []
+    for warps in NEIGHBOUR_WARPS:
+        row = {"warps_per_block": warps, "blocks_per_sm": 2}
+        for name, copies in NEIGHBOUR_KERNELS.items():
+            fn = b.fn("ldsm_form", name)
+            tb, roles = b.times(blocks), cp.zeros(blocks, dtype=cp.int32)
+            filled = cp.zeros(blocks, dtype=cp.uint64)
+            cycles = np.int64(ksteps * NEIGHBOUR_CYCLES_PER_KSTEP)
+
+            def launch(fn=fn, tb=tb, roles=roles, filled=filled, cycles=cycles, threads=32 * warps):
+                filled.fill(0)
+                fn((blocks,), (threads,), (np.int32(iters), cycles, sink, tb, roles, filled))
+
+            b.elapsed(launch, reps=3)
+            pairs = _pairs(block_times(tb), roles.get(), filled.get(), warps, ksteps)
+            key = "beside_fills" if copies else "beside_idle"
+            row[f"sms_paired_{key}"] = len(pairs)
+            if pairs:
+                row[f"smem_bytes_per_clk_per_sm_{key}"] = float(np.median([p[0] for p in pairs]))
+                if copies:
+                    row["fill_bytes_per_clk_per_sm"] = float(np.median([p[1] for p in pairs]))
+        idle, busy = row.get("smem_bytes_per_clk_per_sm_beside_idle"), row.get("smem_bytes_per_clk_per_sm_beside_fills")
+        fill = row.get("fill_bytes_per_clk_per_sm")
+        row["loss_per_filled_byte"] = (idle - busy) / fill if idle and busy and fill else None
+        rows.append(row)
+    return {
+        "points": rows,
+        "how": (f"ldsm_form.cu xfill_l4x4_m0 / xidle_l4x4_m0: {blocks} blocks (two per SM) of 4 or 8 warps; the first "
+                f"block on an SM issues {iters} x {KSTEPS_PER_ITER} k-steps of 4 ldmatrix.x4 per warp, the second "
+                "copies global memory into its own shared memory with cp.async on every warp (xfill) or idles "
+                "(xidle) for longer; the loading block's shared bytes per clock (its clock64 span) and the "
+                "neighbour's filled bytes per clock, median over the SMs holding one of each"),
+    }

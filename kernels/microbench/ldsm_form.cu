@@ -320,3 +320,52 @@ TILE(tile_bwd_nt_32x32, 2, 2, 1, true)   // v2 backward dQ += dS K
 // One m16 tile per warp (64-row Q tiles of 4 warps: d128's 64 x 64 and d256's tiles):
 TILE(tile_fwd_s_m16_bn64, 1, 4, 1, false)   // v2 forward S, BN 64, 16 rows per warp
 TILE(tile_fwd_pv_m16_d128, 1, 8, 0, true)   // v2 forward O += P V, 16 rows per warp, 128 columns (d256: two)
+
+// Two blocks per SM (xfill_l4x4_m0, xidle_l4x4_m0): the first block to arrive on an SM loads as form_l4x4_m0
+// on all its warps; the second, resident beside it, copies global memory into its own shared memory with
+// cp.async on all its warps (xfill) or sits idle (xidle), for `neighbour_cycles` SM cycles, longer than the
+// loads take. Does one block's fill slow another block's loads as it slows its own block's (fill_l4x4_m0)?
+// And does a loading block keep the whole port beside an idle neighbour? roles[block]: 0 loads, 1 neighbour;
+// filled[block]: the neighbour's bytes copied.
+__device__ unsigned g_sm_arrivals[1024];  // blocks seen per SM, over every launch: parity gives the role
+__device__ __forceinline__ void neighbour_loop(uint16_t* buf, long long cycles, BlockTime* times, bool copy,
+                                               unsigned long long* filled) {
+  fill(buf);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const unsigned dst = smem_u32(buf + kFillOffsetHalfs) + (warp & 3) * 4096 + lane * 16;
+  BlockTimer timer;
+  timer.start();
+  long long n = 0;
+  if (copy) {
+    const long long t0 = clock64();
+    for (; clock64() - t0 < cycles; ++n) {
+      const int at = ((static_cast<int>(n) * 8) * 32 * 64 + warp * 256 + lane) & ((1 << 18) - 1);
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst + j * 512),
+                     "l"(g_fill_src + ((at + j * 32 * 64) & ((1 << 18) - 1))) : "memory");
+      asm volatile("cp.async.commit_group;" ::: "memory");
+      asm volatile("cp.async.wait_group 1;" ::: "memory");
+    }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+  } else {
+    const long long t0 = clock64();
+    while (clock64() - t0 < cycles) __nanosleep(200);
+  }
+  if (lane == 0) atomicAdd(filled + blockIdx.x, static_cast<unsigned long long>(n) * 8 * 512);
+  timer.stop(times);
+}
+#define NEIGHBOUR(NAME, COPY)                                                                              \
+  extern "C" __global__ void NAME(int iters, long long neighbour_cycles, float* sink, BlockTime* times,     \
+                                  int* roles, unsigned long long* filled) {                                \
+    __shared__ __align__(128) uint16_t buf[kBufHalfs];                                                     \
+    if (threadIdx.x == 0) /* the role goes through global memory: the buffer takes all 48 KiB */           \
+      roles[blockIdx.x] = atomicAdd(&g_sm_arrivals[smid() & 1023], 1u) & 1;                                \
+    __syncthreads();                                                                                       \
+    if (reinterpret_cast<volatile int*>(roles)[blockIdx.x] == 0)                                           \
+      form_loop<4, 4, false, 0>(buf, iters, sink, times);                                                  \
+    else                                                                                                   \
+      neighbour_loop(buf, neighbour_cycles, times, COPY, filled);                                          \
+  }
+NEIGHBOUR(xfill_l4x4_m0, true)
+NEIGHBOUR(xidle_l4x4_m0, false)
