@@ -106,7 +106,7 @@ def table(points: list[dict]) -> dict[tuple[str, int, int], float]:
 # wgfill_ss_n<N> (wgmma_shape.cu): one warpgroup chaining the QK^T form beside a warp whose lane 0 keeps TMA bulk
 # copies in flight into shared memory. mode 0: the chain alone, 1: the chain with the copies, 2: the copies alone.
 FILL_N = (64, 128)
-FILL_MODES = {0: "chain alone", 1: "chain beside TMA fills", 2: "TMA fills alone"}
+FILL_MODES = ("alone", "beside", "fills")  # the kernel's mode 0, 1, 2, as the results name them
 FILL_THREADS = 160
 
 
@@ -133,15 +133,13 @@ def wgmma_fill(b) -> dict:
             copied = cp.zeros(blocks, dtype=cp.uint64)
             chain_end = cp.zeros(blocks, dtype=cp.int64)
             out = {"n": n, "swizzle_bytes": 128, "warpgroups_per_sm": per_sm, "operand_bytes": _operand_bytes(n)}
-            for mode in FILL_MODES:
+            for mode, key in enumerate(FILL_MODES):
                 b.elapsed(lambda fn=fn, blocks=blocks, tb=tb, copied=copied, chain_end=chain_end, mode=mode: fn(
                     (blocks,), (FILL_THREADS,),
                     (init, np.int32(iters), np.int32(mode), sink, tb, copied, chain_end)), reps=3)
                 t = block_times(tb).copy()
                 if mode != 2:  # the chain's span ends at its last cycle, not after the copies in flight drain
                     t["clk1"] = chain_end.get()
-                key = ("alone", "beside", "fills")[mode]
-                if mode != 2:
                     out[f"flops_per_clk_per_sm_{key}"] = per_sm_rate(t, iters * flops)
                 if mode != 0:
                     out[f"fill_bytes_per_clk_per_sm_{key}"] = per_sm_rate(t, float(copied.get().mean()))

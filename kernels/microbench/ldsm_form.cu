@@ -222,6 +222,16 @@ extern "C" __global__ void split_l4x4_m8(int iters, float* sink, BlockTime* time
 // writes into shared memory take the read path ldmatrix uses?
 __device__ uint4 g_fill_src[1 << 18];  // 4 MiB, read over and over: L2-resident after the first pass
 constexpr int kFillOffsetHalfs = 12288;  // the copies land in the upper 24 KiB; the loads read the lower half
+// One iteration of a filling warp: 8 x 512 bytes (a quarter of a loading warp's 16 KiB) from `at` on, one group
+// left in flight.
+__device__ __forceinline__ void fill_step(unsigned dst, int at) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst + j * 512),
+                 "l"(g_fill_src + ((at + j * 32 * 64) & ((1 << 18) - 1))) : "memory");
+  asm volatile("cp.async.commit_group;" ::: "memory");
+  asm volatile("cp.async.wait_group 1;" ::: "memory");
+}
 __device__ __forceinline__ void fill_loop(uint16_t* buf, int iters, BlockTime* times, bool copy) {
   fill(buf);
   const int lane = threadIdx.x % 32, slot = threadIdx.x / 64;  // odd warps 1, 3, 5, 7, ... -> slots 0, 1, 2, 3
@@ -229,15 +239,7 @@ __device__ __forceinline__ void fill_loop(uint16_t* buf, int iters, BlockTime* t
   BlockTimer timer;
   timer.start();
   if (copy) {
-    for (int i = 0; i < iters; ++i) {
-      const int at = ((i * 8) * 32 * 64 + slot * 256 + lane) & ((1 << 18) - 1);
-#pragma unroll
-      for (int j = 0; j < 8; ++j)  // 8 x 512 bytes per warp per iteration: a quarter of the loader's 16 KiB
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst + j * 512),
-                     "l"(g_fill_src + ((at + j * 32 * 64) & ((1 << 18) - 1))) : "memory");
-      asm volatile("cp.async.commit_group;" ::: "memory");
-      asm volatile("cp.async.wait_group 1;" ::: "memory");
-    }
+    for (int i = 0; i < iters; ++i) fill_step(dst, ((i * 8) * 32 * 64 + slot * 256 + lane) & ((1 << 18) - 1));
     asm volatile("cp.async.wait_group 0;" ::: "memory");
   }
   timer.stop(times);
@@ -338,15 +340,8 @@ __device__ __forceinline__ void neighbour_loop(uint16_t* buf, long long cycles, 
   long long n = 0;
   if (copy) {
     const long long t0 = clock64();
-    for (; clock64() - t0 < cycles; ++n) {
-      const int at = ((static_cast<int>(n) * 8) * 32 * 64 + warp * 256 + lane) & ((1 << 18) - 1);
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst + j * 512),
-                     "l"(g_fill_src + ((at + j * 32 * 64) & ((1 << 18) - 1))) : "memory");
-      asm volatile("cp.async.commit_group;" ::: "memory");
-      asm volatile("cp.async.wait_group 1;" ::: "memory");
-    }
+    for (; clock64() - t0 < cycles; ++n)
+      fill_step(dst, ((static_cast<int>(n) * 8) * 32 * 64 + warp * 256 + lane) & ((1 << 18) - 1));
     asm volatile("cp.async.wait_group 0;" ::: "memory");
   } else {
     const long long t0 = clock64();
