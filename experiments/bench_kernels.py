@@ -8,8 +8,9 @@ the 60 MB L2, so inputs are not rotated. Standard attention is skipped where its
 
     python3 -m flashsim.experiments.bench_kernels [--quick] [--out DIR]
 writes DIR/kernels-bench.json and DIR/kernels-bench.md (default experiments/results/h200).
-    python3 -m flashsim.experiments.bench_kernels --profile-target ALGO,D,N,CAUSAL[,BATCH,HEADS]
-runs one config a few times and exits (a target for ncu); batch and heads default to the grid's.
+    python3 -m flashsim.experiments.bench_kernels --profile-target ALGO,D,N,CAUSAL[,BATCH,HEADS[,KV_HEADS[,NK]]]
+runs one config a few times and exits (a target for ncu); batch and heads default to the grid's, K/V heads to
+the query heads (fewer: grouped-query attention) and the keys NK to N.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def make_fn(impl: str, q, k, v, causal: bool):
 
         def fn():
             with sdpa_kernel(backend):
-                return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                                        enable_gqa=k.shape[1] != q.shape[1])
 
         return fn
     out = torch.empty_like(q)
@@ -203,10 +205,12 @@ def markdown(data) -> str:
 def profile_target(spec: str) -> None:
     import torch
 
-    algo, d, n, causal, *bh = spec.split(",")
-    bh = [x for x in bh if x]  # "ALGO,D,N,CAUSAL,," (no batch and heads given): the grid's
-    b, h = (int(x) for x in bh) if bh else (None, None)
+    algo, d, n, causal, *rest = spec.split(",")
+    b, h, hkv, nk = ([int(x) if x else None for x in rest] + [None] * 4)[:4]  # "ALGO,D,N,CAUSAL,,": the grid's
     q, k, v = inputs(int(d), int(n), torch.bfloat16, b, h)
+    if hkv or nk:  # grouped-query heads and/or a K/V length of their own
+        k, v = (torch.randn(q.shape[0], hkv or q.shape[1], nk or int(n), int(d), device="cuda",
+                            dtype=torch.bfloat16) for _ in range(2))
     fn = make_fn(algo, q, k, v, causal.lower() in ("1", "true", "causal"))
     for _ in range(3):
         fn()
@@ -220,7 +224,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="seqlens 1k, 4k, 16k only")
     ap.add_argument("--impls", default=",".join(IMPLS))
     ap.add_argument("--max-s-gb", type=float, default=20.0, help="skip standard where S needs more")
-    ap.add_argument("--profile-target", help="ALGO,D,N,CAUSAL[,BATCH,HEADS]: run one config 3 times (for ncu) and exit")
+    ap.add_argument("--profile-target",
+                    help="ALGO,D,N,CAUSAL[,BATCH,HEADS[,KV_HEADS[,NK]]]: run one config 3 times (for ncu) and exit")
     ap.add_argument("--update", action="store_true",
                     help="replace only these implementations' rows in the existing results, with a note saying so")
     args = ap.parse_args(argv)
