@@ -36,12 +36,47 @@ def _clock_mhz() -> float | None:
         return None
 
 
+def _after(heavy_id: str, config_ids: list[str], impls: list[str], flush) -> list[dict]:
+    """Each configuration's profiled calls right after a stretch of another kernel's work, and after idling."""
+    import time
+
+    import torch
+
+    heavy_cfg = parse_id(heavy_id)
+    hq, hk, hv = inputs(heavy_cfg)
+    heavy = make_call(IMPLS["v2"], hq, hk, hv, heavy_cfg)
+    rows = []
+    for config_id in config_ids:
+        cfg = parse_id(config_id)
+        q, k, v = inputs(cfg)
+        for name in impls:
+            impl = IMPLS[name]
+            with impl_context(impl):
+                fn = make_call(impl, q, k, v, cfg)
+                fn()
+                row: dict = {"impl": name, "config_id": config_id, "after_heavy_us": [], "after_idle_us": []}
+                for _ in range(5):
+                    t0 = time.perf_counter()
+                    while time.perf_counter() - t0 < 0.3:
+                        flush()
+                        heavy()
+                    row["after_heavy_us"].append([b * 1e6 for b in gpu_work(fn, flush, 3)[0]])
+                    torch.cuda._sleep(400_000_000)
+                    row["after_idle_us"].append([b * 1e6 for b in gpu_work(fn, flush, 3)[0]])
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m flashsim.experiments.protocol_probe", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("configs", nargs="*", default=list(DEFAULT_CONFIGS))
     ap.add_argument("--impls", default="v2,sdpa-flash")
     ap.add_argument("--out", default="protocol-probe.json")
+    ap.add_argument("--after", metavar="CONFIG_ID",
+                    help="instead: time each configuration's three profiled calls straight after 0.3 s of this "
+                         "one's calls (our v2), and again after a 0.2 s GPU sleep, five times each")
     args = ap.parse_args(argv)
     import torch
 
@@ -50,6 +85,11 @@ def main(argv=None) -> int:
     cp = require_gpu("protocol_probe")
     gpu = read_gpu(cp)
     flush = make_flush(cp, gpu)
+    if args.after:
+        rows = _after(args.after, args.configs, args.impls.split(","), flush)
+        Path(args.out).write_text(json.dumps({"provenance": provenance(cp, gpu, ["protocol_probe", *argv_tail()]),
+                                              "after": args.after, "rows": rows}, indent=1) + "\n")
+        return 0
     rows = []
     for config_id in args.configs:
         cfg = parse_id(config_id)
