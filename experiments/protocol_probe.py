@@ -38,8 +38,6 @@ def _clock_mhz() -> float | None:
 
 def _after(heavy_id: str, config_ids: list[str], impls: list[str], flush) -> list[dict]:
     """Each configuration's profiled calls right after a stretch of another kernel's work, and after idling."""
-    import time
-
     import torch
 
     heavy_cfg = parse_id(heavy_id)
@@ -56,10 +54,11 @@ def _after(heavy_id: str, config_ids: list[str], impls: list[str], flush) -> lis
                 fn()
                 row: dict = {"impl": name, "config_id": config_id, "after_heavy_us": [], "after_idle_us": []}
                 for _ in range(5):
-                    t0 = time.perf_counter()
-                    while time.perf_counter() - t0 < 0.3:
+                    for i in range(150):  # about 0.3 s of the heavy kernel, never far ahead of the host
                         flush()
                         heavy()
+                        if i % 20 == 19:
+                            torch.cuda.synchronize()
                     row["after_heavy_us"].append([b * 1e6 for b in gpu_work(fn, flush, 3)[0]])
                     torch.cuda._sleep(400_000_000)
                     row["after_idle_us"].append([b * 1e6 for b in gpu_work(fn, flush, 3)[0]])
