@@ -36,8 +36,31 @@ def _clock_mhz() -> float | None:
         return None
 
 
-def _after(heavy_id: str, config_ids: list[str], impls: list[str], flush) -> list[dict]:
-    """Each configuration's profiled calls right after a stretch of another kernel's work, and after idling."""
+def _clock_probe(cp, gpu):
+    """A function giving the SM clock (GHz) of a short L2-resident read on every SM: its blocks' clock64 span
+    over their %globaltimer span, the median block."""
+    import numpy as np
+
+    from .calibrate_bench import BLOCK_TIME, block_times
+    from .calibrate_gpu import load_module
+
+    read = load_module(cp, "membw", gpu.arch).get_function("read_cg")
+    buf, sink = cp.zeros(1 << 20, dtype=cp.uint8), cp.zeros(1, dtype=cp.uint32)
+    blocks = gpu.sm_count
+    times = cp.zeros(blocks * BLOCK_TIME.itemsize, dtype=cp.uint8)
+
+    def clock_ghz() -> float:
+        read((blocks,), (512,), (buf, np.uint64((1 << 20) // 16), np.int32(64), sink, times))
+        cp.cuda.Device().synchronize()
+        t = block_times(times)
+        return float(np.median((t["clk1"] - t["clk0"]) / np.maximum(t["ns1"] - t["ns0"], 1)))
+
+    return clock_ghz
+
+
+def _after(heavy_id: str, config_ids: list[str], impls: list[str], flush, clock_ghz) -> list[dict]:
+    """Each configuration's profiled calls right after a stretch of another kernel's work, and after idling;
+    the SM clock just before each."""
     import torch
 
     heavy_cfg = parse_id(heavy_id)
@@ -52,15 +75,20 @@ def _after(heavy_id: str, config_ids: list[str], impls: list[str], flush) -> lis
             with impl_context(impl):
                 fn = make_call(impl, q, k, v, cfg)
                 fn()
-                row: dict = {"impl": name, "config_id": config_id, "after_heavy_us": [], "after_idle_us": []}
+                row: dict = {"impl": name, "config_id": config_id, "after_heavy_us": [], "after_idle_us": [],
+                             "clock_after_heavy_ghz": [], "clock_after_idle_ghz": []}
                 for _ in range(5):
                     for i in range(150):  # about 0.3 s of the heavy kernel, never far ahead of the host
                         flush()
                         heavy()
                         if i % 20 == 19:
                             torch.cuda.synchronize()
+                    torch.cuda.synchronize()
+                    row["clock_after_heavy_ghz"].append(clock_ghz())
                     row["after_heavy_us"].append([b * 1e6 for b in gpu_work(fn, flush, 3)[0]])
                     torch.cuda._sleep(400_000_000)
+                    torch.cuda.synchronize()
+                    row["clock_after_idle_ghz"].append(clock_ghz())
                     row["after_idle_us"].append([b * 1e6 for b in gpu_work(fn, flush, 3)[0]])
             rows.append(row)
             print(json.dumps(row), flush=True)
@@ -85,7 +113,7 @@ def main(argv=None) -> int:
     gpu = read_gpu(cp)
     flush = make_flush(cp, gpu)
     if args.after:
-        rows = _after(args.after, args.configs, args.impls.split(","), flush)
+        rows = _after(args.after, args.configs, args.impls.split(","), flush, _clock_probe(cp, gpu))
         Path(args.out).write_text(json.dumps({"provenance": provenance(cp, gpu, ["protocol_probe", *argv_tail()]),
                                               "after": args.after, "rows": rows}, indent=1) + "\n")
         return 0
