@@ -21,7 +21,15 @@ from pathlib import Path
 
 from . import validate_support as support
 from .busy_protocol import parse_id
-from .validate import SweepOptions, _measure_one, gpu_work, make_flush, pass_reference, time_call
+from .validate import (
+    SweepOptions,
+    _measure_one,
+    gpu_work,
+    make_clock_probe,
+    make_flush,
+    pass_reference,
+    time_call,
+)
 from .validate_impls import IMPLS, impl_context, inputs, make_call
 
 DEFAULT_CONFIGS = ("b16-h48-kv6-n256-d64-causal", "b49-h48-kv6-n256-d128-causal", "b8-h132-n128-k8192-d128")
@@ -34,28 +42,6 @@ def _clock_mhz() -> float | None:
         return float(torch.cuda.clock_rate())
     except Exception:  # NVML unavailable: the clock is an extra
         return None
-
-
-def _clock_probe(cp, gpu):
-    """A function giving the SM clock (GHz) of a short L2-resident read on every SM: its blocks' clock64 span
-    over their %globaltimer span, the median block."""
-    import numpy as np
-
-    from .calibrate_bench import BLOCK_TIME, block_times
-    from .calibrate_gpu import load_module
-
-    read = load_module(cp, "membw", gpu.arch).get_function("read_cg")
-    buf, sink = cp.zeros(1 << 20, dtype=cp.uint8), cp.zeros(1, dtype=cp.uint32)
-    blocks = gpu.sm_count
-    times = cp.zeros(blocks * BLOCK_TIME.itemsize, dtype=cp.uint8)
-
-    def clock_ghz() -> float:
-        read((blocks,), (512,), (buf, np.uint64((1 << 20) // 16), np.int32(64), sink, times))
-        cp.cuda.Device().synchronize()
-        t = block_times(times)
-        return float(np.median((t["clk1"] - t["clk0"]) / np.maximum(t["ns1"] - t["ns0"], 1)))
-
-    return clock_ghz
 
 
 def _after(heavy_id: str, config_ids: list[str], impls: list[str], flush, clock_ghz) -> list[dict]:
@@ -113,7 +99,7 @@ def main(argv=None) -> int:
     gpu = read_gpu(cp)
     flush = make_flush(cp, gpu)
     if args.after:
-        rows = _after(args.after, args.configs, args.impls.split(","), flush, _clock_probe(cp, gpu))
+        rows = _after(args.after, args.configs, args.impls.split(","), flush, make_clock_probe(cp, gpu))
         Path(args.out).write_text(json.dumps({"provenance": provenance(cp, gpu, ["protocol_probe", *argv_tail()]),
                                               "after": args.after, "rows": rows}, indent=1) + "\n")
         return 0

@@ -313,6 +313,7 @@ def measure(opts: SweepOptions, deadline: float | None = None, log=print) -> Pat
     profiled = {r["impl"] for r in store.load(path) if r.get("launched")}
     store.append(path, {"type": "session", **provenance(cp, read_gpu(cp), ["validate", *argv_tail()[1:]])})
     flush = make_flush(cp, read_gpu(cp))
+    clock = make_clock_probe(cp, read_gpu(cp))
 
     def run_config(cfg: Config, names: list[str]) -> Iterator[dict]:
         q, k, v = inputs(cfg)
@@ -321,7 +322,7 @@ def measure(opts: SweepOptions, deadline: float | None = None, log=print) -> Pat
             align = support.causal_align(IMPLS[name], cfg)
             if align not in refs:
                 refs[align] = pass_reference(q, k, v, cfg, align)
-            rec = _measure_one(IMPLS[name], cfg, q, k, v, refs.get(align), flush, opts, name not in profiled)
+            rec = _measure_one(IMPLS[name], cfg, q, k, v, refs.get(align), flush, opts, name not in profiled, clock)
             if rec.get("launched"):
                 profiled.add(name)
             yield rec
@@ -347,6 +348,28 @@ def make_flush(cp, gpu) -> Callable[[], None]:
     return lambda: write((blocks,), (512,), (buf, n16, np.int32(1), times))
 
 
+def make_clock_probe(cp, gpu) -> Callable[[], float]:
+    """A function giving the SM clock (GHz) right now: a short read of an L2-resident MiB on every SM, its
+    blocks' clock64 span over their %globaltimer span (the median block). A short kernel runs at the clock the
+    work before it left (about 1.96 GHz after idling, 1.72 after a stretch of HBM streaming on the H200:
+    experiments/results/h200/session31/busy-protocol/), so each timing records it."""
+    from .calibrate_bench import BLOCK_TIME, block_times
+    from .calibrate_gpu import load_module
+
+    read = load_module(cp, "membw", gpu.arch).get_function("read_cg")
+    buf, sink = cp.zeros(1 << 20, dtype=cp.uint8), cp.zeros(1, dtype=cp.uint32)
+    blocks = gpu.sm_count
+    times = cp.zeros(blocks * BLOCK_TIME.itemsize, dtype=cp.uint8)
+
+    def clock_ghz() -> float:
+        read((blocks,), (512,), (buf, np.uint64((1 << 20) // 16), np.int32(64), sink, times))
+        cp.cuda.Device().synchronize()
+        t = block_times(times)
+        return float(np.median((t["clk1"] - t["clk0"]) / np.maximum(t["ns1"] - t["ns0"], 1)))
+
+    return clock_ghz
+
+
 def _reference(q, k, v, cfg: Config):
     """SDPA's output (flash backend, else whatever SDPA picks) to check each kernel computes attention."""
     import torch.nn.functional as F
@@ -362,7 +385,8 @@ def _reference(q, k, v, cfg: Config):
     return None
 
 
-def _measure_one(impl: Impl, cfg: Config, q, k, v, ref, flush, opts: SweepOptions, profile_it: bool) -> dict:
+def _measure_one(impl: Impl, cfg: Config, q, k, v, ref, flush, opts: SweepOptions, profile_it: bool,
+                 clock: Callable[[], float] | None = None) -> dict:
     import torch
 
     align = support.causal_align(impl, cfg)
@@ -396,10 +420,14 @@ def _measure_one(impl: Impl, cfg: Config, q, k, v, ref, flush, opts: SweepOption
                 return rec
             del out
             samples = time_call(fn, flush, opts.min_reps, opts.max_reps, opts.budget_s)
+            clocks = [clock()] if clock else []  # the SM clock the profiled calls start at (make_clock_probe)
             try:
                 busy, names = gpu_work(fn, flush)
             except Exception as exc:  # the profiler is an extra; the event timing stands without it
                 busy, names = [], [f"(profiler failed: {type(exc).__name__})"]
+            if clock:
+                clocks.append(clock())
+                rec["sm_clock_ghz"] = [round(c, 4) for c in clocks]  # before and after the profiled calls
             if busy:
                 rec.update(kernel_time_s=statistics.median(busy), kernels_per_call=len(names))
             if profile_it:
