@@ -11,14 +11,19 @@ import sys
 from typing import Any
 
 from flashsim.console import make_console
+from flashsim.errors import ProfileError
 from flashsim.units import format_bytes, format_si
 
 from .loader import list_profiles, load_profile
 from .profile import PARAMS, PROVENANCES, Profile, describe_provenance, unit_of
 
+# The profile's SM clocks: the one memory-bound kernels run at and those under each kind of tensor load
+CLOCK_KEYS = ("sm_clock_hz", "sm_clock_mma_sync_load_hz", "sm_clock_wgmma_load_hz", "sm_clock_light_tensor_load_hz")
+
 
 def add_profile_args(parser: argparse.ArgumentParser) -> None:
-    """--hw NAME|PATH (default h100) and repeatable --set KEY=VALUE; read them back with profile_from_args."""
+    """--hw NAME|PATH (default h100), repeatable --set KEY=VALUE and --clock GHZ; read them back with
+    profile_from_args."""
     parser.add_argument(
         "--hw",
         default="h100",
@@ -26,10 +31,34 @@ def add_profile_args(parser: argparse.ArgumentParser) -> None:
         help="hardware profile: a shipped name or alias (see `flashsim profiles list`) or a TOML file",
     )
     _add_set_arg(parser)
+    parser.add_argument(
+        "--clock",
+        type=float,
+        metavar="GHZ",
+        help="run every kernel at this SM clock, whatever its load (the profile's clocks under load otherwise); "
+        "e.g. the clock a measured kernel ran at",
+    )
+
+
+def clock_overrides(ghz: float | None) -> list[str]:
+    """--clock GHZ as --set overrides of every SM clock key ([] for None)."""
+    if ghz is None:
+        return []
+    if not 0.1 <= ghz <= 5.0:
+        raise ProfileError(f"--clock expects an SM clock in GHz between 0.1 and 5, got {ghz:g}")
+    return [f"{key}={ghz * 1e9:.6g}" for key in CLOCK_KEYS]
+
+
+def overridden(profile: Profile) -> dict[str, str]:
+    """The parameters --set or --clock changed, each with its value as given ({} for a profile as shipped)."""
+    prefix = "override: --set "
+    return {key: src[len(prefix):].split("=", 1)[1] for key, src in sorted(profile.sources.items())
+            if src.startswith(prefix) and "=" in src}
 
 
 def profile_from_args(args: argparse.Namespace) -> Profile:
-    return load_profile(getattr(args, "hw", "h100"), getattr(args, "hw_set", None))
+    overrides = list(getattr(args, "hw_set", None) or []) + clock_overrides(getattr(args, "clock", None))
+    return load_profile(getattr(args, "hw", "h100"), overrides)
 
 
 def _add_set_arg(parser: argparse.ArgumentParser) -> None:

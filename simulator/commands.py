@@ -26,7 +26,7 @@ from flashsim.algorithms.problem import Problem
 from flashsim.algorithms.tiling import ALGORITHMS
 from flashsim.console import make_console
 from flashsim.errors import FlashsimError
-from flashsim.hw_profiles.commands import add_profile_args, profile_from_args
+from flashsim.hw_profiles.commands import add_profile_args, clock_overrides, overridden, profile_from_args
 from flashsim.hw_profiles.loader import load_profile
 
 from .limits import MAX_SIMULATED_STEPS
@@ -220,17 +220,17 @@ def _cmd_simulate(args) -> int:
                                extrapolate=args.extrapolate, options=options,
                                max_steps=args.max_steps or None, max_events=_max_events(args), progress=progress)
     if args.json:
-        _print_json(result.as_dict())
+        _print_json({**result.as_dict(), **({"hw_overrides": overridden(profile)} if overridden(profile) else {})})
     else:
         from .report import detail_table  # the table's module only where a table is printed
 
-        _console().print(detail_table(result))
+        _console().print(detail_table(result, overridden(profile)))
     return 0
 
 
 def _profiles(args) -> list:
     if args.hws:
-        return [load_profile(name, args.hw_set) for name in args.hws]
+        return [load_profile(name, list(args.hw_set) + clock_overrides(args.clock)) for name in args.hws]
     return [profile_from_args(args)]
 
 

@@ -69,13 +69,29 @@ def provenance_line(results) -> str:
     return "profile numbers: " + "; ".join(f"{hw} {describe_provenance(p)}" for hw, p in seen.items())
 
 
-def detail_table(r):
+def _overrides_text(overrides: dict[str, str]) -> str:
+    """'key=value, ...', with the SM clocks --clock sets alike shown once."""
+    from flashsim.hw_profiles.commands import CLOCK_KEYS
+
+    items = dict(overrides)
+    clocks = {items.get(k) for k in CLOCK_KEYS}
+    parts = []
+    if len(clocks) == 1 and None not in clocks:
+        parts.append(f"SM clock {float(clocks.pop()) / 1e9:.3g} GHz at any load")
+        items = {k: v for k, v in items.items() if k not in CLOCK_KEYS}
+    return ", ".join(parts + [f"{k}={v}" for k, v in items.items()])
+
+
+def detail_table(r, overrides: dict[str, str] | None = None):
+    """One run's table; overrides: the profile parameters the command line changed (shown as such)."""
     from rich.table import Table
 
     table = Table(title=f"{r.algo} on {r.hw}: {r.problem.describe()}", title_justify="left", show_header=False)
     table.add_column("what")
     table.add_column("value", justify="right")
     table.add_row("profile numbers", r.hw_provenance)
+    if overrides:
+        table.add_row("overridden", _overrides_text(overrides))
     table.add_row("tiling", r.tiling.describe())
     table.add_row("time", f"{format_time(r.time_s)} ({r.cycles:,} cycles)")
     table.add_row("throughput", f"{r.tflops:.1f} TFLOP/s")
