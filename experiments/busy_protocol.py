@@ -50,6 +50,20 @@ def parse_id(config_id: str) -> Config:
                   seqlen_k=int(nk or 0), kv_heads=int(kv or 0))
 
 
+def cases(config_ids, impl_names):
+    """(config id, Config, q, k, v, implementation name, Impl) for every pair, each configuration's inputs made
+    once (validate_impls.inputs) and freed after its implementations."""
+    import torch
+
+    for config_id in config_ids:
+        cfg = parse_id(config_id)
+        q, k, v = inputs(cfg)
+        for name in impl_names:
+            yield config_id, cfg, q, k, v, name, IMPLS[name]
+        del q, k, v
+        torch.cuda.empty_cache()
+
+
 def protocols(cp, gpu) -> dict:
     """Each protocol's `prepare`, run before every call (the write flush kernel also marks where calls start)."""
     import torch
@@ -104,30 +118,24 @@ def main(argv=None) -> int:
     gpu = read_gpu(cp)
     preps = protocols(cp, gpu)
     rows = []
-    for config_id in args.configs:
-        cfg = parse_id(config_id)
-        q, k, v = inputs(cfg)
-        for name in args.impls.split(","):
-            impl = IMPLS[name]
-            with impl_context(impl):
-                fn = make_call(impl, q, k, v, cfg)
-                try:
-                    for _ in range(3):
-                        fn()
-                    torch.cuda.synchronize()
-                except RuntimeError as exc:  # a backend that refuses the shape (SDPA flash: causal Nq != Nk)
-                    rows.append({"impl": name, "config_id": config_id, "skipped": str(exc).splitlines()[0]})
-                    continue
-                for proto, prep in preps.items():
-                    # the read flush leaves the marker first; other work after the marker is the call's
-                    work = gpu_calls(fn, prep, args.calls)
-                    busy = [sum(e.time_range.elapsed_us() for e in w if not e.name.startswith("read_cg")
-                                and "spin_kernel" not in e.name) for w in work if w]
-                    rows.append({"impl": name, "config_id": config_id, "protocol": proto, "busy_us": busy})
-                    print(f"{name:11} {config_id:40} {proto:10} median {statistics.median(busy):9.2f} us  "
-                          f"min {min(busy):9.2f}  max {max(busy):9.2f}", flush=True)
-        del q, k, v
-        torch.cuda.empty_cache()
+    for config_id, cfg, q, k, v, name, impl in cases(args.configs, args.impls.split(",")):
+        with impl_context(impl):
+            fn = make_call(impl, q, k, v, cfg)
+            try:
+                for _ in range(3):
+                    fn()
+                torch.cuda.synchronize()
+            except RuntimeError as exc:  # a backend that refuses the shape (SDPA flash: causal Nq != Nk)
+                rows.append({"impl": name, "config_id": config_id, "skipped": str(exc).splitlines()[0]})
+                continue
+            for proto, prep in preps.items():
+                # the read flush leaves the marker first; other work after the marker is the call's
+                work = gpu_calls(fn, prep, args.calls)
+                busy = [sum(e.time_range.elapsed_us() for e in w if not e.name.startswith("read_cg")
+                            and "spin_kernel" not in e.name) for w in work if w]
+                rows.append({"impl": name, "config_id": config_id, "protocol": proto, "busy_us": busy})
+                print(f"{name:11} {config_id:40} {proto:10} median {statistics.median(busy):9.2f} us  "
+                      f"min {min(busy):9.2f}  max {max(busy):9.2f}", flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"provenance": provenance(cp, gpu, ["busy_protocol", *argv_tail()]),

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from . import validate_support as support
-from .busy_protocol import parse_id
+from .busy_protocol import cases, parse_id
 from .validate import (
     SweepOptions,
     _measure_one,
@@ -53,31 +53,27 @@ def _after(heavy_id: str, config_ids: list[str], impls: list[str], flush, clock_
     hq, hk, hv = inputs(heavy_cfg)
     heavy = make_call(IMPLS["v2"], hq, hk, hv, heavy_cfg)
     rows = []
-    for config_id in config_ids:
-        cfg = parse_id(config_id)
-        q, k, v = inputs(cfg)
-        for name in impls:
-            impl = IMPLS[name]
-            with impl_context(impl):
-                fn = make_call(impl, q, k, v, cfg)
-                fn()
-                row: dict = {"impl": name, "config_id": config_id, "after_heavy_us": [], "after_idle_us": [],
-                             "clock_after_heavy_ghz": [], "clock_after_idle_ghz": []}
-                for _ in range(5):
-                    for i in range(150):  # about 0.3 s of the heavy kernel, never far ahead of the host
-                        flush()
-                        heavy()
-                        if i % 20 == 19:
-                            torch.cuda.synchronize()
-                    torch.cuda.synchronize()
-                    row["clock_after_heavy_ghz"].append(clock_ghz())
-                    row["after_heavy_us"].append([b * 1e6 for b in gpu_work(fn, flush, 3)[0]])
-                    torch.cuda._sleep(400_000_000)
-                    torch.cuda.synchronize()
-                    row["clock_after_idle_ghz"].append(clock_ghz())
-                    row["after_idle_us"].append([b * 1e6 for b in gpu_work(fn, flush, 3)[0]])
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+    for config_id, cfg, q, k, v, name, impl in cases(config_ids, impls):
+        with impl_context(impl):
+            fn = make_call(impl, q, k, v, cfg)
+            fn()
+            row: dict = {"impl": name, "config_id": config_id, "after_heavy_us": [], "after_idle_us": [],
+                         "clock_after_heavy_ghz": [], "clock_after_idle_ghz": []}
+            for _ in range(5):
+                for i in range(150):  # about 0.3 s of the heavy kernel, never far ahead of the host
+                    flush()
+                    heavy()
+                    if i % 20 == 19:
+                        torch.cuda.synchronize()
+                torch.cuda.synchronize()
+                row["clock_after_heavy_ghz"].append(clock_ghz())
+                row["after_heavy_us"].append([b * 1e6 for b in gpu_work(fn, flush, 3)[0]])
+                torch.cuda._sleep(400_000_000)
+                torch.cuda.synchronize()
+                row["clock_after_idle_ghz"].append(clock_ghz())
+                row["after_idle_us"].append([b * 1e6 for b in gpu_work(fn, flush, 3)[0]])
+        rows.append(row)
+        print(json.dumps(row), flush=True)
     return rows
 
 
@@ -104,34 +100,28 @@ def main(argv=None) -> int:
                                               "after": args.after, "rows": rows}, indent=1) + "\n")
         return 0
     rows = []
-    for config_id in args.configs:
-        cfg = parse_id(config_id)
-        q, k, v = inputs(cfg)
-        for name in args.impls.split(","):
-            impl = IMPLS[name]
-            row: dict = {"impl": name, "config_id": config_id}
-            opts = SweepOptions(impls=[name], configs=[cfg], out_dir=Path("."))
-            ref = pass_reference(q, k, v, cfg, support.causal_align(impl, cfg))  # as validate makes it first
-            rec = _measure_one(impl, cfg, q, k, v, ref, flush, opts, False)
-            del ref
-            row["validate_us"] = (rec.get("kernel_time_s") or 0) * 1e6
-            row["clock_after_validate_mhz"] = _clock_mhz()
-            with impl_context(impl):
-                fn = make_call(impl, q, k, v, cfg)
-                row["again3_us"] = [b * 1e6 for b in gpu_work(fn, flush, 3)[0]]
-                row["again15_us"] = [b * 1e6 for b in gpu_work(fn, flush, 15)[0]]
-                row["clock_after_again_mhz"] = _clock_mhz()
-                time_call(fn, flush, opts.min_reps, opts.max_reps, opts.budget_s)
-                row["after_time_call3_us"] = [b * 1e6 for b in gpu_work(fn, flush, 3)[0]]
-                torch.cuda._sleep(400_000_000)  # ~0.2 s of one busy warp: the chip left to cool and idle
-                torch.cuda.synchronize()
-                row["after_sleep3_us"] = [b * 1e6 for b in gpu_work(fn, flush, 3)[0]]
-                row["clock_end_mhz"] = _clock_mhz()
-            rows.append(row)
-            print(json.dumps({k: (round(v, 1) if isinstance(v, float) else [round(x, 1) for x in v]
-                                  if isinstance(v, list) else v) for k, v in row.items()}), flush=True)
-        del q, k, v
-        torch.cuda.empty_cache()
+    for config_id, cfg, q, k, v, name, impl in cases(args.configs, args.impls.split(",")):
+        row: dict = {"impl": name, "config_id": config_id}
+        opts = SweepOptions(impls=[name], configs=[cfg], out_dir=Path("."))
+        ref = pass_reference(q, k, v, cfg, support.causal_align(impl, cfg))  # as validate makes it first
+        rec = _measure_one(impl, cfg, q, k, v, ref, flush, opts, False)
+        del ref
+        row["validate_us"] = (rec.get("kernel_time_s") or 0) * 1e6
+        row["clock_after_validate_mhz"] = _clock_mhz()
+        with impl_context(impl):
+            fn = make_call(impl, q, k, v, cfg)
+            row["again3_us"] = [b * 1e6 for b in gpu_work(fn, flush, 3)[0]]
+            row["again15_us"] = [b * 1e6 for b in gpu_work(fn, flush, 15)[0]]
+            row["clock_after_again_mhz"] = _clock_mhz()
+            time_call(fn, flush, opts.min_reps, opts.max_reps, opts.budget_s)
+            row["after_time_call3_us"] = [b * 1e6 for b in gpu_work(fn, flush, 3)[0]]
+            torch.cuda._sleep(400_000_000)  # ~0.2 s of one busy warp: the chip left to cool and idle
+            torch.cuda.synchronize()
+            row["after_sleep3_us"] = [b * 1e6 for b in gpu_work(fn, flush, 3)[0]]
+            row["clock_end_mhz"] = _clock_mhz()
+        rows.append(row)
+        print(json.dumps({k: (round(v, 1) if isinstance(v, float) else [round(x, 1) for x in v]
+                              if isinstance(v, list) else v) for k, v in row.items()}), flush=True)
     Path(args.out).write_text(json.dumps({"provenance": provenance(cp, gpu, ["protocol_probe", *argv_tail()]),
                                           "rows": rows}, indent=1) + "\n")
     return 0
