@@ -9,7 +9,10 @@ four protocols, `calls` profiled calls each:
 - write: the write_cg flush, then the call (validate's protocol);
 - write+idle: the flush, a GPU sleep of about 50 us, then the call (dirty lines left to drain);
 - read: 256 MiB read with read_cg instead (the L2 full of clean lines), then the call;
-- warm: the call alone, back to back (the inputs left in the L2 by the call before).
+- warm: the call alone, back to back (the inputs left in the L2 by the call before);
+- write+pages: the write flush, then one 16-byte read every 64 KiB of the memory torch holds (the call's
+  inputs, outputs and workspace): every page's address translation used, almost none of its lines
+  (experiments/first_touch.py measures what a page's first touch costs apart from attention).
 
     python3 -m flashsim.experiments.busy_protocol [--calls 15] [--out FILE] [CONFIG_ID ...]
 
@@ -28,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .validate import FLUSH_BYTES, FLUSH_KERNEL, gpu_calls, make_flush
+from .validate import FLUSH_BYTES, FLUSH_KERNEL, gpu_calls, make_clock_probe, make_flush
 from .validate_impls import IMPLS, Config, impl_context, inputs, make_call
 
 DEFAULT_CONFIGS = (
@@ -38,6 +41,7 @@ DEFAULT_CONFIGS = (
 )
 IMPL_NAMES = ("v2", "sdpa-flash", "v3", "sdpa-cudnn")
 SLEEP_CYCLES = 90_000  # about 50 us at the H200's clock
+PRIME_STRIDE = 64 << 10  # write+pages: one read per 64 KiB (the smallest page the allocator's memory may use)
 ID = re.compile(r"b(\d+)-h(\d+)(?:-kv(\d+))?-n(\d+)(?:-k(\d+))?-d(\d+)(-causal)?$")
 
 
@@ -89,7 +93,16 @@ def protocols(cp, gpu) -> dict:
         mark()
         read((blocks,), (512,), (buf, n16, np.int32(1), sink, times))
 
-    return {"write": write, "write+idle": write_idle, "read": read_flush, "warm": mark}
+    touch = load_module(cp, "page_walk", gpu.arch).get_function("touch_stride")
+
+    def write_pages():
+        write()
+        for seg in torch.cuda.memory_snapshot():
+            n = seg["total_size"] // PRIME_STRIDE
+            touch((-(-n // 128),), (128,), (np.uint64(seg["address"]), np.uint64(PRIME_STRIDE // 16), np.uint64(n),
+                                            sink))
+
+    return {"write": write, "write+idle": write_idle, "read": read_flush, "warm": mark, "write+pages": write_pages}
 
 
 def make_flush_marker(cp, gpu, tiny):
@@ -108,6 +121,7 @@ def main(argv=None) -> int:
     ap.add_argument("configs", nargs="*", default=list(DEFAULT_CONFIGS))
     ap.add_argument("--impls", default=",".join(IMPL_NAMES))
     ap.add_argument("--calls", type=int, default=15)
+    ap.add_argument("--protocols", default="", help="comma-separated subset (default: all)")
     ap.add_argument("--out", default="experiments/results/h200/busy-protocol.json")
     args = ap.parse_args(argv)
     import torch
@@ -117,6 +131,7 @@ def main(argv=None) -> int:
     cp = require_gpu("busy_protocol")
     gpu = read_gpu(cp)
     preps = protocols(cp, gpu)
+    clock = make_clock_probe(cp, gpu)
     rows = []
     for config_id, cfg, q, k, v, name, impl in cases(args.configs, args.impls.split(",")):
         with impl_context(impl):
@@ -129,13 +144,19 @@ def main(argv=None) -> int:
                 rows.append({"impl": name, "config_id": config_id, "skipped": str(exc).splitlines()[0]})
                 continue
             for proto, prep in preps.items():
+                if args.protocols and proto not in args.protocols.split(","):
+                    continue
                 # the read flush leaves the marker first; other work after the marker is the call's
+                before = clock()
                 work = gpu_calls(fn, prep, args.calls)
-                busy = [sum(e.time_range.elapsed_us() for e in w if not e.name.startswith("read_cg")
+                clocks = [before, clock()]  # the SM clock (GHz) just before and after the profiled calls
+                busy = [sum(e.time_range.elapsed_us() for e in w if not e.name.startswith(("read_cg", "touch_stride"))
                             and "spin_kernel" not in e.name) for w in work if w]
-                rows.append({"impl": name, "config_id": config_id, "protocol": proto, "busy_us": busy})
+                rows.append({"impl": name, "config_id": config_id, "protocol": proto, "busy_us": busy,
+                             "sm_clock_ghz": clocks})
                 print(f"{name:11} {config_id:40} {proto:10} median {statistics.median(busy):9.2f} us  "
-                      f"min {min(busy):9.2f}  max {max(busy):9.2f}", flush=True)
+                      f"min {min(busy):9.2f}  max {max(busy):9.2f}  clock {clocks[0]:.3f}-{clocks[1]:.3f} GHz",
+                      flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"provenance": provenance(cp, gpu, ["busy_protocol", *argv_tail()]),

@@ -45,6 +45,7 @@ MICROBENCH_TARGETS: dict[str, tuple[str, ...]] = {
     "hbm_probe": ("sm_80", "sm_90a"),
     "ifetch": ("sm_80", "sm_90a"),
     "xwarp": ("sm_80", "sm_90a"),
+    "page_walk": ("sm_80", "sm_90a"),
 }
 NVCC_FLAGS = ("-O3", "-std=c++17", "-lineinfo", "-Xptxas", "-v")
 

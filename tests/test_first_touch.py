@@ -1,0 +1,56 @@
+"""Session 32's measurements of short kernels (experiments/results/h200/session32/), read back: the page
+translations cost nothing after the flush, and one-wave warps wait for code and constants that many-wave ones
+find cached."""
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+from flashsim.experiments import short_kernels
+
+HERE = Path(__file__).resolve().parents[1] / "experiments/results/h200/session32"
+
+
+def _chase(kind: str) -> dict:
+    rows = json.loads((HERE / "first-touch/first-touch.json").read_text())["rows"]
+    return {r["condition"]: r["median"] for r in rows if r["test"] == "chase" and r["kind"] == kind}
+
+
+@pytest.mark.parametrize("kind", ["pages", "lines"])
+def test_flush_leaves_translations(kind):
+    chase = _chase(kind)
+    # a step into a page untouched since the flush costs what a step within one page does, primed or not
+    assert abs(chase["write"] / chase["write+prime"] - 1) < 0.05
+    assert abs(chase["write"] / _chase("lines")["write"] - 1) < 0.1
+    assert chase["warm"] < 0.5 * chase["write"]  # the cold steps really missed
+
+
+def test_primer_and_idle_do_not_change_attention():
+    rows = json.loads((HERE / "first-touch/busy-pages.json").read_text())["rows"]
+    busy = {(r["impl"], r["config_id"], r["protocol"]): statistics.median(r["busy_us"]) for r in rows if "busy_us" in r}
+    pairs = [k[:2] for k in busy if k[2] == "write"]
+    assert len(pairs) >= 20
+    for pair in pairs:
+        write = busy[(*pair, "write")]
+        assert abs(busy[(*pair, "write+pages")] - write) < max(0.25, 0.05 * write)
+        assert abs(busy[(*pair, "write+idle")] - write) < max(0.25, 0.05 * write)
+
+
+def test_one_wave_warps_wait_for_code_and_constants():
+    sass = HERE / "short-cycles/sass"
+    one_wave = [short_kernels.stall_shares(sass / f"v2-{s}-sass.csv.gz")
+                for s in ("b1-h64-n128-d128", "b2-h24-kv12-n256-d64-causal")]
+    many = short_kernels.stall_shares(sass / "v2-b16-h48-kv6-n512-d64-causal-sass.csv.gz")
+    for share in one_wave:
+        assert share["stall_no_inst"] + share["stall_imc"] > 0.12
+    assert many["stall_no_inst"] + many["stall_imc"] < 0.04
+
+
+def test_ncu_reports_read_back():
+    ncu = HERE / "short-cycles/ncu"
+    for path in sorted(ncu.glob("ncu-*.txt")):
+        m = short_kernels.ncu_metrics(path)
+        # elapsed cycles exceed the busiest SM's active cycles by the launch's own time
+        assert 2500 < m["sm__cycles_elapsed.max"] - m["sm__cycles_active.max"] < 4000, path.name
+        assert 1.7 < m["sm__cycles_elapsed.avg.per_second"] < 2.0, path.name
