@@ -25,8 +25,9 @@ from ..simulator import api, gpu
 from ..simulator.sdpa import fa2_tiling
 
 
-def lifetimes(algo: str, problem: Problem, profile, tiling=None) -> dict:
-    """Residency of every block of `problem` (whole chip, no skips), in the simulated SM's cycles."""
+def lifetimes(algo: str, problem: Problem, profile, tiling=None, flushed_l2: bool = False) -> dict:
+    """Residency of every block of `problem` (whole chip, no skips), in the simulated SM's cycles; from an empty
+    L2, or from the flushed one validate's timings start with (`flushed_l2`)."""
     spans: list[tuple[int, int]] = []
     machines: list = []
     made = gpu.Gpu.__init__
@@ -56,7 +57,8 @@ def lifetimes(algo: str, problem: Problem, profile, tiling=None) -> dict:
     sm_class = gpu.Sm
     gpu.Gpu.__init__, gpu.Sm = recording, Counted
     try:
-        result = api.simulate(algo, problem, profile, tiling, sms=None, extrapolate=False, max_steps=None)
+        result = api.simulate(algo, problem, profile, tiling, sms=None, extrapolate=False, max_steps=None,
+                              flushed_l2=flushed_l2)
     finally:
         gpu.Gpu.__init__, gpu.Sm = made, sm_class
     life = sorted(end - start for start, end in spans)

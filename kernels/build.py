@@ -46,6 +46,7 @@ MICROBENCH_TARGETS: dict[str, tuple[str, ...]] = {
     "ifetch": ("sm_80", "sm_90a"),
     "xwarp": ("sm_80", "sm_90a"),
     "page_walk": ("sm_80", "sm_90a"),
+    "store_burst": ("sm_80", "sm_90a"),
 }
 NVCC_FLAGS = ("-O3", "-std=c++17", "-lineinfo", "-Xptxas", "-v")
 

@@ -39,8 +39,35 @@ struct Config {
   static_assert(BN % 16 == 0 && D % 16 == 0, "tiles must be whole k16 steps");
 };
 
+// Phase stamps, for experiments only (experiments/phase_stamps.py builds with FLASHSIM_PHASE_STAMPS): lane 0 of
+// every warp notes clock64 at each phase boundary, 8 slots a warp in p.ws_ml (a workspace v2 does not use);
+// slot 6 holds %globaltimer at entry and slot 7 the SM. Without the macro the stamps compile to nothing.
+#ifdef FLASHSIM_PHASE_STAMPS
+#define FLASHSIM_PHASE(K)                                                                                       \
+  do {                                                                                                          \
+    if ((threadIdx.x & 31) == 0) {                                                                              \
+      unsigned long long* slot = reinterpret_cast<unsigned long long*>(p.ws_ml) +                               \
+          (((blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * 8; \
+      slot[K] = clock64();                                                                                      \
+      if ((K) == 0) {                                                                                           \
+        unsigned long long ns;                                                                                  \
+        unsigned sm;                                                                                            \
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));                                                  \
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));                                                         \
+        slot[6] = ns;                                                                                           \
+        slot[7] = sm;                                                                                           \
+      }                                                                                                         \
+    }                                                                                                           \
+  } while (0)
+#else
+#define FLASHSIM_PHASE(K) \
+  do {                    \
+  } while (0)
+#endif
+
 template <typename T, int D, int BM, int BN, int WARPS>
 __device__ __forceinline__ void forward(const AttnParams& p) {
+  FLASHSIM_PHASE(0);  // entry
   using Cfg = Config<T, D, BM, BN, WARPS>;
   using QTile = typename Cfg::QTile;
   using KVTile = typename Cfg::KVTile;
@@ -75,6 +102,7 @@ __device__ __forceinline__ void forward(const AttnParams& p) {
   // The loop's first step waits for these copies anyway; waiting here as well covers a Q block with no block
   // to visit (causal, no visible key), whose epilogue reuses sQ while Q's copy could still be landing.
   cp_async_wait<0>();
+  FLASHSIM_PHASE(1);  // Q and the first K tile landed
 
   float acc_o[kMT][kDT][4];
   float row_max[kMT][2], row_sum[kMT][2];
@@ -144,6 +172,7 @@ __device__ __forceinline__ void forward(const AttnParams& p) {
 
     cp_async_wait<0>();
     __syncthreads();  // V_nb landed; every warp is done reading K_nb
+    if (nb == n_blocks - 1) FLASHSIM_PHASE(2);  // the first step's S done and its V landed
     if (nb > 0) {
       load_tile_async<Cfg::kThreads, KVTile, BN>(sK, k, n0 - BN, k_stride, p.seqlen_k);
       cp_async_commit();
@@ -201,6 +230,7 @@ __device__ __forceinline__ void forward(const AttnParams& p) {
     }
   }
 
+  FLASHSIM_PHASE(3);  // the K/V loop done
   // Epilogue: normalise, stage this warp's rows through its own part of sQ (only this warp ever read
   // them), then write 16-byte chunks so each row goes out coalesced.
   uint16_t* sQp = reinterpret_cast<uint16_t*>(smem);
@@ -221,6 +251,7 @@ __device__ __forceinline__ void forward(const AttnParams& p) {
             Elem<T>::pack(acc_o[mt][dt][2 * r] * inv, acc_o[mt][dt][2 * r + 1] * inv);
     }
   __syncwarp();
+  FLASHSIM_PHASE(4);  // O staged in shared memory
   uint16_t* o = static_cast<uint16_t*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride;
 #pragma unroll
   for (int it = 0; it < kRW * kDT / 32; ++it) {
@@ -232,6 +263,7 @@ __device__ __forceinline__ void forward(const AttnParams& p) {
       *reinterpret_cast<uint4*>(o + row * p.o_row_stride + chunk * 8) =
           *reinterpret_cast<const uint4*>(sQp + QTile::offset(row_local, chunk));
   }
+  FLASHSIM_PHASE(5);  // O's stores issued
 }
 
 }  // namespace v2

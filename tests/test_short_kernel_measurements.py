@@ -1,7 +1,8 @@
 """Session 32's measurements of short kernels (experiments/results/h200/session32/), read back: the page
-translations cost nothing after the flush, and one-wave warps wait for code and constants that many-wave ones
-find cached."""
+translations cost nothing after the flush; one-wave warps wait for code and constants that many-wave ones find
+cached; an SM's coalesced stores leave at 32-34 bytes a cycle, our v2's epilogue at about 20."""
 
+import gzip
 import json
 import statistics
 from pathlib import Path
@@ -54,3 +55,36 @@ def test_ncu_reports_read_back():
         # elapsed cycles exceed the busiest SM's active cycles by the launch's own time
         assert 2500 < m["sm__cycles_elapsed.max"] - m["sm__cycles_active.max"] < 4000, path.name
         assert 1.7 < m["sm__cycles_elapsed.avg.per_second"] < 2.0, path.name
+
+
+def test_sm_store_path_rate():
+    rows = json.loads((HERE / "store-burst/store-burst.json").read_text())["rows"]
+    assert len(rows) == 36
+    for r in rows:
+        rate = r["bytes_per_clk_per_sm"]
+        if r["blocks"] < 132:  # one SM or half the chip: the SM's own path, whatever the warps and the L2
+            assert 28 < rate < 36, r
+        elif r["warps"] * r["kib_per_warp"] >= 64:  # every SM storing a lot: the chip's limit
+            assert 18 < rate < 24, r
+        assert r["fence_cycles"] > r["issue_cycles"] + 500  # visible well after issue
+
+
+def test_v2_epilogue_stores_near_20_bytes_a_cycle():
+    from flashsim.experiments import phase_stamps
+
+    rows = json.loads(gzip.decompress((HERE / "phase-stamps/phase-stamps.json.gz").read_bytes()))["rows"]
+    heads_dim = {c: d for c, d, *_ in phase_stamps.SHAPES}
+    for config_id in phase_stamps.ONE_WAVE:
+        blocks = [b for r in rows if r["config_id"] == config_id and r["protocol"] == "write" for b in r["blocks"]]
+        stored = statistics.median(b["phases"][4] for b in blocks)
+        block_bytes = 128 * heads_dim[config_id] * 2  # a 128-row bf16 O tile
+        assert 15 < block_bytes / stored < 25, config_id
+
+
+def test_stamped_build_names_every_shape():
+    from flashsim.experiments import phase_stamps
+
+    text = phase_stamps.tu_text()
+    assert text.count("#define FLASHSIM_PHASE_STAMPS") == 1
+    for _, d, bm, bn in phase_stamps.SHAPES:
+        assert f"FLASHSIM_V2({phase_stamps._name(d, bm, bn)}, bf16, {d}, {bm}, {bn}, 4, 2)" in text
