@@ -1,8 +1,10 @@
 """Our v2 phase by phase: where a block's cycles go, measured with clock64 stamps in the kernel itself.
 
-kernels/v2.cu notes, with FLASHSIM_PHASE_STAMPS defined, lane 0's clock64 in every warp at six points: entry (0),
-Q and the first K tile landed (1), the first K/V step's scores done and its V landed (2), the K/V loop done
-(3), O staged in shared memory (4) and O's stores issued (5); plus %globaltimer at entry and the SM. The shipped
+kernels/v2.cu notes, with FLASHSIM_PHASE_STAMPS defined, lane 0's clock64 in every warp at ten points: entry,
+Q's and the first K tile's copies issued, both landed, the first K/V step's S = Q K^T issued, its V landed, its
+softmax issued, its O += P V issued, the K/V loop done, O staged in shared memory and O's stores issued; plus
+%globaltimer at entry and the SM. A stamp after tensor-core or special-function work marks its issue (the
+results come later, and the next phase waits for them). The shipped
 cubin compiles the stamps to nothing (its SASS is the same), so this builds its own, with the stamps, and runs it
 on development shapes after validate's write flush and warm, next to the simulator's blocks of the same
 shapes (whole chip, event by event, from the flushed L2 and from an empty one).
@@ -22,8 +24,9 @@ import statistics
 import sys
 from pathlib import Path
 
-PHASES = ("start: Q, first K landed", "first step: S, V landed", "rest of the K/V loop", "epilogue: O staged",
-          "epilogue: O stored")
+PHASES = ("Q, K copies issued", "Q, K landed", "step 1: S issued", "step 1: V landed", "step 1: softmax issued",
+          "step 1: PV issued", "rest of the K/V loop", "O staged", "O stored")
+SLOTS = 16  # per warp: a stamp per phase boundary, the entry's %globaltimer in slot 14, the SM in slot 15
 # (config id, head dim, block_m, block_n): the one-wave shapes of session 32 and one of many waves
 SHAPES = (("b1-h64-n128-d128", 128, 128, 64), ("b2-h24-kv12-n256-d64-causal", 64, 128, 128),
           ("b3-h16-n128-k256-d96-causal", 96, 128, 64), ("b4-h32-kv8-n128-k512-d64-causal", 64, 128, 128),
@@ -64,12 +67,13 @@ def build(out: Path | None = None) -> Path:
 
 def _stamps_of(buf, blocks: int, warps: int) -> list[dict]:
     """Per block: each warp's phase durations (cycles), the block's span, its SM and entry time (ns)."""
-    raw = buf.view(blocks, warps, 8).tolist()
+    raw = buf.view(blocks, warps, SLOTS).tolist()
+    n = len(PHASES)
     out = []
     for b, ws in enumerate(raw):
-        phases = [[w[k + 1] - w[k] for w in ws] for k in range(5)]
-        out.append({"block": b, "sm": ws[0][7], "entry_ns": min(w[6] for w in ws),
-                    "phases": [max(p) for p in phases], "span": max(w[5] for w in ws) - min(w[0] for w in ws)})
+        phases = [[w[k + 1] - w[k] for w in ws] for k in range(n)]
+        out.append({"block": b, "sm": ws[0][15], "entry_ns": min(w[14] for w in ws),
+                    "phases": [max(p) for p in phases], "span": max(w[n] for w in ws) - min(w[0] for w in ws)})
     return out
 
 
@@ -97,7 +101,7 @@ def run(out: Path) -> None:
         lse = torch.empty(cfg.batch, cfg.heads, cfg.seqlen_q, device="cuda", dtype=torch.float32)
         grid = (cdiv(cfg.seqlen_q, bm), cfg.heads, cfg.batch)
         blocks = grid[0] * grid[1] * grid[2]
-        stamps = torch.zeros(blocks * 4 * 8, device="cuda", dtype=torch.int64)
+        stamps = torch.zeros(blocks * 4 * SLOTS, device="cuda", dtype=torch.int64)
         params = Call(q, k, v, o, lse, cfg.causal, d**-0.5).params()
         params.ws_ml = stamps.data_ptr()
         fn = module.function(_name(d, bm, bn) + "_fwd")
@@ -147,9 +151,10 @@ def model_blocks(config_id: str, flushed: bool) -> list[int]:
 
 
 def model_phases(config_id: str, flushed: bool) -> list[int]:
-    """The simulator's phases (PHASES) for the first block of its first SM, from its trace: Q and the first K
-    landed, the first step's scores and V, the rest of the loop (to the last product), the normalisation and O's
-    and the LSE's stores."""
+    """The simulator's phases (PHASES) for the first block of its first SM, from its trace, each to the end of the
+    op that finishes it: the copies issue at the block's start; Q and the first K landed; the first step's S, V,
+    softmax and O += P V; the rest of the loop (to the last product); the normalisation; O's and the LSE's
+    stores."""
     from dataclasses import asdict
 
     from flashsim.algorithms.problem import Problem
@@ -168,18 +173,19 @@ def model_phases(config_id: str, flushed: bool) -> list[int]:
     first_k = next(t[3] for t in loads if t[1] == "load K")
     first_v = next(t[3] for t in loads if t[1] == "load V")
     first_s = next(t[3] for t in warps if t[1] == "gemm S")
+    first_softmax = next(t[3] for t in warps if t[1] == "softmax")
     acc = [t[3] for t in warps if t[1] == "gemm acc"]
-    loop_end = acc[-1] if acc else first_s
     staged = max(t[3] for t in warps if t[1] == "normalize")
     stored = max(t[3] for t in warps if t[1].startswith("store"))
-    marks = [start, first_k, max(first_s, first_v), loop_end, staged, stored]
+    marks = [start, start, first_k, first_s, max(first_s, first_v), first_softmax, acc[0], acc[-1], staged, stored]
     return [b - a for a, b in zip(marks, marks[1:], strict=False)]
 
 
 def report(path: Path) -> str:
     data = json.loads(path.read_text())
     lines = ["Median over blocks and calls of each phase (the slowest warp's), SM cycles; block spans (entry of the "
-             "first warp to the stores of the last), the blocks' entry skew, and the simulator's block lifetimes.", "",
+             "first warp to the stores of the last), the blocks' entry skew, and the simulator's block lifetimes. "
+             "The simulated rows end each phase where its op's work ends (a measured stamp marks an issue).", "",
              "| shape | protocol | " + " | ".join(PHASES) + " | block span (min-max) | entry skew ns | model block, "
              "flushed L2 (min-max) | model block, empty L2 |", "|---|---|" + "---:|" * (len(PHASES) + 4)]
     groups: dict = {}

@@ -40,22 +40,23 @@ struct Config {
 };
 
 // Phase stamps, for experiments only (experiments/phase_stamps.py builds with FLASHSIM_PHASE_STAMPS): lane 0 of
-// every warp notes clock64 at each phase boundary, 8 slots a warp in p.ws_ml (a workspace v2 does not use);
-// slot 6 holds %globaltimer at entry and slot 7 the SM. Without the macro the stamps compile to nothing.
+// every warp notes clock64 at each phase boundary, 16 slots a warp in p.ws_ml (a workspace v2 does not use);
+// slot 14 holds %globaltimer at entry and slot 15 the SM. A stamp after tensor-core or special-function work
+// marks its issue, not its results. Without the macro the stamps compile to nothing.
 #ifdef FLASHSIM_PHASE_STAMPS
 #define FLASHSIM_PHASE(K)                                                                                       \
   do {                                                                                                          \
     if ((threadIdx.x & 31) == 0) {                                                                              \
       unsigned long long* slot = reinterpret_cast<unsigned long long*>(p.ws_ml) +                               \
-          (((blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * 8; \
+          (((blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * 16; \
       slot[K] = clock64();                                                                                      \
       if ((K) == 0) {                                                                                           \
         unsigned long long ns;                                                                                  \
         unsigned sm;                                                                                            \
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));                                                  \
         asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));                                                         \
-        slot[6] = ns;                                                                                           \
-        slot[7] = sm;                                                                                           \
+        slot[14] = ns;                                                                                          \
+        slot[15] = sm;                                                                                          \
       }                                                                                                         \
     }                                                                                                           \
   } while (0)
@@ -99,10 +100,11 @@ __device__ __forceinline__ void forward(const AttnParams& p) {
   load_tile_async<Cfg::kThreads, QTile, BM>(sQ, q, m0, static_cast<int>(p.q_row_stride), p.seqlen_q);
   load_tile_async<Cfg::kThreads, KVTile, BN>(sK, k, max(n_blocks - 1, 0) * BN, k_stride, p.seqlen_k);
   cp_async_commit();
+  FLASHSIM_PHASE(1);  // Q's and the first K tile's copies issued
   // The loop's first step waits for these copies anyway; waiting here as well covers a Q block with no block
   // to visit (causal, no visible key), whose epilogue reuses sQ while Q's copy could still be landing.
   cp_async_wait<0>();
-  FLASHSIM_PHASE(1);  // Q and the first K tile landed
+  FLASHSIM_PHASE(2);  // Q and the first K tile landed
 
   float acc_o[kMT][kDT][4];
   float row_max[kMT][2], row_sum[kMT][2];
@@ -154,6 +156,7 @@ __device__ __forceinline__ void forward(const AttnParams& p) {
       }
     }
 
+    if (nb == n_blocks - 1) FLASHSIM_PHASE(3);  // the first step's S = Q K^T issued
     // The causal offset is recomputed per block (opaque): hoisted, it would hold a register across the loop,
     // which makes d64 128x128 spill on sm_80.
     const int offset = opaque(causal_offset(p));
@@ -172,7 +175,7 @@ __device__ __forceinline__ void forward(const AttnParams& p) {
 
     cp_async_wait<0>();
     __syncthreads();  // V_nb landed; every warp is done reading K_nb
-    if (nb == n_blocks - 1) FLASHSIM_PHASE(2);  // the first step's S done and its V landed
+    if (nb == n_blocks - 1) FLASHSIM_PHASE(4);  // the first step's V landed
     if (nb > 0) {
       load_tile_async<Cfg::kThreads, KVTile, BN>(sK, k, n0 - BN, k_stride, p.seqlen_k);
       cp_async_commit();
@@ -206,6 +209,7 @@ __device__ __forceinline__ void forward(const AttnParams& p) {
         }
       }
 
+    if (nb == n_blocks - 1) FLASHSIM_PHASE(5);  // the first step's softmax issued
     // O += P V: two n8 tiles of P make one k16 A fragment.
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
@@ -228,9 +232,10 @@ __device__ __forceinline__ void forward(const AttnParams& p) {
         }
       }
     }
+    if (nb == n_blocks - 1) FLASHSIM_PHASE(6);  // the first step's O += P V issued
   }
 
-  FLASHSIM_PHASE(3);  // the K/V loop done
+  FLASHSIM_PHASE(7);  // the K/V loop done
   // Epilogue: normalise, stage this warp's rows through its own part of sQ (only this warp ever read
   // them), then write 16-byte chunks so each row goes out coalesced.
   uint16_t* sQp = reinterpret_cast<uint16_t*>(smem);
@@ -251,7 +256,7 @@ __device__ __forceinline__ void forward(const AttnParams& p) {
             Elem<T>::pack(acc_o[mt][dt][2 * r] * inv, acc_o[mt][dt][2 * r + 1] * inv);
     }
   __syncwarp();
-  FLASHSIM_PHASE(4);  // O staged in shared memory
+  FLASHSIM_PHASE(8);  // O staged in shared memory
   uint16_t* o = static_cast<uint16_t*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride;
 #pragma unroll
   for (int it = 0; it < kRW * kDT / 32; ++it) {
@@ -263,7 +268,7 @@ __device__ __forceinline__ void forward(const AttnParams& p) {
       *reinterpret_cast<uint4*>(o + row * p.o_row_stride + chunk * 8) =
           *reinterpret_cast<const uint4*>(sQp + QTile::offset(row_local, chunk));
   }
-  FLASHSIM_PHASE(5);  // O's stores issued
+  FLASHSIM_PHASE(9);  // O's stores issued
 }
 
 }  // namespace v2

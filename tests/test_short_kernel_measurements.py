@@ -76,7 +76,7 @@ def test_v2_epilogue_stores_near_20_bytes_a_cycle():
     heads_dim = {c: d for c, d, *_ in phase_stamps.SHAPES}
     for config_id in phase_stamps.ONE_WAVE:
         blocks = [b for r in rows if r["config_id"] == config_id and r["protocol"] == "write" for b in r["blocks"]]
-        stored = statistics.median(b["phases"][4] for b in blocks)
+        stored = statistics.median(b["phases"][phase_stamps.PHASES.index("O stored")] for b in blocks)
         block_bytes = 128 * heads_dim[config_id] * 2  # a 128-row bf16 O tile
         assert 15 < block_bytes / stored < 25, config_id
 
