@@ -66,7 +66,8 @@ def lifetimes(algo: str, problem: Problem, profile, tiling=None, flushed_l2: boo
         return {"blocks": 0, "kernel_cycles": result.cycles}
     q = statistics.quantiles(life, n=4) if len(life) > 1 else [life[0]] * 3
     return {"blocks": len(life), "kernel_cycles": result.cycles, "mean_cycles": statistics.fmean(life),
-            "quartiles_cycles": q, "min_cycles": life[0], "max_cycles": life[-1]}
+            "quartiles_cycles": q, "min_cycles": life[0], "max_cycles": life[-1],
+            "first_start_cycle": min(start for start, _ in spans)}
 
 
 def main(argv=None) -> int:

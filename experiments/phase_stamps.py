@@ -19,6 +19,7 @@ The stamped cubin goes to <kernel build dir>/stamps/v2-stamps.sm_90a.cubin.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -135,7 +136,19 @@ def run(out: Path) -> None:
 
 
 def model_blocks(config_id: str, flushed: bool) -> list[int]:
-    """The simulator's block lifetimes (cycles) for our v2 at this shape, whole chip, event by event."""
+    """The simulator's shortest and longest block lifetimes (cycles) for our v2 at this shape, whole chip, event
+    by event."""
+    life = _lifetimes(config_id, flushed)
+    return [life.get("min_cycles", 0), life.get("max_cycles", 0)]
+
+
+def first_start(config_id: str, flushed: bool) -> int:
+    """The cycle the simulator's first block starts (after the launch's own cycles)."""
+    return _lifetimes(config_id, flushed)["first_start_cycle"]
+
+
+@functools.cache
+def _lifetimes(config_id: str, flushed: bool) -> dict:
     from dataclasses import asdict
 
     from flashsim.algorithms.problem import Problem
@@ -145,14 +158,14 @@ def model_blocks(config_id: str, flushed: bool) -> list[int]:
     from .busy_protocol import parse_id
     from .prediction_inputs import problem_args
 
-    life = lifetimes("v2", Problem(**problem_args(asdict(parse_id(config_id)))), load_profile("h200"),
+    return lifetimes("v2", Problem(**problem_args(asdict(parse_id(config_id)))), load_profile("h200"),
                      flushed_l2=flushed)
-    return [life.get("min_cycles", 0), life.get("max_cycles", 0)]
 
 
 def model_phases(config_id: str, flushed: bool) -> list[int]:
     """The simulator's phases (PHASES) for the first block of its first SM, from its trace, each to the end of the
-    op that finishes it: the copies issue at the block's start; Q and the first K landed; the first step's S, V,
+    op that finishes it: the prologue's bookkeeping until the first copy (the block's start is its lifetime
+    before its end, every block of one wave starting together); Q and the first K landed; the first step's S, V,
     softmax and O += P V; the rest of the loop (to the last product); the normalisation; O's and the LSE's
     stores."""
     from dataclasses import asdict
@@ -169,7 +182,7 @@ def model_phases(config_id: str, flushed: bool) -> list[int]:
              trace=trace, extrapolate=False, flushed_l2=flushed)
     warps = [t for t in trace if t[0] == "SM0.0 warps"]
     loads = [t for t in trace if t[0] == "SM0 cp.async"]
-    start = min(t[2] for t in warps + loads)
+    issued = min(t[2] for t in warps + loads)  # the first copy: after the prologue's bookkeeping instructions
     first_k = next(t[3] for t in loads if t[1] == "load K")
     first_v = next(t[3] for t in loads if t[1] == "load V")
     first_s = next(t[3] for t in warps if t[1] == "gemm S")
@@ -177,7 +190,8 @@ def model_phases(config_id: str, flushed: bool) -> list[int]:
     acc = [t[3] for t in warps if t[1] == "gemm acc"]
     staged = max(t[3] for t in warps if t[1] == "normalize")
     stored = max(t[3] for t in warps if t[1].startswith("store"))
-    marks = [start, start, first_k, first_s, max(first_s, first_v), first_softmax, acc[0], acc[-1], staged, stored]
+    start = first_start(config_id, flushed)  # one wave: every block starts then
+    marks = [start, issued, first_k, first_s, max(first_s, first_v), first_softmax, acc[0], acc[-1], staged, stored]
     return [b - a for a, b in zip(marks, marks[1:], strict=False)]
 
 
