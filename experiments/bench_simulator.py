@@ -28,7 +28,7 @@ from pathlib import Path
 # (name, arguments, target seconds of process wall, repeats: None = --repeats)
 CASES = [
     ("point", "simulate --hw h100 --algo v2 --batch 1 --heads 16 --seqlen 16384 --headdim 128", 0.5, None),
-    ("grid", "sweep --hw h100 --grid fa2 --algos v2 v3 --jobs 2", 10.0, 1),
+    ("grid", "sweep --hw h100 --grid fa2 --algos v2 v3 --jobs 2 --no-cache", 10.0, 1),
     ("v3-causal-32k", "simulate --hw h200 --algo v3 --batch 4 --heads 32 --seqlen 32768 --headdim 128 --causal",
      10.0, 1),
     ("v2-32k-b16", "simulate --hw h100 --algo v2 --batch 16 --heads 32 --seqlen 32768 --headdim 128", 10.0, 1),

@@ -62,6 +62,12 @@ def _max_events(args) -> int | None:
     return args.max_events
 
 
+def _add_cache_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-cache", dest="cache", action="store_false",
+                   help="run every point again instead of answering those run before from the result cache "
+                   "($FLASHSIM_CACHE_DIR, else ~/.cache/flashsim/results)")
+
+
 def _add_jobs_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=int, default=None,
                    help="simulator processes (default: the CPUs, at most 8; 1 runs in this process)")
@@ -128,6 +134,7 @@ def register(subparsers: Any) -> None:
     _add_run_args(p)
     p.add_argument("--out", default=None, help="directory for the bar chart (default ./flashsim-out)")
     _add_jobs_arg(p)
+    _add_cache_arg(p)
     _add_dask_arg(p)
     p.set_defaults(func=_cmd_compare)
 
@@ -163,6 +170,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--csv", default=None, help="write the rows as CSV here")
     p.add_argument("--out", default=None, help="directory for the plot (default ./flashsim-out)")
     _add_jobs_arg(p)
+    _add_cache_arg(p)
     _add_dask_arg(p)
     p.set_defaults(func=_cmd_sweep)
 
@@ -188,6 +196,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--out", default=None, help="directory for the plot (default ./flashsim-out)")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     _add_jobs_arg(p)
+    _add_cache_arg(p)
     p.set_defaults(func=_cmd_tour)
 
 
@@ -268,7 +277,7 @@ def _cmd_compare(args) -> int:
                 opts = {k: v for k, v in switches.items() if k in catalog.get(algo).options}
                 jobs.append((algo, problem_from_args(args, algo), profile, args.splits, opts))
     results, skipped = run_many(jobs, lambda prof: _sms(args, prof), args.json, "compare", args.extrapolate,
-                                _jobs(args), args.dask, _max_events(args)) if jobs else ([], [])
+                                _jobs(args), args.dask, _max_events(args), args.cache) if jobs else ([], [])
     results = combine_runs(results, args.pass_)
     skipped += [{"algo": a, "hw": "-", "reason": why} for a, why in dict(refused).items()]
     if not results:
@@ -319,7 +328,7 @@ def _cmd_sweep(args) -> int:
         check_writable(args.csv)
     jobs = [(algo, prob, profile) for algo, prob in grid]
     results, skipped = run_many(jobs, lambda prof: _sms(args, prof), args.json, "sweep", args.extrapolate,
-                                _jobs(args), args.dask, _max_events(args)) if jobs else ([], [])
+                                _jobs(args), args.dask, _max_events(args), args.cache) if jobs else ([], [])
     results = combine_runs(results, args.pass_)
     skipped += [{"algo": a, "hw": profile.name, "reason": why} for a, why in refused]
     if not results:
@@ -339,7 +348,8 @@ def _cmd_sweep(args) -> int:
             "tflops": r.tflops,
             "hbm_read": r.bytes["hbm_read"],
             "bound_by": r.bound_by,
-            "sim_wall_s": r.sim["wall_s"],
+            "sim_wall_s": r.sim["wall_s"],  # a run answered from the result cache: the wall of the run kept
+            "from_cache": bool(r.sim.get("from_cache")),
         }
         for r in results
     ]
@@ -469,7 +479,7 @@ def _cmd_tour(args) -> int:
         if catalog.get(algo).takes(Problem(**TOUR_PROBLEM, dtype=dtype)):
             jobs.append((algo, Problem(**TOUR_PROBLEM, dtype=dtype), profile))
     results, skipped = run_many(jobs, lambda prof: min(DEFAULT_SAMPLE_SMS, prof.sm_count), args.json, "tour",
-                                workers=_jobs(args))
+                                workers=_jobs(args), cache=args.cache)
     if not results:
         raise FlashsimError("nothing could be simulated: " + "; ".join(sorted({s["reason"] for s in skipped})))
     title = f"{problem_title((algo, prob) for algo, prob, _ in jobs)} on {profile.name}"

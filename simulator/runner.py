@@ -31,19 +31,38 @@ FLOPS_NOTE = (f"FLOPs: backward = {BACKWARD_FLOPS_RATIO:g}x forward (FA2 paper's
 
 
 def run_many(jobs: list[tuple], sms_of, quiet: bool, label: str, extrapolate: bool = True,
-             workers: int | None = None, dask: str | None = None, max_events: int | None = None) -> tuple:
+             workers: int | None = None, dask: str | None = None, max_events: int | None = None,
+             cache: bool = False) -> tuple:
     """Simulate each (algo, problem, profile[, splits[, options]]) with a progress bar on stderr; returns (results,
     skipped), skipped being what a profile can't run. splits: the K/V splits (an int or 'auto'; default the
     record's tiles); options: the record's build options (V3's ablation switches). `workers` local processes
     (default: the CPUs, at most 8; 1 runs here), or the workers of the Dask scheduler at address `dask`. A run
-    that reaches `max_events` stops them all."""
+    that reaches `max_events` stops them all. cache: answer runs made before from the result cache
+    (simulator/result_cache.py) and keep the new ones there."""
     tasks = [(algo, problem, profile, sms_of(profile), extrapolate, max_events, splits, options)
              for algo, problem, profile, splits, options in (_complete(job) for job in jobs)]
-    progress = _progress(label, quiet)
-    if dask:
-        outcomes = _run_dask(tasks, dask, progress)
-    else:
-        outcomes = _run_local(tasks, min(len(tasks), workers or min(8, os.cpu_count() or 1)), progress)
+    outcomes: list = [None] * len(tasks)
+    if cache:
+        from . import result_cache
+
+        outcomes = [result_cache.load(task) for task in tasks]
+    todo = [i for i, out in enumerate(outcomes) if out is None]
+    if todo:
+        progress = _progress(label, quiet)
+        pending = [tasks[i] for i in todo]
+        if dask:
+            ran = _run_dask(pending, dask, progress)
+        else:
+            ran = _run_local(pending, min(len(pending), workers or min(8, os.cpu_count() or 1)), progress)
+        for i, out in zip(todo, ran, strict=True):
+            outcomes[i] = out
+            if cache and not isinstance(out, dict):
+                result_cache.store(tasks[i], out)
+    if cache and len(todo) < len(tasks) and not quiet:
+        from rich.console import Console
+
+        Console(stderr=True).print(f"{len(tasks) - len(todo)} of {len(tasks)} runs answered from the result cache "
+                                   f"({result_cache.cache_dir()}; --no-cache runs them again)")
     results = [out for out in outcomes if not isinstance(out, dict)]
     skipped = [out for out in outcomes if isinstance(out, dict)]
     return results, skipped

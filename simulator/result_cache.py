@@ -1,0 +1,71 @@
+"""Runs already made, kept on disk so that sweeps, comparisons and tours asked again answer at once.
+
+A run is deterministic: its result follows from the model's code, the profile's numbers and the run's own
+arguments (algorithm, problem, sampled SMs, shortcuts, event limit, splits, build options). The key hashes all
+three, the code through the same fingerprint that marks a validation report stale
+(experiments/validate_compare.py), so an edit to the model or a `--set` gives new keys and never an old answer.
+Runs that were refused or stopped at their event limit are not kept.
+
+The cache lives in $FLASHSIM_CACHE_DIR, else ~/.cache/flashsim/results: one pickled result per file, written
+atomically. A file that cannot be read is a miss. `--no-cache` (sweep, compare, tour) leaves it alone.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import pickle
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("FLASHSIM_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "flashsim" / "results"
+
+
+@functools.cache
+def _model() -> str:
+    from flashsim.experiments.validate_compare import model_fingerprint
+
+    return model_fingerprint()
+
+
+def key(task: tuple) -> str:
+    """The hash of what decides a run's result: the model's code, the profile's numbers, the run's arguments."""
+    algo, problem, profile, sms, extrapolate, max_events, splits, options = task
+    text = json.dumps({"model": _model(), "profile": [profile.name, profile.params], "algo": algo,
+                       "problem": problem.as_dict(), "sms": sms, "extrapolate": extrapolate,
+                       "max_events": max_events, "splits": splits, "options": options or {}},
+                      sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _path(k: str) -> Path:
+    return cache_dir() / k[:2] / f"{k}.pkl"
+
+
+def load(task: tuple):
+    """The kept result of this run (its sim['from_cache'] set), or None."""
+    try:
+        with open(_path(key(task)), "rb") as f:
+            result = pickle.load(f)
+    except Exception:  # absent, unreadable or from an incompatible version: run it again
+        return None
+    return replace(result, sim={**result.sim, "from_cache": True})
+
+
+def store(task: tuple, result) -> None:
+    """Keep a finished run's result; a cache that cannot be written is skipped."""
+    path = _path(key(task))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump(result, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+    except OSError:
+        return
