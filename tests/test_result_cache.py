@@ -4,7 +4,6 @@ equal to the runs made, marked; anything that decides a result gives another key
 import json
 
 import pytest
-
 from flashsim.algorithms.problem import Problem
 from flashsim.cli import main
 from flashsim.hw_profiles import load_profile
