@@ -25,6 +25,9 @@ DEFAULT_FILE = RESULTS_DIR / "h200" / "validation.json"
 
 
 SIDE_BY_SIDE = "kernel_time_s"  # the quantity compared across the sets: GPU busy time
+# Kernels shorter than this (GPU busy time) are told apart: the model's known gap is there (one-wave kernels,
+# docs/MODEL.md, Short one-wave kernels).
+SHORT_KERNEL_S = 20e-6
 NO_TEST = "test set: no measurements committed yet (run `flashsim validate --grid test` on a GPU)"
 
 
@@ -105,12 +108,30 @@ def side_by_side(dev: dict | None, test: dict | None, q: str = SIDE_BY_SIDE) -> 
     return out
 
 
+def by_duration(report: dict, short_s: float = SHORT_KERNEL_S) -> dict[str, dict]:
+    """impl -> {"short": ..., "long": ...}: n, MAPE and max error (%) of the GPU busy time over the rows whose
+    measured busy time is under `short_s` and over the rest."""
+    groups: dict = {}
+    for row in report.get("rows", []):
+        measured = (row.get("measured") or {}).get(SIDE_BY_SIDE)
+        predicted = (row.get("predicted") or {}).get(SIDE_BY_SIDE)
+        if not measured or predicted is None:
+            continue
+        err = abs(predicted / measured - 1) * 100
+        groups.setdefault(row["impl"], {"short": [], "long": []})["short" if measured < short_s else "long"].append(err)
+    return {impl: {name: {"n": len(e), "mape": sum(e) / len(e), "max_err": max(e)} if e else None
+                   for name, e in g.items()} for impl, g in sorted(groups.items())}
+
+
 def summary_sets(dev: dict, path: Path, test: dict | None) -> dict:
     """--json: the development set's summary at the top level, the test set's under "test" (or why it is
     missing), and both sets' GPU busy-time errors side by side."""
     out = {**summary(dev, path), "set": "dev"}
     out["test"] = summary(test, test_path(path)) if test else {"file": str(test_path(path)), "missing": NO_TEST}
     out["dev_vs_test"] = {"quantity": SIDE_BY_SIDE, "impls": side_by_side(dev, test)}
+    if test:
+        out["test_by_duration"] = {"quantity": SIDE_BY_SIDE, "short_below_s": SHORT_KERNEL_S,
+                                   "impls": by_duration(test)}
     return out
 
 
@@ -144,6 +165,23 @@ def render_sets(dev: dict | None, path: Path, test: dict | None, console=None) -
     for impl, cells in rows.items():
         row = [impl]
         for name in ("dev", "test"):
+            c = cells[name]
+            row += [str(c["n"]), _pct(c["mape"]), _pct(c["max_err"])] if c else ["0", "-", "-"]
+        table.add_row(*row)
+    console.print(table)
+    render_by_duration(by_duration(test), console)
+
+
+def render_by_duration(rows: dict[str, dict], console) -> None:
+    from rich.table import Table
+
+    us = f"{SHORT_KERNEL_S * 1e6:.0f} us"
+    table = Table(title=f"GPU busy time, test set: kernels under {us} against the rest (error %)")
+    for col in ("implementation", "short n", "short MAPE", "short max", "rest n", "rest MAPE", "rest max"):
+        table.add_column(col, justify="left" if col == "implementation" else "right")
+    for impl, cells in rows.items():
+        row = [impl]
+        for name in ("short", "long"):
             c = cells[name]
             row += [str(c["n"]), _pct(c["mape"]), _pct(c["max_err"])] if c else ["0", "-", "-"]
         table.add_row(*row)

@@ -192,3 +192,18 @@ def test_accuracy_shows_every_committed_set_at_a_glance(report_file: Path, capsy
     assert cli.main(["accuracy", "--file", str(report_file), "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["overview"]["rows"]
     assert {(r["set"], r["impl"], r["max_err"]) for r in rows} == {("dev", "v3", 15.9), ("test-bwd", "v2", 28.8)}
+
+
+def test_short_kernels_are_told_apart() -> None:
+    from flashsim.experiments.accuracy import RESULTS_DIR, SHORT_KERNEL_S, by_duration, load
+
+    rows = [{"impl": "v2", "measured": {"kernel_time_s": m}, "predicted": {"kernel_time_s": p}}
+            for m, p in ((10e-6, 8e-6), (12e-6, 12e-6), (1e-3, 1.1e-3), (2e-3, None))]
+    groups = by_duration({"rows": rows})["v2"]
+    assert groups["short"]["n"] == 2 and groups["short"]["mape"] == pytest.approx(10.0)
+    assert groups["short"]["max_err"] == pytest.approx(20.0)
+    assert groups["long"]["n"] == 1 and groups["long"]["max_err"] == pytest.approx(10.0)
+    test = load(RESULTS_DIR / "h200" / "testset.json")
+    for impl, g in by_duration(test).items():  # every timed row lands in one group, short ones all under 20 us
+        assert sum(c["n"] for c in g.values() if c) == test["summary"][impl]["kernel_time_s"]["n"]
+    assert SHORT_KERNEL_S == 20e-6
