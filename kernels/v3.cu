@@ -57,6 +57,34 @@
 
 namespace v3 {
 
+// Phase stamps, for experiments only (experiments/phase_stamps.py builds with FLASHSIM_PHASE_STAMPS): thread 0 of
+// each warpgroup (the producer's one thread, a consumer's first lane) notes clock64 at its phase boundaries of
+// the block's first tile, 16 slots per (block, warpgroup) in flashsim_v3_stamps; slot 14 holds %globaltimer at
+// entry and slot 15 the SM. A stamp after an issued wgmma or TMA copy marks its issue, after a wait its end.
+// Without the macro the stamps compile to nothing.
+#ifdef FLASHSIM_PHASE_STAMPS
+__device__ unsigned long long flashsim_v3_stamps[1 << 16];
+#define FLASHSIM_V3_PHASE(FIRST, K)                                                                            \
+  do {                                                                                                          \
+    if ((FIRST) && threadIdx.x % 128 == 0) {                                                                    \
+      unsigned long long* slot = flashsim_v3_stamps + (blockIdx.x * 4 + threadIdx.x / 128) * 16;                \
+      slot[K] = clock64();                                                                                      \
+      if ((K) == 0) {                                                                                           \
+        unsigned long long ns;                                                                                  \
+        unsigned sm;                                                                                            \
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));                                                  \
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));                                                         \
+        slot[14] = ns;                                                                                          \
+        slot[15] = sm;                                                                                          \
+      }                                                                                                         \
+    }                                                                                                           \
+  } while (0)
+#else
+#define FLASHSIM_V3_PHASE(FIRST, K) \
+  do {                              \
+  } while (0)
+#endif
+
 // Persistent: thread block b takes tiles nth_tile(0), nth_tile(1), ... (a grid of one block per tile is the plain
 // launch). The K/V ring's stage and phase run on across tiles; Q is refilled once consumers release it.
 template <class C>
@@ -85,6 +113,7 @@ __device__ __forceinline__ void attention_fwd(const CUtensorMap& tm_q, const CUt
   const int n_mblocks = (prm.nq + C::BM - 1) / C::BM;
   const int n_tiles = n_mblocks * prm.heads * prm.batch;
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+  FLASHSIM_V3_PHASE(true, 0);  // entry
   if (threadIdx.x == 0) {
     for (int b = 0; b < QB; ++b) {
       mbar_init(q_full(b), 1);
@@ -124,6 +153,7 @@ __device__ __forceinline__ void attention_fwd(const CUtensorMap& tm_q, const CUt
         for (int p = 0; p < QK_PANELS; ++p)
           tma_load_4d(sq(n) + p * C::BM * C::QK_W, &tm_q, q_full(n), p * QK_COLS, x.m_block * C::BM, x.head,
                       x.batch);
+        FLASHSIM_V3_PHASE(n == 0, 1);  // producer: Q's copy issued
         for (int i = 0; i < x.n_blocks; ++i, ++it) {
           const int j = x.n_blocks - 1 - i, s = it % C::STAGES;
           const uint32_t ph = (it / C::STAGES) & 1;
@@ -132,6 +162,7 @@ __device__ __forceinline__ void attention_fwd(const CUtensorMap& tm_q, const CUt
           for (int p = 0; p < QK_PANELS; ++p)
             tma_load_4d(sk + s * C::KV_BYTES + p * C::BN * C::QK_W, &tm_k, k_full(s), p * QK_COLS, j * C::BN,
                         x.kv_head, x.batch);
+          FLASHSIM_V3_PHASE(n == 0 && i == 0, 2);  // producer: the first K's copy issued
           mbar_wait(v_empty(s), ph ^ 1);
           mbar_expect_tx(v_full(s), C::KV_BYTES);
           if constexpr (C::FP8) {
@@ -144,6 +175,7 @@ __device__ __forceinline__ void attention_fwd(const CUtensorMap& tm_q, const CUt
                           x.kv_head, x.batch);
           }
         }
+        FLASHSIM_V3_PHASE(n == 0, 3);  // producer: the first tile's copies all issued
       }
     }
     return;
@@ -151,6 +183,7 @@ __device__ __forceinline__ void attention_fwd(const CUtensorMap& tm_q, const CUt
 
   // ---------------- consumers ----------------
   regs_inc<C::CONSUMER_REGS>();
+  FLASHSIM_V3_PHASE(true, 1);  // consumer: registers raised
   const int c = wg - 1, warp = tid / 32, lane = tid % 32;
   const int col0 = 2 * (lane % 4);
   const int my_bar = 1 + c, next_bar = 1 + (c + 1) % C::NC;
@@ -201,6 +234,7 @@ __device__ __forceinline__ void attention_fwd(const CUtensorMap& tm_q, const CUt
     const int nb = x.n_blocks;
 
     if (!counted) mbar_wait(q_full(n), q_phase(n));
+    FLASHSIM_V3_PHASE(n == 0, 2);  // consumer: Q landed
     if (nb == 0) {
       // Causal tile that sees no key: nothing was loaded but Q; O stays 0. One ping-pong turn keeps the
       // warpgroups' turn order (and the skipped last arrive) as for any other tile.
@@ -214,17 +248,21 @@ __device__ __forceinline__ void attention_fwd(const CUtensorMap& tm_q, const CUt
         const int j = nb - 1;
         const float sl2 = block_sl2(j);
         if (C::PINGPONG) bar_sync(my_bar, 256);
+        FLASHSIM_V3_PHASE(n == 0, 3);  // consumer: its turn
         mbar_wait(k_full(stage(0)), phase(0));
+        FLASHSIM_V3_PHASE(n == 0, 4);  // consumer: the first K landed
         cs.gemm_qk(sqn, sk + stage(0) * C::KV_BYTES, c);
         if (C::PINGPONG) bar_arrive(next_bar, 256);
         wg_wait<0>();
         pin(cs.s);
+        FLASHSIM_V3_PHASE(n == 0, 5);  // consumer: the first S done
         mbar_arrive(k_empty(stage(0)));
         if (needs_mask(j)) cs.mask(j, row0, col0, prm.nk, offset);
         float alpha[2];
         cs.softmax(sl2, alpha);
         if constexpr (C::FP8) dv = v_scale[j];
         cs.convert_p();
+        FLASHSIM_V3_PHASE(n == 0, 6);  // consumer: the first softmax done, P in registers
       }
       for (int i = 1; i < nb; ++i) {
         const int j = nb - 1 - i;
@@ -255,14 +293,17 @@ __device__ __forceinline__ void attention_fwd(const CUtensorMap& tm_q, const CUt
         cs.convert_p();
       }
       mbar_arrive(q_empty(n));  // every S GEMM of this tile has completed
+      FLASHSIM_V3_PHASE(n == 0, 7);  // consumer: the middle K/V blocks done
       {
         if (C::PINGPONG) bar_sync(my_bar, 256);
         mbar_wait(v_full(stage(nb - 1)), phase(nb - 1));
+        FLASHSIM_V3_PHASE(n == 0, 8);  // consumer: its last turn, the last V landed
         cs.gemm_pv(sv + stage(nb - 1) * C::KV_BYTES);
         if (C::PINGPONG && !(last_wg && last_tile)) bar_arrive(next_bar, 256);
         wg_wait<0>();
         pin(cs.o);
         mbar_arrive(v_empty(stage(nb - 1)));
+        FLASHSIM_V3_PHASE(n == 0, 9);  // consumer: the last O += P V done
       }
     } else {
       for (int i = 0; i < nb; ++i) {
@@ -295,6 +336,7 @@ __device__ __forceinline__ void attention_fwd(const CUtensorMap& tm_q, const CUt
     it += nb;
 
     store_o<C>(cs, dv, x, row0, col0, prm);
+    FLASHSIM_V3_PHASE(n == 0, 10);  // consumer: O normalised and stored
   }
   // Counted tiles: the last warpgroup's final arrive on warpgroup 0's barrier has no turn after it; take it.
   if (C::PINGPONG && counted && c == 0) bar_sync(my_bar, 256);

@@ -88,3 +88,26 @@ def test_stamped_build_names_every_shape():
     assert text.count("#define FLASHSIM_PHASE_STAMPS") == 1
     for _, d, bm, bn in phase_stamps.SHAPES:
         assert f"FLASHSIM_V2({phase_stamps._name(d, bm, bn)}, bf16, {d}, {bm}, {bn}, 4, 2)" in text
+
+
+def test_v3_first_tile_starts_late_and_ends_slow():
+    from flashsim.experiments import phase_stamps_v3 as v3
+
+    data = json.loads(gzip.decompress((HERE / "phase-stamps-v3/phase-stamps-v3.json.gz").read_bytes()))
+    assert tuple(data["consumer_phases"]) == v3.CONSUMER and tuple(data["producer_phases"]) == v3.PRODUCER
+    for row in data["rows"]:
+        for block in row["blocks"]:
+            assert 1000 < block["producer"][0] < 2500  # entry to Q's copy issued
+            first = block["consumers"][0]
+            assert first[v3.CONSUMER.index("O stored")] > 1000  # normalising and storing O
+
+
+def test_v3_stamped_build_holds_the_launched_entries():
+    from flashsim.experiments import phase_stamps_v3 as v3
+
+    text = v3.tu_text()
+    assert text.count("#define FLASHSIM_PHASE_STAMPS") == 1
+    for config_id in v3.SHAPES:
+        _, launch = v3._launch(config_id)
+        assert launch.name.removeprefix("v3_").split("_")[0] == "Bf16"
+    assert text.count("V3_ENTRY") >= 3
