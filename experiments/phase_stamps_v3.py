@@ -1,7 +1,8 @@
 """Our v3 phase by phase: where a block's first tile spends its cycles, stamped in the kernel itself.
 
 kernels/v3.cu notes, with FLASHSIM_PHASE_STAMPS defined, thread 0's clock64 in each warpgroup of a block's first
-tile: the producer when its copies of Q, the first K and the whole tile are issued; each consumer when its
+tile: the producer when the barriers are set up, its registers lowered, its tile picked, and its copies of Q,
+the first K and the whole tile issued; each consumer when its
 registers are raised, Q has landed, its turn comes, the first K has landed, the first S and the first softmax
 are done, the middle K/V blocks are done, its last turn and V come, the last O += P V is done and O is stored.
 The shipped cubins compile the stamps to nothing; this builds its own (the entry points the shapes below
@@ -29,7 +30,9 @@ SHAPES = ("b1-h64-n128-d128", "b2-h24-kv12-n256-d64-causal", "b3-h16-n128-k256-d
           "b4-h32-kv8-n128-k512-d64-causal", "b4-h16-n4096-d128")
 CONSUMER = ("registers raised", "Q landed", "its turn", "first K landed", "first S", "first softmax",
             "middle K/V blocks", "last turn, V landed", "last P V", "O stored")
-PRODUCER = ("Q issued", "first K issued", "tile's copies issued")
+PRODUCER = ("barriers set up", "registers lowered", "tile picked", "Q issued", "first K issued",
+            "tile's copies issued")
+PRODUCER_SLOTS = (0, 11, 12, 13, 1, 2, 3)  # the producer's stamps in the order it takes them
 SLOTS = 16
 STAMPS_SYMBOL = b"_ZN2v318flashsim_v3_stampsE"  # v3::flashsim_v3_stamps, as the compiler names it
 
@@ -91,7 +94,8 @@ def _blocks(raw, blocks: int, consumers: int) -> list[dict]:
         wgs = raw[b * 4 * SLOTS:(b + 1) * 4 * SLOTS].reshape(4, SLOTS).astype("int64")
         prod = wgs[0]
         row = {"sm": int(prod[15]), "entry_ns": int(prod[14]),
-               "producer": [int(prod[k + 1] - prod[k]) for k in range(len(PRODUCER))], "consumers": []}
+               "producer": [int(prod[b] - prod[a]) for a, b in zip(PRODUCER_SLOTS, PRODUCER_SLOTS[1:], strict=False)],
+               "consumers": []}
         for c in range(1, consumers + 1):
             w = wgs[c]
             row["consumers"].append([int(w[k + 1] - w[k]) if w[k + 1] and w[k] else None

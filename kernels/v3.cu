@@ -59,8 +59,8 @@ namespace v3 {
 
 // Phase stamps, for experiments only (experiments/phase_stamps.py builds with FLASHSIM_PHASE_STAMPS): thread 0 of
 // each warpgroup (the producer's one thread, a consumer's first lane) notes clock64 at its phase boundaries of
-// the block's first tile, 16 slots per (block, warpgroup) in flashsim_v3_stamps; slot 14 holds %globaltimer at
-// entry and slot 15 the SM. A stamp after an issued wgmma or TMA copy marks its issue, after a wait its end.
+// the block's first tile, 16 slots per (block, warpgroup) in flashsim_v3_stamps (the producer's own from slot 11);
+// slot 14 holds %globaltimer at entry and slot 15 the SM. A stamp after an issued wgmma or TMA copy marks its issue, after a wait its end.
 // Without the macro the stamps compile to nothing.
 #ifdef FLASHSIM_PHASE_STAMPS
 __device__ unsigned long long flashsim_v3_stamps[1 << 16];
@@ -128,10 +128,12 @@ __device__ __forceinline__ void attention_fwd(const CUtensorMap& tm_q, const CUt
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
+  FLASHSIM_V3_PHASE(wg == 0, 11);  // producer: barriers set up
 
   if (wg == 0) {
     // ---------------- producer ----------------
     regs_dec<C::PRODUCER_REGS>();
+    FLASHSIM_V3_PHASE(true, 12);  // producer: registers lowered
     if (tid == 0) {
       constexpr int QK_COLS = C::QK_W / C::EB, QK_PANELS = C::D / QK_COLS;
       int it = 0;  // K/V blocks issued so far, over all tiles
@@ -150,6 +152,7 @@ __device__ __forceinline__ void attention_fwd(const CUtensorMap& tm_q, const CUt
         mbar_wait(q_empty(n), q_phase(n) ^ 1);
         if (counted) slot[2 * (n % QB)] = t;
         mbar_expect_tx(q_full(n), C::Q_BYTES);
+        FLASHSIM_V3_PHASE(n == 0, 13);  // producer: tile picked, Q's buffer free, about to copy Q
         for (int p = 0; p < QK_PANELS; ++p)
           tma_load_4d(sq(n) + p * C::BM * C::QK_W, &tm_q, q_full(n), p * QK_COLS, x.m_block * C::BM, x.head,
                       x.batch);
