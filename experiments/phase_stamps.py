@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gzip
 import json
 import statistics
 import sys
@@ -196,7 +197,9 @@ def model_phases(config_id: str, flushed: bool) -> list[int]:
 
 
 def report(path: Path) -> str:
-    data = json.loads(path.read_text())
+    """The tables of a run's results (FILE.json, or FILE.json.gz as committed)."""
+    raw = path.read_bytes()
+    data = json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
     lines = ["Median over blocks and calls of each phase (the slowest warp's), SM cycles; block spans (entry of the "
              "first warp to the stores of the last), the blocks' entry skew, and the simulator's block lifetimes. "
              "The simulated rows end each phase where its op's work ends (a measured stamp marks an issue).", "",

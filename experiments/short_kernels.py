@@ -129,6 +129,10 @@ def v2_block_cycles(config_id: str) -> int | None:
     return life.get("max_cycles")
 
 
+# implementations whose simulated blocks the table shows (our v2's; v3's persistent blocks run on across tiles)
+BLOCK_LIFETIMES = {"v2": v2_block_cycles}
+
+
 def report(here: Path = HERE) -> str:
     busy = busy_table(here / "busy-clock.json")
     lines = ["# Short one-wave kernels against the model (session 32, development shapes)", "",
@@ -147,7 +151,8 @@ def report(here: Path = HERE) -> str:
             pred = predictions(impl, shape)
             ncu_path = here / "ncu" / f"ncu-{impl}-{shape}.txt"
             ncu = ncu_metrics(ncu_path) if ncu_path.is_file() else {}
-            block = v2_block_cycles(shape) if impl == "v2" else None
+            lifetime = BLOCK_LIFETIMES.get(impl)
+            block = lifetime(shape) if lifetime else None
             lines.append(
                 f"| {impl} | {shape} | {busy[impl, shape, 'write'][0]:.2f} | {busy[impl, shape, 'read'][0]:.2f} | "
                 f"{busy[impl, shape, 'warm'][0]:.2f} | {busy[impl, shape, 'write'][1]:.3f} | {pred['flushed']:.2f} | "
