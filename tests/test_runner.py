@@ -119,3 +119,10 @@ def test_a_pass_takes_the_event_limit_and_reports_progress_over_both_runs():
         simulate_pass("v2", problem, H100, "bwd", max_events=100)
     with pytest.raises(FlashsimError, match="tile steps"):
         simulate_pass("v2", Problem(1, 4, 4096, 64), H100, "fwd+bwd", max_steps=10)
+
+
+def test_the_runs_bar_shows_an_eta():
+    from flashsim.simulator.runner import _progress
+    from rich.progress import TimeRemainingColumn
+
+    assert any(isinstance(c, TimeRemainingColumn) for c in _progress("sweep", True).columns)
