@@ -15,7 +15,7 @@ import sys
 COMMANDS = {
     "flashsim.hw_profiles.commands": ("profiles",),
     "flashsim.algorithms.commands": ("io", "explain", "memory"),
-    "flashsim.simulator.commands": ("simulate", "compare", "sweep", "trace", "tour"),
+    "flashsim.simulator.commands": ("simulate", "compare", "sweep", "trace", "tour", "cache"),
     "flashsim.simulator.guide_commands": ("animate", "advise"),
     "flashsim.kernels.commands": ("kernels",),
     "flashsim.experiments.commands": ("calibrate", "validate", "accuracy"),

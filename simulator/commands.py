@@ -95,7 +95,28 @@ def _sms(args, profile) -> int | None:
     return min(DEFAULT_SAMPLE_SMS, profile.sm_count)
 
 
+def _cmd_cache(args) -> int:
+    from . import result_cache
+
+    if args.action == "clear":
+        files, nbytes = result_cache.clear()
+        out = {"dir": str(result_cache.cache_dir()), "removed": files, "bytes": nbytes}
+        text = f"removed {files} kept runs ({nbytes / 1e6:.1f} MB) from {out['dir']}"
+    else:
+        paths = result_cache.entries()
+        nbytes = sum(p.stat().st_size for p in paths)
+        out = {"dir": str(result_cache.cache_dir()), "runs": len(paths), "bytes": nbytes}
+        text = (f"{len(paths)} kept runs ({nbytes / 1e6:.1f} MB) in {out['dir']}; `flashsim cache clear` empties it, "
+                "`--no-cache` on sweep, compare and tour runs every point again")
+    if args.json:
+        _print_json(out)
+    else:
+        _console().print(text, soft_wrap=True, markup=False)
+    return 0
+
+
 def register(subparsers: Any) -> None:
+
     p = subparsers.add_parser(
         "simulate",
         help="predict one attention kernel's time, bytes and bottleneck",
@@ -198,6 +219,17 @@ def register(subparsers: Any) -> None:
     _add_jobs_arg(p)
     _add_cache_arg(p)
     p.set_defaults(func=_cmd_tour)
+
+    p = subparsers.add_parser(
+        "cache",
+        help="the result cache of sweep, compare and tour: how much it holds, or empty it",
+        description="Runs that sweep, compare and tour made are kept ($FLASHSIM_CACHE_DIR, else "
+        "~/.cache/flashsim/results) and answer at once when asked again; a changed model or profile never "
+        "answers from an old run.",
+    )
+    p.add_argument("action", nargs="?", choices=("info", "clear"), default="info")
+    p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    p.set_defaults(func=_cmd_cache)
 
 
 def _print_json(obj: dict) -> None:

@@ -7,11 +7,13 @@ three, the code through the same fingerprint that marks a validation report stal
 Runs that were refused or stopped at their event limit are not kept.
 
 The cache lives in $FLASHSIM_CACHE_DIR, else ~/.cache/flashsim/results: one pickled result per file, written
-atomically. A file that cannot be read is a miss. `--no-cache` (sweep, compare, tour) leaves it alone.
+atomically. A file that cannot be read is a miss. `--no-cache` (sweep, compare, tour) leaves it alone;
+`flashsim cache` says how much it holds and `flashsim cache clear` empties it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -69,3 +71,27 @@ def store(task: tuple, result) -> None:
         os.replace(tmp, path)
     except OSError:
         return
+
+
+def entries() -> list[Path]:
+    """The kept results' files."""
+    root = cache_dir()
+    return sorted(root.glob("??/*.pkl")) if root.is_dir() else []
+
+
+def clear() -> tuple[int, int]:
+    """Remove every kept result (and what an interrupted write left); returns (files, bytes) removed."""
+    files = nbytes = 0
+    root = cache_dir()
+    for path in [*entries(), *(root.glob("??/*.tmp") if root.is_dir() else [])]:
+        try:
+            size = path.stat().st_size
+            path.unlink()
+        except OSError:
+            continue
+        files += path.suffix == ".pkl"
+        nbytes += size
+    for folder in root.glob("??") if root.is_dir() else []:
+        with contextlib.suppress(OSError):  # a folder another process is writing into stays
+            folder.rmdir()
+    return files, nbytes

@@ -316,4 +316,4 @@ def test_each_command_is_found_in_the_module_the_cli_imports_for_it():
         importlib.import_module(module).register(sub)
         assert tuple(sub.choices) == names, module
     only = next(a for a in cli.build_parser("tour")._actions if a.dest == "command")
-    assert set(only.choices) == {"simulate", "compare", "sweep", "trace", "tour"}
+    assert set(only.choices) == {"simulate", "compare", "sweep", "trace", "tour", "cache"}

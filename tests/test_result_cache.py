@@ -91,3 +91,17 @@ def test_cli_answers_from_the_cache_unless_told_not_to(command, capsys):
         for row in first, again, fresh:
             del row[0]["from_cache"], row[0]["sim_wall_s"]
         assert first == again == fresh
+
+
+def test_cache_command_counts_and_clears(capsys):
+    _run([("v2", PROBLEM, load_profile("h100"))])
+    assert main(["cache", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["runs"] == 1 and info["bytes"] > 0
+    assert main(["cache", "clear", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["removed"] == 1
+    assert main(["cache", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["runs"] == 0
+    with pytest.raises(SystemExit) as exc:  # a bad action: one line, exit status 2
+        main(["cache", "drop"])
+    assert exc.value.code == 2 and capsys.readouterr().err.count("\n") == 1
