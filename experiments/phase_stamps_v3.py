@@ -166,15 +166,18 @@ def model_consumer(config_id: str, flushed: bool) -> dict:
     from dataclasses import asdict
 
     from flashsim.algorithms.problem import Problem
+    from flashsim.algorithms.tiling import Tiling, resolve_tiling
     from flashsim.hw_profiles import load_profile
     from flashsim.simulator.api import simulate
 
     from .busy_protocol import parse_id
     from .prediction_inputs import problem_args
 
+    problem, profile = Problem(**problem_args(asdict(parse_id(config_id)))), load_profile("h200")
+    # as validate predicts our v3: its tiles, O stored from the fragments (prediction_inputs.FRAGMENT_STORES)
+    tiling = Tiling(**{**resolve_tiling(ALGO, problem, profile).as_dict(), "o_store": "fragments"})
     trace: list = []
-    simulate(ALGO, Problem(**problem_args(asdict(parse_id(config_id)))), load_profile("h200"), sms=None,
-             trace=trace, extrapolate=False, flushed_l2=flushed)
+    simulate(ALGO, problem, profile, tiling, sms=None, trace=trace, extrapolate=False, flushed_l2=flushed)
     mine = [t for t in trace if t[0] == "SM0.0 consumer0"]
     start = min(t[2] for t in trace if t[0].startswith("SM0"))
     # the first tile: up to the consumer's first normalisation (a persistent block runs on to further tiles)

@@ -74,7 +74,12 @@ def stall_shares(path: Path) -> dict:
 
 def dev_tiling(impl: str, headdim: int) -> tuple[dict | None, int | None]:
     """The tiles and simulated head dim a development row of `impl` at `headdim` ran with (cuDNN's come from
-    its kernel's name in the validation records), else (None, None): the model's default."""
+    its kernel's name in the validation records; our v3 stores O from its fragments), else (None, None): the
+    model's default."""
+    from .prediction_inputs import FRAGMENT_STORES
+
+    if impl in FRAGMENT_STORES:
+        return {"o_store": "fragments"}, None  # as validate predicts our v3: O stored from its fragments
     if impl != "sdpa-cudnn":
         return ({"launch": "fa2"} if impl == "sdpa-flash" else None), None
     for name in ("devset-llm.json", "validation.json", "devset-tiles.json"):
@@ -89,7 +94,7 @@ def predictions(impl: str, config_id: str) -> dict:
     from dataclasses import asdict
 
     from flashsim.algorithms.problem import Problem
-    from flashsim.algorithms.tiling import Tiling
+    from flashsim.algorithms.tiling import Tiling, resolve_tiling
     from flashsim.hw_profiles import load_profile
     from flashsim.simulator import simulate
     from flashsim.simulator.sdpa import fa2_tiling
@@ -105,6 +110,8 @@ def predictions(impl: str, config_id: str) -> dict:
     profile = load_profile("h200")
     if tiling and tiling.get("launch") == "fa2":
         tiling = {**fa2_tiling(prob, profile), "exp2": "exp2f"}
+    elif tiling and "block_m" not in tiling:  # only the form given: the schedule's own tiles in it
+        tiling = {**resolve_tiling(IMPL_ALGO[impl], prob, profile).as_dict(), **tiling}
     out = {}
     for flushed in (True, False):
         r = simulate(IMPL_ALGO[impl], prob, profile, Tiling(**tiling) if tiling else None, flushed_l2=flushed)
