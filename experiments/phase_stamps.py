@@ -4,10 +4,10 @@ kernels/v2.cu notes, with FLASHSIM_PHASE_STAMPS defined, lane 0's clock64 in eve
 Q's and the first K tile's copies issued, both landed, the first K/V step's S = Q K^T issued, its V landed, its
 softmax issued, its O += P V issued, the K/V loop done, O staged in shared memory and O's stores issued; plus
 %globaltimer at entry and the SM. A stamp after tensor-core or special-function work marks its issue (the
-results come later, and the next phase waits for them). The shipped
-cubin compiles the stamps to nothing (its SASS is the same), so this builds its own, with the stamps, and runs it
-on development shapes after validate's write flush and warm, next to the simulator's blocks of the same
-shapes (whole chip, event by event, from the flushed L2 and from an empty one).
+results come later, and the next phase waits for them). The shipped cubin compiles the stamps to nothing (its
+SASS is the same), so this builds its own, with the stamps, and runs it on development shapes after validate's
+write flush and warm, next to the simulator's blocks of the same shapes (whole chip, event by event, from the
+flushed L2 and from an empty one).
 
     python3 -m flashsim.experiments.phase_stamps build [--out DIR]   # here (needs nvcc): the stamped cubin
     python3 -m flashsim.experiments.phase_stamps run [--out FILE]     # on the GPU
