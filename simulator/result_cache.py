@@ -66,11 +66,15 @@ def store(task: tuple, result) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(suffix=".tmp", dir=path.parent)
+    except OSError:
+        return
+    try:
         with os.fdopen(fd, "wb") as f:
             pickle.dump(result, f, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(tmp, path)
     except OSError:
-        return
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 def entries() -> list[Path]:
