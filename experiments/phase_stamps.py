@@ -50,21 +50,30 @@ def _name(d: int, bm: int, bn: int) -> str:
     return f"flashsim_v2_d{d}_bf16_{bm}x{bn}w4s2"
 
 
-def cubin_path(out: Path | None = None) -> Path:
+def stamped_cubin(stem: str, out: Path | None = None) -> Path:
+    """Where a stamped build goes: <kernel build dir>/stamps/<stem>.<arch>.cubin."""
     from flashsim.kernels.build import build_dir
 
-    return build_dir(out) / "stamps" / f"v2-stamps.{ARCH}.cubin"
+    return build_dir(out) / "stamps" / f"{stem}.{ARCH}.cubin"
+
+
+def build_stamped(cubin: Path, text: str, label: str) -> Path:
+    """Compile the translation unit `text` (next to the cubin) into `cubin` with the kernels' nvcc call."""
+    from flashsim.kernels.build import run_nvcc
+
+    tu = cubin.with_suffix(".cu")
+    tu.parent.mkdir(parents=True, exist_ok=True)
+    tu.write_text(text)
+    run_nvcc(tu, ARCH, cubin, label)
+    return cubin
+
+
+def cubin_path(out: Path | None = None) -> Path:
+    return stamped_cubin("v2-stamps", out)
 
 
 def build(out: Path | None = None) -> Path:
-    from flashsim.kernels.build import run_nvcc
-
-    cubin = cubin_path(out)
-    tu = cubin.with_suffix(".cu")
-    tu.parent.mkdir(parents=True, exist_ok=True)
-    tu.write_text(tu_text())
-    run_nvcc(tu, ARCH, cubin, "v2 with phase stamps")
-    return cubin
+    return build_stamped(cubin_path(out), tu_text(), "v2 with phase stamps")
 
 
 def _stamps_of(buf, blocks: int, warps: int) -> list[dict]:
@@ -224,16 +233,13 @@ def report(path: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m flashsim.experiments.phase_stamps", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+def stamps_main(prog: str, doc: str, build, run, report, default_out: str, argv=None) -> int:
+    """The command line of a stamped-kernel experiment: build (here), run (on the GPU), report (anywhere)."""
+    ap = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    b = sub.add_parser("build")
-    b.add_argument("--out", type=Path)
-    r = sub.add_parser("run")
-    r.add_argument("--out", type=Path, default=Path("experiments/results/h200/phase-stamps.json"))
-    t = sub.add_parser("report")
-    t.add_argument("file", type=Path)
+    sub.add_parser("build").add_argument("--out", type=Path)
+    sub.add_parser("run").add_argument("--out", type=Path, default=Path(default_out))
+    sub.add_parser("report").add_argument("file", type=Path)
     args = ap.parse_args(argv)
     if args.cmd == "build":
         print(build(args.out))
@@ -242,6 +248,11 @@ def main(argv=None) -> int:
     else:
         print(report(args.file), end="")
     return 0
+
+
+def main(argv=None) -> int:
+    return stamps_main("python3 -m flashsim.experiments.phase_stamps", __doc__, build, run, report,
+                       "experiments/results/h200/phase-stamps.json", argv)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ sets the simulator's consumer warpgroups beside it (experiments/phase_stamps.py 
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import gzip
 import json
@@ -24,7 +23,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from .phase_stamps import ARCH, REPS
+from .phase_stamps import REPS, build_stamped, stamped_cubin, stamps_main
 
 # (config id, causal): the one-wave shapes of session 32 and an FA2-grid shape of many K/V blocks
 SHAPES = ("b1-h64-n128-d128", "b2-h24-kv12-n256-d64-causal", "b3-h16-n128-k256-d96-causal",
@@ -63,20 +62,11 @@ def tu_text() -> str:
 
 
 def cubin_path(out: Path | None = None) -> Path:
-    from flashsim.kernels.build import build_dir
-
-    return build_dir(out) / "stamps" / f"v3-stamps.{ARCH}.cubin"
+    return stamped_cubin("v3-stamps", out)
 
 
 def build(out: Path | None = None) -> Path:
-    from flashsim.kernels.build import run_nvcc
-
-    cubin = cubin_path(out)
-    tu = cubin.with_suffix(".cu")
-    tu.parent.mkdir(parents=True, exist_ok=True)
-    tu.write_text(tu_text())
-    run_nvcc(tu, ARCH, cubin, "v3 with phase stamps")
-    return cubin
+    return build_stamped(cubin_path(out), tu_text(), "v3 with phase stamps")
 
 
 def _stamps_array(cp, module):
@@ -231,23 +221,8 @@ def report(path: Path) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m flashsim.experiments.phase_stamps_v3", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    b = sub.add_parser("build")
-    b.add_argument("--out", type=Path)
-    r = sub.add_parser("run")
-    r.add_argument("--out", type=Path, default=Path("experiments/results/h200/phase-stamps-v3.json"))
-    t = sub.add_parser("report")
-    t.add_argument("file", type=Path)
-    args = ap.parse_args(argv)
-    if args.cmd == "build":
-        print(build(args.out))
-    elif args.cmd == "run":
-        run(args.out)
-    else:
-        print(report(args.file), end="")
-    return 0
+    return stamps_main("python3 -m flashsim.experiments.phase_stamps_v3", __doc__, build, run, report,
+                       "experiments/results/h200/phase-stamps-v3.json", argv)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@
 // k16 step of P V once packed to 16 bits, and V's B fragments come from ldmatrix.trans.
 // Causal is top-left aligned as in torch SDPA (query i sees keys j <= i); fully masked blocks are skipped.
 #include "include/common.cuh"
+#include "include/phase_stamps.cuh"
 
 namespace flashsim {
 namespace v2 {
@@ -44,21 +45,13 @@ struct Config {
 // slot 14 holds %globaltimer at entry and slot 15 the SM. A stamp after tensor-core or special-function work
 // marks its issue, not its results. Without the macro the stamps compile to nothing.
 #ifdef FLASHSIM_PHASE_STAMPS
-#define FLASHSIM_PHASE(K)                                                                                       \
-  do {                                                                                                          \
-    if ((threadIdx.x & 31) == 0) {                                                                              \
-      unsigned long long* slot = reinterpret_cast<unsigned long long*>(p.ws_ml) +                               \
-          (((blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * 16; \
-      slot[K] = clock64();                                                                                      \
-      if ((K) == 0) {                                                                                           \
-        unsigned long long ns;                                                                                  \
-        unsigned sm;                                                                                            \
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));                                                  \
-        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));                                                         \
-        slot[14] = ns;                                                                                          \
-        slot[15] = sm;                                                                                          \
-      }                                                                                                         \
-    }                                                                                                           \
+#define FLASHSIM_PHASE(K)                                                                                  \
+  do {                                                                                                     \
+    if ((threadIdx.x & 31) == 0)                                                                           \
+      flashsim_phase_stamp(reinterpret_cast<unsigned long long*>(p.ws_ml) +                                \
+                               (((blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x) *          \
+                                    (blockDim.x / 32) + threadIdx.x / 32) * 16,                             \
+                           K);                                                                             \
   } while (0)
 #else
 #define FLASHSIM_PHASE(K) \

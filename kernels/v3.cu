@@ -49,6 +49,7 @@
 // and the per-tile block loop. The tiles built, and each call's default, are the rows of v3_tiles.tsv.
 // The fp8 variant (v3_fp8.cu) is this file with T = E4m3.
 
+#include "include/phase_stamps.cuh"
 #include "v3_epilogue.cuh"
 #include "v3_mainloop.cuh"
 #include "v3_params.cuh"
@@ -64,20 +65,10 @@ namespace v3 {
 // Without the macro the stamps compile to nothing.
 #ifdef FLASHSIM_PHASE_STAMPS
 __device__ unsigned long long flashsim_v3_stamps[1 << 16];
-#define FLASHSIM_V3_PHASE(FIRST, K)                                                                            \
-  do {                                                                                                          \
-    if ((FIRST) && threadIdx.x % 128 == 0) {                                                                    \
-      unsigned long long* slot = flashsim_v3_stamps + (blockIdx.x * 4 + threadIdx.x / 128) * 16;                \
-      slot[K] = clock64();                                                                                      \
-      if ((K) == 0) {                                                                                           \
-        unsigned long long ns;                                                                                  \
-        unsigned sm;                                                                                            \
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));                                                  \
-        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));                                                         \
-        slot[14] = ns;                                                                                          \
-        slot[15] = sm;                                                                                          \
-      }                                                                                                         \
-    }                                                                                                           \
+#define FLASHSIM_V3_PHASE(FIRST, K)                                                                       \
+  do {                                                                                                     \
+    if ((FIRST) && threadIdx.x % 128 == 0)                                                                 \
+      flashsim_phase_stamp(flashsim_v3_stamps + (blockIdx.x * 4 + threadIdx.x / 128) * 16, K);             \
   } while (0)
 #else
 #define FLASHSIM_V3_PHASE(FIRST, K) \
