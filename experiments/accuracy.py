@@ -157,35 +157,29 @@ def render_sets(dev: dict | None, path: Path, test: dict | None, console=None) -
     rows = side_by_side(dev, test)
     if not rows:
         return
-    from rich.table import Table
-
-    table = Table(title="GPU busy time, development set against test set (error %)")
-    for col in ("implementation", "dev n", "dev MAPE", "dev max", "test n", "test MAPE", "test max"):
-        table.add_column(col, justify="left" if col == "implementation" else "right")
-    for impl, cells in rows.items():
-        row = [impl]
-        for name in ("dev", "test"):
-            c = cells[name]
-            row += [str(c["n"]), _pct(c["mape"]), _pct(c["max_err"])] if c else ["0", "-", "-"]
-        table.add_row(*row)
-    console.print(table)
-    render_by_duration(by_duration(test), console)
-
-
-def render_by_duration(rows: dict[str, dict], console) -> None:
-    from rich.table import Table
-
+    console.print(_paired_table("GPU busy time, development set against test set (error %)", rows,
+                                (("dev", "dev"), ("test", "test"))))
     us = f"{SHORT_KERNEL_S * 1e6:.0f} us"
-    table = Table(title=f"GPU busy time, test set: kernels under {us} against the rest (error %)")
-    for col in ("implementation", "short n", "short MAPE", "short max", "rest n", "rest MAPE", "rest max"):
-        table.add_column(col, justify="left" if col == "implementation" else "right")
+    console.print(_paired_table(f"GPU busy time, test set: kernels under {us} against the rest (error %)",
+                                by_duration(test), (("short", "short"), ("long", "rest"))))
+
+
+def _paired_table(title: str, rows: dict[str, dict], groups: tuple[tuple[str, str], ...]):
+    """Per implementation, n, MAPE and max of each group (key, column label); a group without rows: 0, -, -."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("implementation", justify="left")
+    for _, label in groups:
+        for col in ("n", "MAPE", "max"):
+            table.add_column(f"{label} {col}", justify="right")
     for impl, cells in rows.items():
         row = [impl]
-        for name in ("short", "long"):
-            c = cells[name]
+        for key, _ in groups:
+            c = cells[key]
             row += [str(c["n"]), _pct(c["mape"]), _pct(c["max_err"])] if c else ["0", "-", "-"]
         table.add_row(*row)
-    console.print(table)
+    return table
 
 
 def _console():
