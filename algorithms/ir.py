@@ -435,7 +435,9 @@ class Code:
     (the forward kernels', whose code issues slowly enough to hide most of it). `issue`: the warp
     instructions each of `warps` warps issues in the stretch that the lowering of its tile ops does not count
     (the compiler's bookkeeping: address arithmetic, moves, copies' issue, branches), which the timing's
-    instruction-issue model (issue_model 1) puts on the SM's warp schedulers as the stretch begins."""
+    instruction-issue model (issue_model 1) puts on the SM's warp schedulers as the stretch begins. `alone`: a
+    stretch whose bookkeeping has none of its tile ops' instructions to issue beside it (a prologue or an
+    epilogue), so each warp issues it at the pace of its own dependencies (profile.bookkeeping_issue_cycles)."""
 
     name: str
     nbytes: int
@@ -444,6 +446,7 @@ class Code:
     streamed: bool = False
     issue: float = 0.0
     warps: int = 1
+    alone: bool = False
 
 
 # -- the backward pass ------------------------------------------------------------------------------

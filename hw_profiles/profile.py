@@ -39,7 +39,7 @@ ZERO_ALLOWED = frozenset({"smem_reserved_per_block_bytes", "issue_model", "clock
                            "mma_sync_ldsm_unhidden_fraction", "smem_fill_port_fraction",
                            "mma_sync_pipe_steal_fraction", "mma_sync_ldsm_latency_cycles", "ldsm_model",
                            "ldsm_data_latency_cycles", "xwarp_model",
-                           "block_share_model",
+                           "block_share_model", "store_path_model",
                            "icache_miss_cycles_per_line", "icache_branch_cycles", "icache_fetch_cycles_per_line",
                            "fetch_model"})
 
@@ -116,6 +116,11 @@ class Profile:
     fragment_store_bytes_per_clk_per_sm: float = _p(float)
     # and the chip's L2 takes such partial-sector writes at this rate, shared by every SM storing so
     fragment_store_chip_bytes_per_s: float = _p(float)
+    # store_path_model 1: the warps' plain (coalesced) stores leave an SM at most at store_bytes_per_clk_per_sm
+    # and the chip's at store_chip_bytes_per_s, beside the L2 port they share with the loads; 0: the port alone
+    store_path_model: int = _p(int)
+    store_bytes_per_clk_per_sm: float = _p(float)
+    store_chip_bytes_per_s: float = _p(float)
     hbm_bytes: int = _p(int)
     hbm_bandwidth_bytes_per_s: float = _p(float)  # achievable, not the datasheet's pin rate
     # the rate writes drain at amid reads (bus turnarounds): from a copy stream's time minus its reads' time
@@ -139,6 +144,9 @@ class Profile:
     alu_ops_per_clk_per_sm: float = _p(float)  # lanes of the ALU pipe: compare, min/max, select, 16-bit packing
     shfl_ops_per_clk_per_sm: float = _p(float)  # lanes of warp shuffles
     mufu_latency_cycles: float = _p(float)  # a dependent MUFU.EX2 chain's cycles per instruction
+    # cycles between one warp's bookkeeping instructions in a stretch that has nothing else to issue beside them
+    # (a kernel's prologue and epilogue: ir.Code.alone), waiting on their own fixed-latency dependencies; 1: every cycle
+    bookkeeping_issue_cycles: float = _p(float)
     shfl_latency_cycles: float = _p(float)  # a dependent SHFL.BFLY chain's cycles per instruction
     mma_sync_fp16_flops_per_clk_per_sm: float = _p(float)
     mma_sync_bf16_flops_per_clk_per_sm: float = _p(float)
@@ -340,6 +348,12 @@ class Profile:
         if self.fetch_model not in (0, 1):
             raise self._fail("fetch_model", f"must be 0 (a stretch fetched before it runs) or 1 (streamed in while "
                                             f"it runs), got {self.fetch_model}")
+        if self.store_path_model not in (0, 1):
+            raise self._fail("store_path_model", f"must be 0 (stores take the L2 port alone) or 1 (and the SM's and "
+                                                 f"the chip's store paths), got {self.store_path_model}")
+        if self.bookkeeping_issue_cycles < 1:
+            raise self._fail("bookkeeping_issue_cycles", f"is the cycles between one warp's instructions, at least 1, "
+                                                         f"got {self.bookkeeping_issue_cycles}")
         if self.fill_model not in (0, 1):
             raise self._fail("fill_model", f"must be 0 (fills take the whole port) or 1 (smem_fill_port_fraction of "
                                            f"it), got {self.fill_model}")

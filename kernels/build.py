@@ -47,6 +47,7 @@ MICROBENCH_TARGETS: dict[str, tuple[str, ...]] = {
     "xwarp": ("sm_80", "sm_90a"),
     "page_walk": ("sm_80", "sm_90a"),
     "store_burst": ("sm_80", "sm_90a"),
+    "block_start": ("sm_90a",),
 }
 NVCC_FLAGS = ("-O3", "-std=c++17", "-lineinfo", "-Xptxas", "-v")
 

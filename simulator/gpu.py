@@ -155,6 +155,8 @@ class Sm:
         self.smem = SharedUnit(f"SM{index}.smem", profile.smem_bandwidth_bytes_per_clk_per_sm)
         # the path stores from accumulator fragments take out of the warps' registers (ir.Store.fragments)
         self.stores = SharedUnit(f"SM{index}.stores", profile.fragment_store_bytes_per_clk_per_sm)
+        # and the path the warps' plain coalesced stores leave by (store_path_model 1)
+        self.plain_stores = SharedUnit(f"SM{index}.plain_stores", profile.store_bytes_per_clk_per_sm)
         # the instruction-issue model's units (profile.issue_model): warp schedulers (warp instructions), the
         # ALU pipe (lanes of compares, min/max, selects, packing) and the shuffle path (lanes)
         self.issue = SharedUnit(f"SM{index}.issue",
@@ -229,6 +231,9 @@ class Gpu:
         # takes its SMs as themselves
         self.partial_writes = Port(self.env, "partial_writes", profile.fragment_store_chip_bytes_per_s
                                    / profile.sm_clock_hz, self.private_copies if lockstep else 1.0)
+        # the chip's rate for the warps' plain stores (store_path_model 1), shared by every SM storing, as above
+        self.plain_writes = Port(self.env, "plain_writes", profile.store_chip_bytes_per_s / profile.sm_clock_hz,
+                                 self.private_copies if lockstep else 1.0)
         self.atomic_bytes = 0
         self.sms = [Sm(i, profile) for i in range(self.n_sms)]
         self.trace = trace
@@ -422,6 +427,7 @@ class Gpu:
         self.hbm.rate = self.profile.hbm_bandwidth_bytes_per_s / clock_hz
         self.hbm.requester_rate = self.profile.hbm_requester_bandwidth_bytes_per_s / clock_hz
         self.partial_writes.rate = self.profile.fragment_store_chip_bytes_per_s / clock_hz
+        self.plain_writes.rate = self.profile.store_chip_bytes_per_s / clock_hz
 
     def launch_fixed_cycles(self) -> int:
         """A launch's busy cycles outside its blocks (the kernel's start and end, as the profiler times a

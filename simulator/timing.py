@@ -306,6 +306,14 @@ class RoleTimer:
                     event = env.event()
                     landed = self._landing(event.succeed, "store", op.dst, now)
                     gpu.store(op.dst, now, op.level == SMEM, sm, landed, self.flow)
+                    if p.store_path_model:
+                        # beside the L2 port, the bytes leave through the SM's store path and the chip's store
+                        # rate, which every SM storing shares
+                        taken = env.event()
+                        gpu.plain_writes.submit(now, op.nbytes, taken.succeed, self.flow)
+                        yield from self._until([(sm.plain_stores, sm.plain_stores.submit(now, op.nbytes))])
+                        if not taken.triggered:
+                            yield taken
                     yield event
                     floor = now + op.chained * p.l2_hit_latency_cycles
                     if floor > env.now:
@@ -349,6 +357,10 @@ class RoleTimer:
         p = self.p
         if op.issue and p.issue_model:
             share = pipe_share(op.warps, p.sub_partitions_per_sm)
+            if op.alone and p.bookkeeping_issue_cycles > 1:
+                # nothing else to issue beside them: each warp issues its own at the pace of its dependencies
+                slots = p.sub_partitions_per_sm * p.warp_issue_per_clk_per_sub_partition
+                share = min(share, op.warps / (p.bookkeeping_issue_cycles * slots))
             yield from self._until([(self.sm.issue, self.sm.issue.submit(now, op.issue * op.warps, share))])
             now = self.env._now
         if p.fetch_model:

@@ -159,9 +159,10 @@ def test_v1_loop_from_probes_that_wander_by_a_hair(monkeypatch):
 
     monkeypatch.setattr(api, "simulate", nudged)
     # the nudges are laid over the probes' step costs under the latency form of ldmatrix (ldsm_model 1) with
-    # every filled byte on the port (fill_model 0), where the probes settle after 5 steps
+    # every filled byte on the port (fill_model 0) and the stores on the L2 port alone (store_path_model 0),
+    # where the probes settle after 5 steps
     problem = Problem(1, 4, 2048, 64, seqlen_k=16384)
-    four_sms = H100.with_overrides({"sm_count": 4, "ldsm_model": 1, "fill_model": 0})
+    four_sms = H100.with_overrides({"sm_count": 4, "ldsm_model": 1, "fill_model": 0, "store_path_model": 0})
     fast = api.simulate("v1", problem, four_sms, sms=None)
     assert fast.sim["outer_step_spread"] > 0 and len(fast.sim["outer_steps_simulated"]) == 5
     monkeypatch.setattr(api, "simulate", real)

@@ -124,9 +124,12 @@ def test_periodic_skip_is_exact(algo, problem, profile, sms, options):
 def test_periodic_skip_takes_whole_heads_in_a_multiple_of_the_launch_pattern(problem):
     """Heads of 4 blocks on 4 SMs of 2 slots: a head ends at every round of blocks done, but the 2 blocks of
     an SM end together, so the rounds' intervals repeat every 2 rounds (a short one, a long one), not every
-    one. Whole heads are left out with that multiple of the pattern as the period."""
-    fast = simulate("v2", problem, FOUR_SMS, sms=None)
-    plain = simulate("v2", problem, FOUR_SMS, sms=None, extrapolate=False)
+    one. Whole heads are left out with that multiple of the pattern as the period. (With the stores' own path
+    and the paced bookkeeping of the shipped profiles, an SM's two blocks drift apart by some 35 cycles a round
+    and their ends never repeat exactly: the skip rightly stays off there, so the premise is set up without them.)"""
+    profile = FOUR_SMS.with_overrides({"store_path_model": 0, "bookkeeping_issue_cycles": 1})
+    fast = simulate("v2", problem, profile, sms=None)
+    plain = simulate("v2", problem, profile, sms=None, extrapolate=False)
     assert fast.sim["periodic_skips"] == 1 and fast.sim["blocks_extrapolated"] > 0
     _same(fast, plain)
 

@@ -30,4 +30,5 @@ def backward_code(kernel: str, d: int, bm: int, bn: int, warps: int) -> dict | N
     if issued is None:
         return None
     name = f"{kernel} bwd d{d} {bm}x{bn}w{warps}"
-    return {s: Code(f"{name} {s}", 0, streamed=True, issue=issued[i], warps=warps) for i, s in enumerate(STRETCHES)}
+    return {s: Code(f"{name} {s}", 0, streamed=True, issue=issued[i], warps=warps, alone=s != "loop")
+            for i, s in enumerate(STRETCHES)}

@@ -66,7 +66,9 @@ def forward_code(kernel: str, d: int, bm: int, bn: int, warps: int, causal: bool
         return None
     name = f"{kernel} d{d} {bm}x{bn}w{warps}{' causal' if causal else ''}"
     code = {s: Code(f"{name} {s}", (sizes[i] if sizes else 0) * LINE_BYTES, streamed=True,
-                    issue=issued[i] if issued else 0.0, warps=warps) for i, s in enumerate(STRETCHES)}
+                    issue=issued[i] if issued else 0.0, warps=warps,
+                    alone=s == "epilogue" or (s == "prologue" and kernel not in PEELED))
+            for i, s in enumerate(STRETCHES)}
     code["peeled"] = kernel in PEELED
     return code
 
