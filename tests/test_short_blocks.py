@@ -8,8 +8,10 @@ warps live as long as the simulator keeps its blocks, and the kernel takes as ma
 Since the stores' own path and the prologue's and epilogue's paced bookkeeping (both measured, adopted in
 session 33 by the development-set rule) the simulator keeps these multi-wave blocks 2-9% longer than the warps
 live under Nsight Compute (it was -5..+4%), while their GPU busy time under the validation protocol stays within
-3% (B16 H48/6 N256 d64 causal: -1.8% -> +2.4%). What the model charges these blocks beyond their warps' lives
-is open (docs/MODEL.md, "Stores and paced bookkeeping"); the bounds below hold that gap, no more."""
+3% (B16 H48/6 N256 d64 causal: -1.8% -> +2.4%), and the kernel's own clock64 stamps (session 32) still measure
+that shape's blocks longer than simulated (9.3-23.0 k cycles against 6.6-19.3 k;
+experiments/results/h200/session33/phase-stamps.md). The two measurements disagree, and which one the model should
+follow is open (docs/MODEL.md, "Stores and paced bookkeeping"); the bounds below hold the gap, no more."""
 
 import re
 from pathlib import Path
