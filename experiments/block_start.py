@@ -18,10 +18,8 @@ writes FILE (default experiments/results/h200/block-start.json) and prints each 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
-from pathlib import Path
 
 import numpy as np
 
@@ -104,7 +102,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     from flashsim.errors import FlashsimError
 
-    from .calibrate_gpu import argv_tail, load_module, provenance, read_gpu, require_gpu
+    from .calibrate_gpu import load_module, read_gpu, require_gpu, write_rows
     from .validate import make_flush
 
     try:
@@ -122,10 +120,7 @@ def main(argv=None) -> int:
                 row = measure(cp, module, flush, kernel, blocks, protocol, **kw)
                 rows.append(row)
                 print(describe(row), flush=True)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"provenance": provenance(cp, gpu, ["block_start", *argv_tail()]), "rows": rows},
-                              indent=1) + "\n")
+    write_rows(args.out, cp, gpu, "block_start", rows)
     return 0
 
 

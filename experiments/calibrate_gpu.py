@@ -8,6 +8,7 @@ without a GPU, where these commands must fail with one line instead.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import platform
 import shutil
@@ -194,3 +195,11 @@ def _short(exc: BaseException) -> str:
 def argv_tail() -> list[str]:
     """The arguments after the program name, for provenance."""
     return sys.argv[1:]
+
+
+def write_rows(path: str | Path, cp, gpu: Gpu, name: str, rows: list[dict]) -> None:
+    """A microbenchmark's rows and their provenance (the command `name` and its arguments) as one JSON file."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"provenance": provenance(cp, gpu, [name, *argv_tail()]), "rows": rows}, indent=1)
+                   + "\n")

@@ -15,10 +15,8 @@ bytes per cycle (the block's bytes over its slowest warp's cycles to issue).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
-from pathlib import Path
 
 import numpy as np
 
@@ -57,7 +55,7 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="experiments/results/h200/store-burst.json")
     args = ap.parse_args(argv)
-    from .calibrate_gpu import argv_tail, load_module, provenance, read_gpu, require_gpu
+    from .calibrate_gpu import load_module, read_gpu, require_gpu, write_rows
     from .validate import make_flush
 
     cp = require_gpu("store_burst")
@@ -75,10 +73,7 @@ def main(argv=None) -> int:
                           f"{row['issue_cycles']:7.0f}  fence {row['fence_cycles']:7.0f}  barrier "
                           f"{row['barrier_cycles']:7.0f} cycles  {row['bytes_per_clk_per_sm']:5.1f} B/clk/SM",
                           flush=True)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"provenance": provenance(cp, gpu, ["store_burst", *argv_tail()]), "rows": rows},
-                              indent=1) + "\n")
+    write_rows(args.out, cp, gpu, "store_burst", rows)
     return 0
 
 

@@ -1,6 +1,8 @@
 """The block-start microbenchmark's harness (experiments/block_start.py, kernels/microbench/block_start.cu):
 its constant-bank chain and its refusal without a GPU; the measurements run on a GPU only."""
 
+from pathlib import Path
+
 import pytest
 from flashsim.experiments import block_start as bs
 
@@ -16,7 +18,7 @@ def test_the_chain_visits_one_new_line_a_step_and_returns():
 
 
 def test_every_kernel_of_the_source_is_measured():
-    source = (bs.Path(bs.__file__).resolve().parents[1] / "kernels" / "microbench" / "block_start.cu").read_text()
+    source = (Path(bs.__file__).resolve().parents[1] / "kernels" / "microbench" / "block_start.cu").read_text()
     kernels = {k for k, _ in bs.points()}
     assert all(f'extern "C" __global__ void {k}(' in source or f"__launch_bounds__(384, 1) {k}(" in source
                for k in kernels)
