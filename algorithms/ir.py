@@ -449,6 +449,24 @@ class Code:
     alone: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class BlockSetup:
+    """What a warp-specialised block's producer does before a tile's first copy, in dependent steps: on the
+    block's first tile, initialise `mbarriers` barriers in shared memory and publish them (the fence and the
+    block's barrier), then move registers between warpgroups (setmaxnreg, `realloc`); on every tile, take the
+    tile's number from the grid's counter (`counter`: an atomic answered by the L2) and compute its coordinates:
+    `param_reads` rounds of dependent reads of the kernel's parameters in the constant bank (`cold`: the first
+    reads of the block, which miss the SM's constant cache) around the scheduler's divisions by runtime values
+    (`tile_index`). A latency on the producer alone: no unit's rate, no bytes."""
+
+    mbarriers: int = 0
+    realloc: bool = False
+    param_reads: int = 0
+    cold: bool = False
+    tile_index: bool = True
+    counter: bool = False
+
+
 # -- the backward pass ------------------------------------------------------------------------------
 
 
@@ -563,8 +581,8 @@ class SoftmaxGrad:
 
 Op = (
     Load | Store | Gemm | GemmWait | OnlineSoftmax | Rescale | RescaleMerge | WarpReduce | Normalize | MergeSplits
-    | RowSoftmax | Quantize | Fill | Arrive | Wait | SyncThreads | Code | AtomicAdd | StoreShared | RowDot | LseExp
-    | SoftmaxGrad
+    | RowSoftmax | Quantize | Fill | Arrive | Wait | SyncThreads | Code | BlockSetup | AtomicAdd | StoreShared | RowDot
+    | LseExp | SoftmaxGrad
 )
 
 

@@ -18,6 +18,7 @@ from .ir import (
     RMEM,
     Arrive,
     AtomicAdd,
+    BlockSetup,
     Code,
     Fill,
     Gemm,
@@ -237,8 +238,8 @@ class _Cta:
             regs[op.ds] = op.scale * p_ * (dp - d)
         elif isinstance(op, Arrive):
             self.barriers[op.barrier] = self.barriers.get(op.barrier, 0) + op.count
-        elif isinstance(op, (SyncThreads, GemmWait, Code)):
-            pass  # ordering (and code fetch) only: program order already holds in this interpreter
+        elif isinstance(op, (SyncThreads, GemmWait, Code, BlockSetup)):
+            pass  # ordering (code fetch, set-up latency) only: program order already holds in this interpreter
         else:
             raise ScheduleError(f"numeric interpreter has no rule for {type(op).__name__}")
 

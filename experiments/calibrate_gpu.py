@@ -127,6 +127,39 @@ def load_module(cp, name: str, arch: str):
     return cp.RawModule(path=str(compile_cubin(name, arch)))
 
 
+def tensor_map_bench(name: str):
+    """(cupy, the GPU, the kernel `name` of the microbenchmark source of that name loaded through the driver, whose
+    launches take tensor maps by value, and validate's write flush); a FlashsimError without a Hopper GPU."""
+    from flashsim.kernels import driver
+
+    from .validate import make_flush
+
+    cp = require_gpu(name)
+    gpu = read_gpu(cp)
+    if not gpu.hopper:
+        raise FlashsimError(f"{name} needs a Hopper GPU (tensor-map copies)")
+    fn = driver.load_module(cp.cuda.Device().id, compile_cubin(name, gpu.arch)).function(name)
+    return cp, gpu, fn, make_flush(cp, gpu)
+
+
+def tensor_map_main(argv, name: str, doc: str, run) -> int:
+    """The command line of a tensor-map microbenchmark (`python3 -m flashsim.experiments.<name> [--out FILE]`):
+    rows = run(cp, gpu, kernel, flush) on the GPU, written with their provenance; exit 2 without a Hopper GPU."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog=f"python3 -m flashsim.experiments.{name}", description=doc,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=f"experiments/results/h200/{name.replace('_', '-')}.json")
+    args = ap.parse_args(argv)
+    try:
+        cp, gpu, fn, flush = tensor_map_bench(name)
+    except FlashsimError as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        return 2
+    write_rows(args.out, cp, gpu, name, run(cp, gpu, fn, flush))
+    return 0
+
+
 def driver_version() -> str:
     """The display driver's version (e.g. 580.159.04) from nvidia-smi, or 'unknown'."""
     smi = shutil.which("nvidia-smi")
@@ -198,8 +231,10 @@ def argv_tail() -> list[str]:
 
 
 def write_rows(path: str | Path, cp, gpu: Gpu, name: str, rows: list[dict]) -> None:
-    """A microbenchmark's rows and their provenance (the command `name` and its arguments) as one JSON file."""
+    """A microbenchmark's rows and their provenance (its module, flashsim.experiments.`name`, and the arguments it
+    ran with) as one JSON file."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"provenance": provenance(cp, gpu, [name, *argv_tail()]), "rows": rows}, indent=1)
-                   + "\n")
+    prov = provenance(cp, gpu, argv_tail())
+    prov["command"] = prov["command"].replace("flashsim", f"python3 -m flashsim.experiments.{name}", 1)
+    out.write_text(json.dumps({"provenance": prov, "rows": rows}, indent=1) + "\n")

@@ -39,7 +39,7 @@ ZERO_ALLOWED = frozenset({"smem_reserved_per_block_bytes", "issue_model", "clock
                            "mma_sync_ldsm_unhidden_fraction", "smem_fill_port_fraction",
                            "mma_sync_pipe_steal_fraction", "mma_sync_ldsm_latency_cycles", "ldsm_model",
                            "ldsm_data_latency_cycles", "xwarp_model",
-                           "block_share_model", "store_path_model",
+                           "block_share_model", "store_path_model", "block_setup_model",
                            "icache_miss_cycles_per_line", "icache_branch_cycles", "icache_fetch_cycles_per_line",
                            "fetch_model"})
 
@@ -129,6 +129,9 @@ class Profile:
     # the most HBM read bandwidth one requester (a thread block's warps; an SM's TMA engine) draws, however idle
     # the chip: what its outstanding requests carry per round trip
     hbm_requester_bandwidth_bytes_per_s: float = _p(float)
+    # the share of hbm_bandwidth_bytes_per_s (the warps' own loads' rate) that a stream of TMA copies reads
+    # from HBM, all SMs at once: each byte a TMA copy misses in the L2 takes 1 / this bytes of the HBM port
+    hbm_tma_read_fraction: float = _p(float)
     # math
     fp32_flops_per_clk_per_sm: float = _p(float)
     # cycles between a warp's dependent FP32 instructions: a warp's serial softmax arithmetic issues at this pace
@@ -190,6 +193,18 @@ class Profile:
     cp_async_issue_cycles: int = _p(int)
     launch_overhead_s: float = _p(float)
     cta_launch_cycles: int = _p(int)
+    # block_setup_model 1: a warp-specialised block's producer runs its set-up before a tile's first copy
+    # (ir.BlockSetup): barriers initialised and published (mbarrier_setup_cycles + mbarrier_init_cycles each),
+    # setmaxnreg, the tile's parameters read from the constant bank (constant_cold_read_cycles per dependent
+    # round on the block's first tile, constant_read_cycles after) and its index arithmetic (tile_index_cycles);
+    # 0: the producer issues its first copy at once
+    block_setup_model: int = _p(int)
+    mbarrier_setup_cycles: float = _p(float)
+    mbarrier_init_cycles: float = _p(float)
+    setmaxnreg_cycles: float = _p(float)
+    constant_cold_read_cycles: float = _p(float)
+    constant_read_cycles: float = _p(float)
+    tile_index_cycles: float = _p(float)
     # instruction fetch: the SASS an SM's instruction caches keep, and what each 128-byte line of code not kept
     # there adds to the time of the instructions on it (0: code is always there)
     icache_bytes_per_sm: int = _p(int)
@@ -351,6 +366,12 @@ class Profile:
         if self.store_path_model not in (0, 1):
             raise self._fail("store_path_model", f"must be 0 (stores take the L2 port alone) or 1 (and the SM's and "
                                                  f"the chip's store paths), got {self.store_path_model}")
+        if not 0 < self.hbm_tma_read_fraction <= 1:
+            raise self._fail("hbm_tma_read_fraction", f"is a share of the HBM's read rate, in (0, 1], got "
+                                                      f"{self.hbm_tma_read_fraction}")
+        if self.block_setup_model not in (0, 1):
+            raise self._fail("block_setup_model", f"must be 0 (a producer copies at once) or 1 (after its set-up), "
+                                                  f"got {self.block_setup_model}")
         if self.bookkeeping_issue_cycles < 1:
             raise self._fail("bookkeeping_issue_cycles", f"is the cycles between one warp's instructions, at least 1, "
                                                          f"got {self.bookkeeping_issue_cycles}")

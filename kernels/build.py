@@ -48,6 +48,8 @@ MICROBENCH_TARGETS: dict[str, tuple[str, ...]] = {
     "page_walk": ("sm_80", "sm_90a"),
     "store_burst": ("sm_80", "sm_90a"),
     "block_start": ("sm_90a",),
+    "tma_first": ("sm_90a",),
+    "tma_heads": ("sm_90a",),
 }
 NVCC_FLAGS = ("-O3", "-std=c++17", "-lineinfo", "-Xptxas", "-v")
 

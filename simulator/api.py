@@ -115,10 +115,12 @@ def issue_model_for(rec, profile):
 def schedule_options(profile) -> dict:
     """Build options the profile's model options call for (a record ignores those it does not take): the
     kernels' code stretches for the streamed instruction fetch (fetch_model 1), their bookkeeping
-    instructions for the instruction-issue model (issue_model 1 or 2). A profile without those models
-    builds neither, and its runs keep their ops (and speed)."""
+    instructions for the instruction-issue model (issue_model 1 or 2), the warp-specialised producers' set-up
+    (block_setup_model 1). A profile without those models builds none, and its runs keep their ops (and
+    speed)."""
     return {**({"code": True} if profile.fetch_model else {}),
-            **({"bookkeeping": True} if profile.issue_model else {})}
+            **({"bookkeeping": True} if profile.issue_model else {}),
+            **({"setup": True} if profile.block_setup_model else {})}
 
 
 def roofline(algo: str, problem: Problem, profile) -> dict:

@@ -219,6 +219,7 @@ class Gpu:
         self.hbm = Port(self.env, "hbm", profile.hbm_bytes_per_clk, self.private_copies,
                         profile.hbm_requester_bandwidth_bytes_per_s / profile.sm_clock_hz)
         self.write_cost = profile.hbm_bandwidth_bytes_per_s / profile.hbm_write_bandwidth_bytes_per_s
+        self.tma_read_cost = 1 / profile.hbm_tma_read_fraction  # port bytes per byte a TMA copy misses
         self.clock_hz = profile.sm_clock_hz
         self.l2_port = Port(self.env, "l2", profile.l2_bandwidth_bytes_per_s / profile.sm_clock_hz, self.private_copies)
         self.l2 = L2Cache(profile.l2_bytes, profile.l2_dirty_max_bytes)
@@ -258,10 +259,11 @@ class Gpu:
         self.start_stagger = 0
 
     # -- memory --------------------------------------------------------------------------------------
-    def load(self, tile, now: int, to_smem: bool, sm: Sm, then, extra: int = 0, flow=None) -> None:
+    def load(self, tile, now: int, to_smem: bool, sm: Sm, then, extra: int = 0, flow=None, tma: bool = False) -> None:
         """Read a tile through L2 (and HBM on a miss); then(cycle) runs at the cycle its bytes have landed,
         `extra` cycles after the last of them (TMA's own latency). `flow`: whose requests it queues behind
-        at the ports (default: the SM's)."""
+        at the ports (default: the SM's). `tma`: a tensor-map copy, whose misses take the HBM port at
+        hbm_tma_read_fraction of its rate."""
         if flow is None:
             flow = sm.index
         p = self.profile
@@ -275,7 +277,7 @@ class Gpu:
             for entry in missed:
                 entry[2] = fetch
             fetch.listeners.append(landing.part)
-            self.hbm.submit(now, miss, fetch.land, flow, p.hbm_latency_cycles)
+            self.hbm.submit(now, miss * self.tma_read_cost if tma else miss, fetch.land, flow, p.hbm_latency_cycles)
         nbytes = tile.nbytes
         self.l2_port.submit(now, nbytes, landing.part, flow, p.l2_hit_latency_cycles)
         if self.l2.evicted_dirty_bytes != self.l2._charged:

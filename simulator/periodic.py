@@ -62,10 +62,19 @@ def counters_repeat(marks: list, period: int) -> bool:
 
 
 def repeats(gaps: list[int], period: int) -> bool:
-    """Whether the last 2 x `period` intervals repeat exactly with that period. A period must take time: blocks
-    that end together (several per SM, started at once) give intervals of 0 cycles, which repeat but say
-    nothing of the blocks after them."""
-    return len(gaps) >= 2 * period and gaps[-period:] == gaps[-2 * period : -period] and sum(gaps[-period:]) > 0
+    """Whether the last intervals repeat with that period: the last 2 x `period` exactly, or, where an SM's
+    blocks drift against each other (their ends move a few cycles a round and wrap around), the last three
+    periods each taking the same cycles in sum. A period must take time: blocks that end together (several
+    per SM, started at once) give intervals of 0 cycles, which repeat but say nothing of the blocks after
+    them."""
+    if len(gaps) < 2 * period or sum(gaps[-period:]) <= 0:
+        return False
+    if gaps[-period:] == gaps[-2 * period : -period]:
+        return True
+    if len(gaps) < 3 * period:
+        return False
+    last, before, first = gaps[-period:], gaps[-2 * period : -period], gaps[-3 * period : -2 * period]
+    return sum(last) == sum(before) == sum(first)
 
 
 class CarriedSkip:

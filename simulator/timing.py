@@ -16,6 +16,7 @@ from flashsim.algorithms.ir import (
     SMEM,
     Arrive,
     AtomicAdd,
+    BlockSetup,
     Code,
     Fill,
     Gemm,
@@ -253,7 +254,7 @@ class RoleTimer:
                     tma = op.via == "tma"
                     landed = self._landing(self.barriers[op.barrier].arrive, "load", op.src, now, op.via)
                     gpu.load(op.src, now, to_smem, sm, landed, p.tma_latency_cycles if tma else 0,
-                             None if tma else self.flow)
+                             None if tma else self.flow, tma)
                     if op.issue and not tma:
                         # the warps issue the copy's instructions and their address arithmetic, sharing
                         # the SM's warp schedulers with other blocks' copies
@@ -338,6 +339,10 @@ class RoleTimer:
                 yield env.timeout(p.tma_issue_cycles if tma else max(1, op.chained * p.l2_hit_latency_cycles))
             elif kind is Code:
                 yield from self._stretch(op, now)
+            elif kind is BlockSetup:
+                yield env.timeout(setup_cycles(op, p))
+                if tracing:
+                    self._mark("set-up", now, env.now)
             else:
                 raise TypeError(f"timing interpreter has no rule for {kind.__name__}")
         for event in [*inflight.values(), *reductions]:
@@ -668,6 +673,22 @@ def _issued(op, sm, share: float, p) -> list[tuple[list, int]]:
         chain = phase_chain(name, op, p.fp32_dependent_issue_cycles, p.mufu_latency_cycles, p.shfl_latency_cycles)
         out.append((reqs, math.ceil(chain)))
     return out
+
+
+def setup_cycles(op: BlockSetup, p) -> int:
+    """A producer's set-up before a tile's first copy, its dependent steps one after another
+    (kernels/microbench/block_start.cu measures each): the barriers, setmaxnreg, the tile counter's atomic (a
+    round trip to the L2), the parameter reads and the index arithmetic."""
+    cycles = op.param_reads * (p.constant_cold_read_cycles if op.cold else p.constant_read_cycles)
+    if op.mbarriers:
+        cycles += p.mbarrier_setup_cycles + op.mbarriers * p.mbarrier_init_cycles
+    if op.realloc:
+        cycles += p.setmaxnreg_cycles
+    if op.counter:
+        cycles += p.l2_hit_latency_cycles
+    if op.tile_index:
+        cycles += p.tile_index_cycles
+    return max(1, round(cycles))
 
 
 def _waits(op, kind, inflight: dict) -> list:

@@ -30,6 +30,7 @@ from ..ir import (
     RMEM,
     SMEM,
     Arrive,
+    BlockSetup,
     Fill,
     Gemm,
     GemmWait,
@@ -60,6 +61,9 @@ from ..splitkv import (
 )
 from .forward_code import wgmma_loop_code
 
+# Rounds of dependent parameter reads on the producer's way to a tile's first copy: our v3's SASS reads the
+# constant bank in three groups (ULDC), each after a branch or division that the group before fed
+SETUP_PARAM_ROUNDS = 3
 # (tensor, K/V head, ring phase) whose load ops a V3 schedule keeps for reuse (its tiles of a head issue the
 # same ones)
 KV_HEADS_KEPT = 64
@@ -153,12 +157,15 @@ def kv_range(p: Problem, t: Tiling, cta: tuple) -> tuple[int, int]:
 
 
 def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_specialization: bool = True,
-          pingpong: bool = True, intra_overlap: bool = True, bookkeeping: bool = False) -> Schedule:
+          pingpong: bool = True, intra_overlap: bool = True, bookkeeping: bool = False,
+          setup: bool = False) -> Schedule:
     """The FA3 schedule; each of the three switches off gives the kernel without that technique (the FA3
     paper's ablation): the same loads, GEMMs and softmax, only ordered and synchronised differently.
     bookkeeping: each consumer's K/V step starts with a stretch carrying the instructions its loop issues
     beyond the lowered ops (forward_code.WGMMA_UNLOWERED, for the kernels measured), which the
-    instruction-issue model charges (simulate asks for them with the profile's issue_model 1)."""
+    instruction-issue model charges (simulate asks for them with the profile's issue_model 1).
+    setup: the producer's set-up before each tile's first copy (ir.BlockSetup; simulate asks for it with the
+    profile's block_setup_model 1)."""
     bm, bn, d, stages, splits = t.block_m, t.block_n, p.headdim, t.stages, t.splits
     consumers = bm // WG_ROWS
     dt = gemm_dtype(p)
@@ -280,10 +287,23 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
         steps[0] = (empties["K"][ring], k[first], *steps[0])
         return steps
 
+    # The producer's set-up (ir.BlockSetup), as our kernel runs it (kernels/v3.cu): on the block's first tile,
+    # one thread initialises two barriers per Q buffer (full, empty) and four per ring stage (K and V, full and
+    # empty), then setmaxnreg; on every tile, the tile from the counter (the two-Q-buffer kernel) and its
+    # coordinates, after SETUP_PARAM_ROUNDS rounds of parameter reads (cold on the first tile)
+    if setup and warp_specialization:
+        mbarriers = 2 * q_bufs + 4 * stages
+        setups = (BlockSetup(mbarriers, True, SETUP_PARAM_ROUNDS, True, True, prefetch),
+                  BlockSetup(0, False, SETUP_PARAM_ROUNDS, False, True, prefetch))
+    else:
+        setups = None
+
     def producer(cta, state=None):
         at = state or start
         first, n = kv_range(p, t, cta)
         c_act = active(cta[2])
+        if setups:
+            yield setups[at.tiles > 0]
         if carried and at.tiles >= q_bufs:  # the buffer's last tile has released it (its last S GEMMs are done)
             yield wait(f"qempty{at.tiles % q_bufs}", consumers * (at.tiles // q_bufs))
         for c in range(c_act if n or splits == 1 else 0):
@@ -558,5 +578,5 @@ ALGORITHM = Algorithm(
     register_budget=register_budget,
     check_tiling=check_tiling,
     complete_tiling=complete_tiling,
-    options=(*ABLATION_SWITCHES, "bookkeeping"),
+    options=(*ABLATION_SWITCHES, "bookkeeping", "setup"),
 )

@@ -29,7 +29,8 @@ IN_BYTES = 2  # the unquantised inputs arrive in bf16
 
 
 def build(p: Problem, t: Tiling, hadamard: bool = True, **ablation) -> Schedule:
-    """ablation: V3's switches (warp_specialization, pingpong, intra_overlap) for the attention kernel."""
+    """ablation: V3's switches (warp_specialization, pingpong, intra_overlap) and its set-up option for the
+    attention kernel."""
     d = p.headdim
 
     def quantize(cta):
@@ -107,7 +108,7 @@ ALGORITHM = replace(
         "q-block (Tr = {tr} passes).",
     features=("tma", "wgmma", "fp8"),
     dtypes=("fp8",),
-    options=("hadamard", *v3.ABLATION_SWITCHES),
+    options=("hadamard", *v3.ABLATION_SWITCHES, "setup"),
     hbm_tensors=hbm_tensors,
     input_bytes=IN_BYTES,
 )
