@@ -206,7 +206,16 @@ def main(argv: list[str]) -> None:
         scan(argv[1:])
         return
     if not argv or argv[0] != "measure":
-        json.dump(table(*argv[:3]), sys.stdout, indent=1)
+        ap = argparse.ArgumentParser(prog="sampling_exactness", epilog="or: sampling_exactness measure DIR ...; "
+                                     "sampling_exactness scan ...")
+        ap.add_argument("full", help="the whole-chip runs (full.jsonl)")
+        ap.add_argument("default", help="the default runs (default.jsonl)")
+        ap.add_argument("before", nargs="?", help="an earlier default.jsonl to set beside")
+        args = ap.parse_args(argv)
+        for path in filter(None, (args.full, args.default, args.before)):
+            if not Path(path).is_file():
+                ap.error(f"no such file: {path}")
+        json.dump(table(args.full, args.default, args.before), sys.stdout, indent=1)
         sys.stdout.write("\n")
         return
     ap = argparse.ArgumentParser(prog="sampling_exactness measure")
