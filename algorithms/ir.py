@@ -373,7 +373,13 @@ class RowSoftmax:
 
 @dataclass(frozen=True, slots=True)
 class Quantize:
-    """fp8 pass: per-block scale delta = max|x| / 448 and x / delta rounded to e4m3, register tile -> dst."""
+    """fp8 pass: per-block scale delta = max|x| / 448 and x / delta rounded to e4m3, register tile -> dst.
+
+    chunks: 0 for a tile in the tensor cores' fragment layout; else the SIMT layout of v3-fp8's pre-pass
+    (kernels/fp8_prepass.cuh), where every thread works `chunks` chunks of 8 consecutive elements of a row
+    (a padded block's too) and the Hadamard transform crosses lanes by shuffles; that code is issued through
+    the instruction-issue model whatever the schedule's GEMMs. issue: the warp instructions each warp issues
+    beyond what the lowering counts (address arithmetic, moves, branches, V's transposition), measured."""
 
     src: str
     dst: str
@@ -382,6 +388,8 @@ class Quantize:
     cols: int
     warps: int
     hadamard_seed: int | None = None  # incoherent processing: x <- x diag(+-1) H / sqrt(d) first
+    chunks: int = 0
+    issue: float = 0.0
 
     @property
     def exps(self) -> int:

@@ -41,6 +41,7 @@ from flashsim.algorithms.ir import (
 )
 
 WARP = 32
+REDUCE_STEPS = 5  # butterfly steps of a whole-warp reduction (xor 16, 8, 4, 2, 1)
 QUAD_STEPS = 2  # butterfly steps that combine the four threads of a quad (xor 1, xor 2)
 # mma.sync m16n8k16 (16-bit operands; tf32 and fp8 differ in k): FLOPs per HMMA instruction. fp32 operands
 # run on the tf32 path, as the profile's tensor rates take them
@@ -169,6 +170,8 @@ def lower(op) -> Counter:
         c["fmnmx"] += op.splits * rt
         c["fp32"] += 2 * op.splits * rt + 2 * op.splits * e
         c["mufu"] += op.splits * rt + rt
+    elif kind is Quantize and op.chunks:
+        _quantize_chunks(c, op)
     elif kind is Quantize:
         e, rt, _ = _layout(op.rows, op.cols, op.warps)
         c["fmnmx"] += e + QUAD_STEPS * rt  # abs-max (|x| is an operand modifier)
@@ -181,6 +184,43 @@ def lower(op) -> Counter:
     elif kind is SyncThreads:
         c["barrier"] += 1
     return c
+
+
+def hadamard_lane_stages(cols: int) -> int:
+    """Shuffle stages of the pre-pass's Hadamard transform: its order is the largest power of two dividing the
+    head dim (block-diagonal at d 96 and 192); the first 3 of its log2 stages stay in a thread's chunk of 8."""
+    order = cols & -cols
+    return max(0, order.bit_length() - 1 - 3)
+
+
+def _quantize_chunks(c: Counter, op) -> None:
+    """v3-fp8's pre-pass per warp (kernels/fp8_prepass.cuh): each thread loads `chunks` chunks of 8 bf16
+    values and unpacks them (a shift or mask each), for Q and K flips signs, runs the butterflies of column bits
+    0-2 in registers (3 FADD / FSUB an element) and the higher bits through shuffles (a SHFL and an FFMA an
+    element a stage) and scales by 1/sqrt(n); then the block's max |x| (an FMNMX an element, warp
+    reductions of 5 shuffle steps), the scale's division and reciprocal, x times it and the e4m3 packing (an
+    F2FP two elements, two merges a chunk); one load and one store a chunk, three barriers. Every warp reduces
+    its own max, the first of each thread block's 8 warps the block's and the cluster's. Every chunk runs, a
+    padded block's too. `op.issue` adds what this does not count."""
+    e = 8 * op.chunks
+    c["int"] += e + 2 * op.chunks
+    if op.hadamard_seed is not None:
+        stages = hadamard_lane_stages(op.cols)
+        c["fp32"] += e * (1 + 3 + stages + 1)
+        c["shuffle"] += e * stages
+        c["global"] += 2 * op.chunks
+    else:  # V: its rows go to shared memory, whence the transposition (op.issue) takes them
+        c["global"] += op.chunks
+        c["sts"] += op.chunks
+    # every warp reduces its own max; the first warp of each 8-warp thread block then the block's and its peers'
+    reductions = REDUCE_STEPS * (1 + 2 / 8)
+    c["fmnmx"] += e + reductions
+    c["shuffle"] += reductions
+    c["fp32"] += e
+    c["mufu"] += 2
+    c["convert"] += e / 2
+    c["barrier"] += 3
+    c["other"] += op.issue
 
 
 def lower_phases(op) -> list[tuple[Counter, str]]:
@@ -263,6 +303,13 @@ def chain_cycles(op, fp32_latency: float, mufu_latency: float, shfl_latency: flo
     if kind not in (OnlineSoftmax, Normalize, LseExp, SoftmaxGrad, RowDot, RowSoftmax, Rescale, RescaleMerge,
                     MergeSplits, Quantize):
         return 0.0
+    if kind is Quantize and op.chunks:
+        # an element's transform (unpack, sign, 3 butterflies, the shuffle stages, the scale), the thread's max
+        # over its elements, the warp's and the block's reductions, the reciprocal, the scaling and packing
+        stages = hadamard_lane_stages(op.cols) if op.hadamard_seed is not None else 0
+        transform = (6 + stages) * fp32_latency + stages * shfl_latency if op.hadamard_seed is not None else 0.0
+        reduce = (4 * op.chunks + 1) * fp32_latency + 3 * REDUCE_STEPS * (shfl_latency + fp32_latency)
+        return transform + reduce + mufu_latency + 2 * fp32_latency
     _, _, per_row = _layout(op.rows, op.cols, op.warps)
     reduce = (per_row / 2 + 1) * fp32_latency
     quad = QUAD_STEPS * (shfl_latency + fp32_latency)

@@ -614,7 +614,8 @@ def _elementwise_plan(op, sm, p) -> tuple:
     share = pipe_share(op.warps, p.sub_partitions_per_sm)
     off_chain = 0.0
     phases = ()
-    if p.issue_model:
+    # the pre-pass's SIMT code (a Quantize in chunks) is issued as instructions whatever the schedule's GEMMs
+    if p.issue_model or (type(op) is Quantize and op.chunks):
         (reqs, floor), *later = _issued(op, sm, share, p)
         phases = tuple(later)
     else:

@@ -191,11 +191,21 @@ def test_causal_v2_faster_than_non_causal_at_long_sequences():
     assert 1.5 <= ratio <= 2.0
 
 
-def test_fp8_beats_bf16_v3():
-    assert (
-        simulate("v3-fp8", _p("v3-fp8", batch=4, heads=16, seqlen_q=4096, headdim=128), H100).tflops
-        > simulate("v3", Problem(4, 16, 4096, 128), H100).tflops
-    )
+def test_fp8_attention_beats_bf16_v3_and_its_prepass_decides_the_call():
+    """Measured on the H200: the fp8 attention kernel beats bf16 v3's, but at d128 4k the quantisation pre-pass
+    makes the whole call slower (855 against 831 us at B4 H16 N4096, experiments/results/h200/session35/
+    fp8-kernel-times/); at d256 the GEMMs weigh more and fp8 wins the call (fp8/fp8-bench.md: 1.19-1.32x)."""
+    h200 = load_profile("h200")
+
+    def both(b, n, d):
+        fp8 = simulate("v3-fp8", _p("v3-fp8", batch=b, heads=16, seqlen_q=n, headdim=d), h200)
+        return fp8, simulate("v3", Problem(b, 16, n, d), h200)
+
+    fp8, bf16 = both(4, 4096, 128)
+    attention = fp8.kernels[-1]
+    assert attention["cycles"] / attention["clock_hz"] < bf16.kernel_time_s < fp8.kernel_time_s
+    fp8, bf16 = both(1, 16384, 256)
+    assert fp8.kernel_time_s < bf16.kernel_time_s
 
 
 @pytest.mark.parametrize("seqlen", [2048, 8192])
