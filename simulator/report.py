@@ -120,9 +120,14 @@ def detail_table(r, overrides: dict[str, str] | None = None):
         table.add_row(key.replace("_", " "), format_bytes(value))
     for key, value in r.utilization.items():
         table.add_row(f"{key} busy", f"{100 * value:.0f}%")
-    for k in r.kernels:
+    kernel_s = [k["cycles"] / k["clock_hz"] for k in r.kernels]
+    for k, seconds in zip(r.kernels, kernel_s, strict=True):
+        # a schedule of several launches (a pre-pass, a split-KV merge) says what each takes: their clocks differ
+        share = f" ({100 * seconds / sum(kernel_s):.0f}% of the kernels)" if len(r.kernels) > 1 else ""
         table.add_row(
-            f"kernel {k['name']}", f"{k['cycles']:,} cycles, {k['ctas']} blocks ({k['ctas_simulated']} simulated)"
+            f"kernel {k['name']}",
+            f"{format_time(seconds)} at {k['clock_hz'] / 1e9:.2f} GHz{share}: {k['cycles']:,} cycles, "
+            f"{k['ctas']:,} blocks ({k['ctas_simulated']:,} simulated)",
         )
     table.add_row(
         "simulation",

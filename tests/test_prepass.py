@@ -81,3 +81,17 @@ def test_the_prepass_is_issued_as_instructions_whatever_the_elementwise_rule():
     finally:
         v3_fp8.BOOKKEEPING.update(table)
     assert more > 1.3 * issued
+
+
+def test_simulate_says_what_each_kernel_of_the_call_takes(capsys, monkeypatch):
+    import re
+
+    from flashsim import cli
+
+    monkeypatch.setenv("COLUMNS", "200")
+    args = ["simulate", "--hw", "h200", "--algo", "v3-fp8", "--batch", "1", "--heads", "4", "--seqlen", "1024"]
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    shares = [int(m) for m in re.findall(r"at \d\.\d\d GHz \((\d+)% of the kernels\)", out)]
+    assert len(shares) == 2 and "kernel fp8_prepass" in out
+    assert abs(sum(shares) - 100) <= 1
