@@ -246,3 +246,13 @@ def test_v3_ablation_each_switch_off_is_slower(quick):
     for r in off:
         assert r["tflops"] < on["tflops"] and r["slowdown"] == pytest.approx(1 - r["tflops"] / on["tflops"])
         assert f"{r['label']} {-r['slowdown']:+.1%}" in quick("v3-ablation")["verdict"]
+
+
+def test_fp8_prepass_is_a_fixed_cost_per_token(quick):
+    """The pre-pass takes about the same time at every length of the 16k-token calls; the attention kernel grows."""
+    rows = quick("fp8-end-to-end")["numbers"]["rows"]
+    for d in (128, 256):
+        rs = [r for r in rows if r["d"] == d]
+        pre = [r["prepass_s"] for r in rs]
+        assert max(pre) < 1.3 * min(pre)
+        assert rs[-1]["attention_s"] > 4 * rs[0]["attention_s"]

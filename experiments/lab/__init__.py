@@ -12,7 +12,7 @@ from flashsim.errors import FlashsimError
 
 # In teaching order: correctness first, then bytes, then time, then precision.
 _MODULES = ("online_softmax", "fp16_overflow", "same_flops", "io_scaling", "smem_trade", "v2_vs_v1", "causal",
-            "gqa", "pipeline", "v3_ablation", "decode", "fp8_scaling")
+            "gqa", "pipeline", "v3_ablation", "decode", "fp8_scaling", "fp8_end_to_end")
 
 
 def experiments() -> dict:
