@@ -53,6 +53,20 @@ def _unavailable(algo: str, dtype: str) -> str | None:
     return None
 
 
+SIDE_KERNEL_SHARE = 0.2  # a launch besides the main one that takes this share of the kernels' time is named
+
+
+def _side_kernels(kernels: dict[str, float]) -> str:
+    """The launches besides the longest that weigh in the call's time (v3-fp8's pre-pass, a split-KV merge)."""
+    total = sum(kernels.values())
+    if len(kernels) < 2 or not total:
+        return ""
+    main = max(kernels, key=kernels.get)
+    side = [f"its {name} kernel takes {100 * t / total:.0f}% of the time" for name, t in kernels.items()
+            if name != main and t >= SIDE_KERNEL_SHARE * total]
+    return "; ".join(side)
+
+
 def advise(profile, seqlen: int, headdim: int, dtype: str = "bf16", causal: bool = False, decode: bool = False,
            train: bool = False, batch: int = 4, heads: int = 16, sms: int | None = None) -> dict:
     """Every algorithm's simulated forward time on `profile` (fastest first), with reasons; the best one that
@@ -72,7 +86,8 @@ def advise(profile, seqlen: int, headdim: int, dtype: str = "bf16", causal: bool
             except FlashsimError as exc:
                 why = str(exc)
             else:
-                row.update(time_s=result.time_s, tflops=result.tflops, bound_by=result.bound_by)
+                row.update(time_s=result.time_s, tflops=result.tflops, bound_by=result.bound_by,
+                           kernels={k["name"]: k["cycles"] / k["clock_hz"] for k in result.kernels})
         if why is not None:
             row.update(status="unavailable", reason=why)
         elif _quantises(catalog.get(algo), dtype):
@@ -92,6 +107,9 @@ def advise(profile, seqlen: int, headdim: int, dtype: str = "bf16", causal: bool
             parts.append(f"{r['time_s'] / best['time_s']:.2f}x the time of {best['algo']}")
             if SLOWER[r["algo"]]:
                 parts.append(SLOWER[r["algo"]])
+        side = _side_kernels(r.get("kernels") or {})
+        if side:
+            parts.append(side)
         if r["bound_by"] == "hbm":
             parts.append("memory-bound (HBM)" + (": decode reads all of K/V for one query row" if decode else ""))
         elif r is not best:
