@@ -59,20 +59,27 @@ def measure(impl, b, h, n, d, causal, flush, dtype) -> dict:
             "busy_us": sum(r["us"] for r in kernels), "kernels": kernels}
 
 
+def profiling_setup(out: str) -> tuple[Path, object, object]:
+    """(the output directory, made; the GPU as calibrate_gpu reads it; the L2 flush validate runs before every
+    call) for a script that times each kernel of a call."""
+    import cupy as cp
+
+    from .calibrate_gpu import read_gpu
+
+    path = Path(out)
+    path.mkdir(parents=True, exist_ok=True)
+    gpu = read_gpu(cp)
+    return path, gpu, make_flush(cp, gpu)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="out/bwd-kernel-times")
     parser.add_argument("--sets", default="grid,wave")
     args = parser.parse_args(argv)
-    import cupy as cp
     import torch
 
-    from .calibrate_gpu import read_gpu
-
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    gpu = read_gpu(cp)
-    flush = make_flush(cp, gpu)
+    out, gpu, flush = profiling_setup(args.out)
     records = []
     jsonl = (out / "bwd-kernel-times.jsonl").open("w")
 

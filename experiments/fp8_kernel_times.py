@@ -16,10 +16,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
-from .bwd_kernel_times import kernel_rows
-from .validate import fa2_grid, make_flush, ragged
+from .bwd_kernel_times import kernel_rows, profiling_setup
+from .validate import fa2_grid, ragged
 
 IMPLS = ("v3-fp8", "v3")
 
@@ -47,15 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="out/fp8-kernel-times")
     parser.add_argument("--impls", default=",".join(IMPLS))
     args = parser.parse_args(argv)
-    import cupy as cp
     import torch
 
-    from .calibrate_gpu import read_gpu
-
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    gpu = read_gpu(cp)
-    flush = make_flush(cp, gpu)
+    out, gpu, flush = profiling_setup(args.out)
     records = []
     with (out / "fp8-kernel-times.jsonl").open("w") as jsonl:
         for cfg in fa2_grid() + ragged():
