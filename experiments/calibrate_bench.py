@@ -16,7 +16,7 @@ from functools import partial
 import numpy as np
 
 from .calibrate_ldsm import ldsm_form, xblock_fill
-from .calibrate_power import power_mix
+from .calibrate_power import power_hbm, power_mix
 from .calibrate_softmax import softmax_gemm, softmax_mix
 from .calibrate_wgmma import wgmma_fill, wgmma_shape
 from .calibrate_xwarp import xwarp
@@ -922,6 +922,7 @@ BENCHMARKS: dict[str, Callable[[Bench], dict]] = {
     "wgmma_shape": wgmma_shape,
     "wgmma_fill": wgmma_fill,
     "power_mix": power_mix,
+    "power_hbm": power_hbm,
     "softmax_mix": softmax_mix,
     "softmax_gemm": softmax_gemm,
     "xwarp": xwarp,
@@ -930,4 +931,6 @@ BENCHMARKS: dict[str, Callable[[Bench], dict]] = {
     "tma": tma,
     "launch": launch,
 }
-HOPPER_ONLY = frozenset({"wgmma", "wgmma_shape", "wgmma_fill", "power_mix", "softmax_mix", "softmax_gemm", "tma"})
+HOPPER_ONLY = frozenset(
+    {"wgmma", "wgmma_shape", "wgmma_fill", "power_mix", "power_hbm", "softmax_mix", "softmax_gemm", "tma"}
+)

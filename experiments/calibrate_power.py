@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import subprocess
+import tempfile
 
 import numpy as np
 
@@ -127,3 +128,121 @@ def power_mix(b) -> dict:
             "work per clock64 cycle; nvidia-smi power and clock every 20 ms over the kept run"
         ),
     }
+
+
+# power_hbm: (tensor kind, tensor instructions per period, 16-byte loads per streaming thread per period). Its
+# period is 4x power_mix's, so that 16 loads a thread (64 KiB an SM) take about half the HBM's rate.
+HBM_PERIOD = 4 * PERIOD
+HBM_LOADS = (0, 16, 32, 48, 64)
+HBM_POINTS: list[tuple[str, int, int]] = [
+    *[("wgmma", k, n) for k in (0, 16, 32, 48, 64) for n in HBM_LOADS],
+    *[("mma_sync", k, n) for k in (704, 1376) for n in HBM_LOADS],
+]
+HBM_STREAM_WARPGROUPS = 2
+HBM_BUFFER_BYTES = 4 << 30
+
+
+def power_hbm(b) -> dict:
+    """The clock under tensor-core work and HBM reads together (kernels/microbench/power_hbm.cu): each point's
+    clock, tensor rate and HBM read rate, measured as power_mix's are, with nvidia-smi's power beside it."""
+    from .calibrate_bench import _operand_words
+
+    cp = b.cp
+    rng = np.random.default_rng(5)
+    init = cp.asarray(_operand_words(40 * 1024, "bf16", rng))
+    words = HBM_BUFFER_BYTES // 16
+    # words that no memory-side compression could shrink (a buffer of zeros streams faster than HBM can)
+    buffer = cp.arange(HBM_BUFFER_BYTES // 4, dtype=cp.uint32) * cp.uint32(2654435761)
+    sink = cp.zeros(1, dtype=cp.float32)
+    fn = b.fn("power_hbm", "power_hbm")
+    blocks = b.gpu.sm_count
+    threads = 128 * (1 + HBM_STREAM_WARPGROUPS)
+    tb = b.times(blocks)
+    periods = max(16, int((0.02 if b.quick else SECONDS) * 1.8e9 / HBM_PERIOD))
+    with tempfile.TemporaryFile(mode="w+") as log:  # a file, not a pipe: a full pipe would stop nvidia-smi
+        rows, windows = _power_hbm_points(b, fn, (init, buffer, words, sink, tb), blocks, threads, periods, log)
+        log.seek(0)
+        samples = _smi_rows(log.read())
+    for row, (start, end) in zip(rows, windows, strict=True):
+        row.update(_window(samples, start, end))
+    return {
+        "points": rows,
+        "how": (
+            f"power_hbm.cu: one block per SM, {periods} periods of {HBM_PERIOD} cycles (~0.2 s), run twice, the "
+            "second kept: warpgroup 0 issues k wgmma m64n256k16 (SS) or k mma.sync m16n8k16 per warp, "
+            f"{HBM_STREAM_WARPGROUPS} warpgroups stream n 16-byte ld.global.cg per thread (16 in flight) from a "
+            f"{HBM_BUFFER_BYTES >> 30} GiB buffer of incompressible words, then all wait out the period; clock: "
+            "clock64 over %globaltimer, median over blocks; HBM rate: bytes read over the launch's span "
+            "(first block start to last block end); nvidia-smi power every 20 ms over the kept run"
+        ),
+    }
+
+
+def _power_hbm_points(b, fn, buffers, blocks: int, threads: int, periods: int, log) -> tuple[list, list]:
+    from .calibrate_bench import block_times, clock_hz
+
+    cp = b.cp
+    init, buffer, words, sink, tb = buffers
+    smi = None
+    with contextlib.suppress(OSError):
+        smi = subprocess.Popen(SMI, stdout=log, stderr=subprocess.DEVNULL, text=True)
+    rows, windows = [], []
+    for kind, k, loads in HBM_POINTS:
+        args = (init, buffer, np.uint64(words), np.int32(kind == "mma_sync"), np.int32(k), np.int32(loads),
+                np.int32(HBM_PERIOD), np.int32(periods), sink, tb)
+        fn((blocks,), (threads,), args)
+        cp.cuda.Device().synchronize()
+        start = dt.datetime.now()
+        fn((blocks,), (threads,), args)
+        cp.cuda.Device().synchronize()
+        windows.append((start, dt.datetime.now()))
+        t = block_times(tb)
+        cycles = float(np.median((t["clk1"] - t["clk0"]).astype(np.float64)))
+        # the HBM rate over the whole launch: where the reads fill the HBM, blocks end apart and one block's
+        # time is shorter than the span in which all of them read
+        seconds = float(t["ns1"].max() - t["ns0"].min()) * 1e-9
+        tensor = k * (WGMMA_FLOPS if kind == "wgmma" else 4 * MMA_FLOPS) * periods
+        hbm_bytes = 16.0 * loads * periods * blocks * 128 * HBM_STREAM_WARPGROUPS
+        rows.append({
+            "tensor": kind, "tensor_per_period": k, "loads_per_thread": loads, "period_cycles": HBM_PERIOD,
+            "periods": periods, "clock_hz": clock_hz(t), "cycles": cycles, "seconds": seconds,
+            "overrun": cycles / (periods * HBM_PERIOD), "tensor_flops_per_clk_per_sm": tensor / cycles,
+            "hbm_read_bytes_per_s": hbm_bytes / seconds if seconds > 0 else 0.0,
+        })
+    if smi is not None:
+        smi.terminate()
+        smi.wait(timeout=5)
+    return rows, windows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python3 -m flashsim.experiments.calibrate_power --out FILE.json`: the power_hbm sweep alone (it loads one
+    cubin, where `flashsim calibrate --only power_hbm` loads every microbenchmark's)."""
+    import argparse
+    import json
+    import sys
+
+    from .calibrate_bench import Bench
+    from .calibrate_gpu import load_module, provenance, read_gpu, require_gpu
+
+    ap = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args(argv)
+    cp = require_gpu("calibrate_power")
+    gpu = read_gpu(cp)
+    bench = Bench(cp=cp, modules={"power_hbm": load_module(cp, "power_hbm", gpu.arch)}, gpu=gpu, quick=args.quick)
+    result = power_hbm(bench)
+    argv_used = ["calibrate_power", *(sys.argv[1:] if argv is None else argv)]
+    with open(args.out, "w") as f:
+        json.dump({"provenance": provenance(cp, gpu, argv_used), "gpu": gpu.__dict__, "power_hbm": result}, f, indent=1)
+    for r in result["points"]:
+        print(f"{r['tensor']:<9} k {r['tensor_per_period']:>3} loads {r['loads_per_thread']:>3}  "
+              f"{r['clock_hz'] / 1e6:6.0f} MHz  {r['hbm_read_bytes_per_s'] / 1e12:5.2f} TB/s  "
+              f"{r['tensor_flops_per_clk_per_sm']:7.0f} FLOP/clk/SM  overrun {r['overrun']:.2f}  "
+              f"{r.get('smi_power_w', float('nan')):5.0f} W")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -4,7 +4,10 @@ calibration on development shapes (bf16, N = 4096, batch 4; 32 heads at d64, 16 
 Each configuration is called back to back for about half a second while nvidia-smi samples the SM clock,
 power and clock-event reasons every 20 ms; the second half's samples are kept (the clock has settled).
 
-    python3 -m flashsim.experiments.kernel_clocks --out FILE.json [--seconds 0.6]
+    python3 -m flashsim.experiments.kernel_clocks --out FILE.json [--seconds 0.6] [--shapes long-kv]
+
+`--shapes long-kv`: the per-tile development set's rows whose blocks stream their own head's K/V from HBM
+(batch 8, 132 heads, 128 queries, 2k or 8k keys), where HBM traffic and tensor work load the chip together.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import time
 from .bench_kernels import inputs, make_fn
 from .calibrate_power import SMI, _smi_rows, _window
 
-CONFIGS = [  # (implementation, head dim, causal, heads)
+CONFIGS = [  # (implementation, head dim, causal, heads[, batch, queries, keys])
     ("v3", 64, False, 32),
     ("v3", 96, False, 16),
     ("v3", 128, False, 16),
@@ -32,17 +35,24 @@ CONFIGS = [  # (implementation, head dim, causal, heads)
     ("sdpa-cudnn", 64, False, 32),
     ("v3-fp8", 128, False, 16),
 ]
+LONG_KV = [
+    (impl, d, False, 132, 8, 128, keys)
+    for impl in ("v2", "sdpa-flash", "v3", "sdpa-cudnn") for d in (64, 128) for keys in (2048, 8192)
+]
 
 
-def run(seconds: float) -> list[dict]:
+def run(seconds: float, configs: list = CONFIGS) -> list[dict]:
     import datetime as dt
 
     import torch
 
     smi = subprocess.Popen(SMI, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     rows, windows = [], []
-    for impl, d, causal, heads in CONFIGS:
-        q, k, v = inputs(d, 4096, torch.bfloat16, 4, heads)
+    for impl, d, causal, heads, *shape in configs:
+        batch, queries, keys = shape or (4, 4096, 4096)
+        q, k, v = inputs(d, queries, torch.bfloat16, batch, heads)
+        if keys != queries:
+            k, v = (torch.randn(batch, heads, keys, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
         fn = make_fn(impl, q, k, v, causal)
         fn()
         torch.cuda.synchronize()
@@ -62,9 +72,10 @@ def run(seconds: float) -> list[dict]:
                 "impl": impl,
                 "headdim": d,
                 "causal": causal,
-                "batch": 4,
+                "batch": batch,
                 "heads": heads,
-                "seqlen": 4096,
+                "seqlen": queries,
+                "seqlen_k": keys,
                 "calls": calls,
                 "ms_per_call": ms,
             }
@@ -83,13 +94,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--seconds", type=float, default=0.6)
+    ap.add_argument("--shapes", choices=("dev", "long-kv"), default="dev")
     args = ap.parse_args(argv)
-    rows = run(args.seconds)
+    rows = run(args.seconds, LONG_KV if args.shapes == "long-kv" else CONFIGS)
     with open(args.out, "w") as f:
         json.dump({"rows": rows, "command": " ".join(["kernel_clocks", *(argv or sys.argv[1:])])}, f, indent=1)
     for r in rows:
         print(
-            f"{r['impl']:<11} d{r['headdim']:<4} {'causal' if r['causal'] else '      '} "
+            f"{r['impl']:<11} d{r['headdim']:<4} {'causal' if r['causal'] else '      '} Nk {r['seqlen_k']:<6} "
             f"{r['ms_per_call']:7.3f} ms  {r.get('smi_clock_mhz', float('nan')):6.0f} MHz  "
             f"{r.get('smi_power_w', float('nan')):5.0f} W  {r.get('smi_event_reasons')}"
         )

@@ -40,6 +40,7 @@ MICROBENCH_TARGETS: dict[str, tuple[str, ...]] = {
     "wgmma": ("sm_90a",),
     "wgmma_shape": ("sm_90a",),
     "power_mix": ("sm_90a",),
+    "power_hbm": ("sm_90a",),
     "softmax_mix": ("sm_90a",),
     "softmax_gemm": ("sm_90a",),
     "hbm_probe": ("sm_80", "sm_90a"),

@@ -32,3 +32,19 @@ def test_mixes_fit_their_period():
         # MUFU: 16 lanes per cycle per SM for 128 threads; FFMA: one instruction per cycle per warp
         assert 8 * mufu <= cp.PERIOD and ffma <= cp.PERIOD
         assert mufu % 8 == 0 and ffma % 8 == 0 and (kind == "wgmma" or k % 8 == 0)
+
+
+def test_power_hbm_points_fit_their_period_and_the_hbm():
+    """Each power_hbm point's tensor work fits the period (but the saturating mma.sync one), its loads come in
+    whole rounds of 16 in flight, and the lightest read load stays well under the HBM's rate while the heaviest
+    asks for more than it can give (so the sweep spans the HBM's range)."""
+    hbm = 4.8e12
+    period_s = cp.HBM_PERIOD / 1.98e9
+    per_round = 16 * 132 * 128 * cp.HBM_STREAM_WARPGROUPS  # bytes the chip asks for with one load per thread
+    rates = sorted({n * per_round / period_s for _, _, n in cp.HBM_POINTS if n})
+    assert rates[0] < 0.5 * hbm < hbm < rates[-1]
+    for kind, k, loads in cp.HBM_POINTS:
+        assert loads % 16 == 0
+        tensor_cycles = k * (128 if kind == "wgmma" else 6)
+        saturating = kind == "mma_sync" and k == max(p[1] for p in cp.HBM_POINTS if p[0] == "mma_sync")
+        assert tensor_cycles <= cp.HBM_PERIOD or saturating, (kind, k)
