@@ -138,6 +138,8 @@ HBM_POINTS: list[tuple[str, int, int]] = [
     *[("wgmma", k, n) for k in (0, 16, 32, 48, 64) for n in HBM_LOADS],
     *[("mma_sync", k, n) for k in (704, 1376) for n in HBM_LOADS],
 ]
+# how the warps wait out each period: spinning on the clock, or napping (as warps parked on a barrier)
+HBM_WAITS = ("spin", "nap")
 HBM_STREAM_WARPGROUPS = 2
 HBM_BUFFER_BYTES = 4 << 30
 
@@ -171,7 +173,8 @@ def power_hbm(b) -> dict:
             f"power_hbm.cu: one block per SM, {periods} periods of {HBM_PERIOD} cycles (~0.2 s), run twice, the "
             "second kept: warpgroup 0 issues k wgmma m64n256k16 (SS) or k mma.sync m16n8k16 per warp, "
             f"{HBM_STREAM_WARPGROUPS} warpgroups stream n 16-byte ld.global.cg per thread (16 in flight) from a "
-            f"{HBM_BUFFER_BYTES >> 30} GiB buffer of incompressible words, then all wait out the period; clock: "
+            f"{HBM_BUFFER_BYTES >> 30} GiB buffer of incompressible words, then all wait out the period (spinning on "
+            "clock64, or napping 128 ns between looks); clock: "
             "clock64 over %globaltimer, median over blocks; HBM rate: bytes read over the launch's span "
             "(first block start to last block end); nvidia-smi power every 20 ms over the kept run"
         ),
@@ -187,9 +190,9 @@ def _power_hbm_points(b, fn, buffers, blocks: int, threads: int, periods: int, l
     with contextlib.suppress(OSError):
         smi = subprocess.Popen(SMI, stdout=log, stderr=subprocess.DEVNULL, text=True)
     rows, windows = [], []
-    for kind, k, loads in HBM_POINTS:
+    for wait, (kind, k, loads) in ((w, p) for w in HBM_WAITS for p in HBM_POINTS):
         args = (init, buffer, np.uint64(words), np.int32(kind == "mma_sync"), np.int32(k), np.int32(loads),
-                np.int32(HBM_PERIOD), np.int32(periods), sink, tb)
+                np.int32(HBM_PERIOD), np.int32(periods), np.int32(wait == "nap"), sink, tb)
         fn((blocks,), (threads,), args)
         cp.cuda.Device().synchronize()
         start = dt.datetime.now()
@@ -204,7 +207,8 @@ def _power_hbm_points(b, fn, buffers, blocks: int, threads: int, periods: int, l
         tensor = k * (WGMMA_FLOPS if kind == "wgmma" else 4 * MMA_FLOPS) * periods
         hbm_bytes = 16.0 * loads * periods * blocks * 128 * HBM_STREAM_WARPGROUPS
         rows.append({
-            "tensor": kind, "tensor_per_period": k, "loads_per_thread": loads, "period_cycles": HBM_PERIOD,
+            "wait": wait, "tensor": kind, "tensor_per_period": k, "loads_per_thread": loads,
+            "period_cycles": HBM_PERIOD,
             "periods": periods, "clock_hz": clock_hz(t), "cycles": cycles, "seconds": seconds,
             "overrun": cycles / (periods * HBM_PERIOD), "tensor_flops_per_clk_per_sm": tensor / cycles,
             "hbm_read_bytes_per_s": hbm_bytes / seconds if seconds > 0 else 0.0,
@@ -237,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(args.out, "w") as f:
         json.dump({"provenance": provenance(cp, gpu, argv_used), "gpu": gpu.__dict__, "power_hbm": result}, f, indent=1)
     for r in result["points"]:
-        print(f"{r['tensor']:<9} k {r['tensor_per_period']:>3} loads {r['loads_per_thread']:>3}  "
+        print(f"{r['wait']:<5} {r['tensor']:<9} k {r['tensor_per_period']:>3} loads {r['loads_per_thread']:>3}  "
               f"{r['clock_hz'] / 1e6:6.0f} MHz  {r['hbm_read_bytes_per_s'] / 1e12:5.2f} TB/s  "
               f"{r['tensor_flops_per_clk_per_sm']:7.0f} FLOP/clk/SM  overrun {r['overrun']:.2f}  "
               f"{r.get('smi_power_w', float('nan')):5.0f} W")
