@@ -232,20 +232,87 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--bursts", action="store_true", help="the power_bursts sweep instead of power_hbm")
     args = ap.parse_args(argv)
     cp = require_gpu("calibrate_power")
     gpu = read_gpu(cp)
     bench = Bench(cp=cp, modules={"power_hbm": load_module(cp, "power_hbm", gpu.arch)}, gpu=gpu, quick=args.quick)
-    result = power_hbm(bench)
+    name = "power_bursts" if args.bursts else "power_hbm"
+    result = (power_bursts if args.bursts else power_hbm)(bench)
     argv_used = ["calibrate_power", *(sys.argv[1:] if argv is None else argv)]
     with open(args.out, "w") as f:
-        json.dump({"provenance": provenance(cp, gpu, argv_used), "gpu": gpu.__dict__, "power_hbm": result}, f, indent=1)
+        json.dump({"provenance": provenance(cp, gpu, argv_used), "gpu": gpu.__dict__, name: result}, f, indent=1)
+    if args.bursts:
+        for r in result["points"]:
+            print(f"{r['tensor']:<9} k {r['tensor_per_period']:>4} loads {r['loads_per_thread']:>3} "
+                  f"{r['burst_ms']:>5} ms {r['between']:<5} {r['clock_hz'] / 1e6:6.0f} MHz (first "
+                  f"{r['clock_first_hz'] / 1e6:.0f})  duty {r['duty']:.2f}")
+        return 0
     for r in result["points"]:
         print(f"{r['wait']:<5} {r['tensor']:<9} k {r['tensor_per_period']:>3} loads {r['loads_per_thread']:>3}  "
               f"{r['clock_hz'] / 1e6:6.0f} MHz  {r['hbm_read_bytes_per_s'] / 1e12:5.2f} TB/s  "
               f"{r['tensor_flops_per_clk_per_sm']:7.0f} FLOP/clk/SM  overrun {r['overrun']:.2f}  "
               f"{r.get('smi_power_w', float('nan')):5.0f} W")
     return 0
+
+
+
+# power_bursts: one power_hbm mix in launches of a set length, back to back or with an L2-sized write between
+# them (as a measurement that flushes the L2 between calls runs them), for the power limit's averaging window
+BURST_MIXES = (("mma_sync", 704, 32), ("wgmma", 48, 32))
+BURST_MS = (0.25, 0.5, 1.0, 2.0, 4.0, 16.0)
+BURSTS = 40  # launches per case; the clock is the median over the last half
+
+
+def power_bursts(b) -> dict:
+    """The clock of launches of 0.25-16 ms of a mix that meets the power limit when held (power_hbm), each case
+    run back to back and with a write of twice the L2 between launches."""
+    from .calibrate_bench import _operand_words, block_times, clock_hz
+
+    cp = b.cp
+    init = cp.asarray(_operand_words(40 * 1024, "bf16", np.random.default_rng(5)))
+    words = HBM_BUFFER_BYTES // 16
+    buffer = cp.arange(HBM_BUFFER_BYTES // 4, dtype=cp.uint32) * cp.uint32(2654435761)
+    flush = cp.empty(2 * b.gpu.l2_bytes // 4, dtype=cp.uint32)
+    sink = cp.zeros(1, dtype=cp.float32)
+    fn = b.fn("power_hbm", "power_hbm")
+    blocks, threads = b.gpu.sm_count, 128 * (1 + HBM_STREAM_WARPGROUPS)
+    tb = b.times(blocks)
+    rows = []
+    for kind, k, loads in BURST_MIXES:
+        for ms in BURST_MS:
+            periods = max(1, int(ms * 1e-3 * 1.8e9 / HBM_PERIOD))
+            args = (init, buffer, np.uint64(words), np.int32(kind == "mma_sync"), np.int32(k), np.int32(loads),
+                    np.int32(HBM_PERIOD), np.int32(periods), np.int32(1), sink, tb)
+            for between in ("none", "flush"):
+                clocks, spans = [], []
+                start = cp.cuda.Event()
+                end = cp.cuda.Event()
+                start.record()
+                for _ in range(BURSTS):
+                    fn((blocks,), (threads,), args)
+                    t = block_times(tb)  # synchronises: the host reads each launch's clock
+                    clocks.append(clock_hz(t))
+                    spans.append(float(t["ns1"].max() - t["ns0"].min()) * 1e-9)
+                    if between == "flush":
+                        flush.fill(1)
+                end.record()
+                end.synchronize()
+                rows.append({
+                    "tensor": kind, "tensor_per_period": k, "loads_per_thread": loads, "burst_ms": ms,
+                    "between": between, "bursts": BURSTS, "clock_hz": float(np.median(clocks[BURSTS // 2:])),
+                    "clock_first_hz": clocks[0], "launch_s": float(np.median(spans[BURSTS // 2:])),
+                    "duty": float(sum(spans) / (cp.cuda.get_elapsed_time(start, end) * 1e-3)),
+                })
+    return {
+        "points": rows,
+        "how": (
+            f"power_hbm.cu's mixes {BURST_MIXES} (napping), in launches of {BURST_MS} ms, {BURSTS} per case, each "
+            "read back by the host (so a gap of a few tens of microseconds between launches), with nothing or a "
+            "fill of twice the L2 between them; clock: clock64 over %globaltimer, median over blocks, then over "
+            "the last half of the launches; duty: the launches' spans over the case's wall time"
+        ),
+    }
 
 
 if __name__ == "__main__":
