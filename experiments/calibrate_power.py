@@ -233,12 +233,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--bursts", action="store_true", help="the power_bursts sweep instead of power_hbm")
+    ap.add_argument("--grid-ms", type=float, help="with --bursts: every power_hbm mix in launches of this many ms, "
+                                                   "an L2 fill between them")
     args = ap.parse_args(argv)
     cp = require_gpu("calibrate_power")
     gpu = read_gpu(cp)
     bench = Bench(cp=cp, modules={"power_hbm": load_module(cp, "power_hbm", gpu.arch)}, gpu=gpu, quick=args.quick)
     name = "power_bursts" if args.bursts else "power_hbm"
-    result = (power_bursts if args.bursts else power_hbm)(bench)
+    if args.bursts and args.grid_ms:
+        result = power_bursts(bench, HBM_POINTS, (args.grid_ms,), ("flush",), bursts=20)
+    else:
+        result = (power_bursts if args.bursts else power_hbm)(bench)
     argv_used = ["calibrate_power", *(sys.argv[1:] if argv is None else argv)]
     with open(args.out, "w") as f:
         json.dump({"provenance": provenance(cp, gpu, argv_used), "gpu": gpu.__dict__, name: result}, f, indent=1)
@@ -246,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
         for r in result["points"]:
             print(f"{r['tensor']:<9} k {r['tensor_per_period']:>4} loads {r['loads_per_thread']:>3} "
                   f"{r['burst_ms']:>5} ms {r['between']:<5} {r['clock_hz'] / 1e6:6.0f} MHz (first "
-                  f"{r['clock_first_hz'] / 1e6:.0f})  duty {r['duty']:.2f}")
+                  f"{r['clock_first_hz'] / 1e6:.0f})  duty {r['duty']:.2f}  "
+                  f"{r['tensor_flops_per_clk_per_sm']:6.0f} FLOP/clk/SM  {r['hbm_read_bytes_per_s'] / 1e12:5.2f} TB/s")
         return 0
     for r in result["points"]:
         print(f"{r['wait']:<5} {r['tensor']:<9} k {r['tensor_per_period']:>3} loads {r['loads_per_thread']:>3}  "
@@ -264,9 +270,10 @@ BURST_MS = (0.25, 0.5, 1.0, 2.0, 4.0, 16.0)
 BURSTS = 40  # launches per case; the clock is the median over the last half
 
 
-def power_bursts(b) -> dict:
+def power_bursts(b, mixes=BURST_MIXES, lengths=BURST_MS, betweens=("none", "flush"), bursts=BURSTS) -> dict:
     """The clock of launches of 0.25-16 ms of a mix that meets the power limit when held (power_hbm), each case
-    run back to back and with a write of twice the L2 between launches."""
+    run back to back and with a write of twice the L2 between launches. With `mixes` = HBM_POINTS and one length:
+    the power_hbm grid as a measurement that flushes the L2 between calls of that length sees it."""
     from .calibrate_bench import _operand_words, block_times, clock_hz
 
     cp = b.cp
@@ -279,17 +286,17 @@ def power_bursts(b) -> dict:
     blocks, threads = b.gpu.sm_count, 128 * (1 + HBM_STREAM_WARPGROUPS)
     tb = b.times(blocks)
     rows = []
-    for kind, k, loads in BURST_MIXES:
-        for ms in BURST_MS:
+    for kind, k, loads in mixes:
+        for ms in lengths:
             periods = max(1, int(ms * 1e-3 * 1.8e9 / HBM_PERIOD))
             args = (init, buffer, np.uint64(words), np.int32(kind == "mma_sync"), np.int32(k), np.int32(loads),
                     np.int32(HBM_PERIOD), np.int32(periods), np.int32(1), sink, tb)
-            for between in ("none", "flush"):
+            for between in betweens:
                 clocks, spans = [], []
                 start = cp.cuda.Event()
                 end = cp.cuda.Event()
                 start.record()
-                for _ in range(BURSTS):
+                for _ in range(bursts):
                     fn((blocks,), (threads,), args)
                     t = block_times(tb)  # synchronises: the host reads each launch's clock
                     clocks.append(clock_hz(t))
@@ -300,14 +307,18 @@ def power_bursts(b) -> dict:
                 end.synchronize()
                 rows.append({
                     "tensor": kind, "tensor_per_period": k, "loads_per_thread": loads, "burst_ms": ms,
-                    "between": between, "bursts": BURSTS, "clock_hz": float(np.median(clocks[BURSTS // 2:])),
-                    "clock_first_hz": clocks[0], "launch_s": float(np.median(spans[BURSTS // 2:])),
+                    "between": between, "bursts": bursts, "clock_hz": float(np.median(clocks[bursts // 2:])),
+                    "clock_first_hz": clocks[0], "launch_s": float(np.median(spans[bursts // 2:])),
+                    "tensor_flops_per_clk_per_sm": k * (WGMMA_FLOPS if kind == "wgmma" else 4 * MMA_FLOPS) * periods
+                    / float(np.median((t["clk1"] - t["clk0"]).astype(np.float64))),
+                    "hbm_read_bytes_per_s": 16.0 * loads * periods * blocks * 128 * HBM_STREAM_WARPGROUPS
+                    / float(np.median(spans[bursts // 2:])),
                     "duty": float(sum(spans) / (cp.cuda.get_elapsed_time(start, end) * 1e-3)),
                 })
     return {
         "points": rows,
         "how": (
-            f"power_hbm.cu's mixes {BURST_MIXES} (napping), in launches of {BURST_MS} ms, {BURSTS} per case, each "
+            f"power_hbm.cu's mixes {mixes} (napping), in launches of {lengths} ms, {bursts} per case, each "
             "read back by the host (so a gap of a few tens of microseconds between launches), with nothing or a "
             "fill of twice the L2 between them; clock: clock64 over %globaltimer, median over blocks, then over "
             "the last half of the launches; duty: the launches' spans over the case's wall time"
