@@ -60,6 +60,13 @@ def _window(rows, start: dt.datetime, end: dt.datetime) -> dict:
     }
 
 
+def _add_smi(rows: list[dict], windows: list, text: str) -> None:
+    """Each row's nvidia-smi samples (clock, power, event reasons) over its kept run's window."""
+    samples = _smi_rows(text)
+    for row, (start, end) in zip(rows, windows, strict=True):
+        row.update(_window(samples, start, end))
+
+
 def power_mix(b) -> dict:
     from .calibrate_bench import _operand_words, block_times, clock_hz
 
@@ -114,10 +121,7 @@ def power_mix(b) -> dict:
         )
     if smi is not None:
         smi.terminate()
-        text = smi.communicate(timeout=5)[0]
-        samples = _smi_rows(text)
-        for row, (start, end) in zip(rows, windows, strict=True):
-            row.update(_window(samples, start, end))
+        _add_smi(rows, windows, smi.communicate(timeout=5)[0])
     return {
         "points": rows,
         "how": (
@@ -164,9 +168,7 @@ def power_hbm(b) -> dict:
     with tempfile.TemporaryFile(mode="w+") as log:  # a file, not a pipe: a full pipe would stop nvidia-smi
         rows, windows = _power_hbm_points(b, fn, (init, buffer, words, sink, tb), blocks, threads, periods, log)
         log.seek(0)
-        samples = _smi_rows(log.read())
-    for row, (start, end) in zip(rows, windows, strict=True):
-        row.update(_window(samples, start, end))
+        _add_smi(rows, windows, log.read())
     return {
         "points": rows,
         "how": (

@@ -7,7 +7,7 @@ back (experiments/kernel_clocks.py --shapes long-kv), and the clock the power_hb
 (kernels/microbench/power_hbm.cu) shows at the row's simulated tensor and HBM rates, so that an error can be
 put on the cycles or on the clock:
 
-    python3 -m flashsim.experiments.long_kv_clocks [--dir experiments/results/h200/session36]
+    python3 -m flashsim.experiments.long_kv_clocks [--dir experiments/results/h200/session36] [--sweep FILE]
 """
 
 from __future__ import annotations
@@ -45,18 +45,20 @@ def ncu_metrics(path: Path) -> dict[str, float]:
 def sweep_clock(points: list[dict], kind: str, flops: float, hbm: float) -> float:
     """The clock the power_hbm sweep measured nearest (by inverse-distance weights over its unsaturated points of
     the same tensor instruction) to a tensor rate and an HBM read rate."""
-    near = [p for p in points if p["tensor"] == kind and p["overrun"] <= 1.02 and p["tensor_per_period"] > 0]
+    near = [p for p in points if p["tensor"] == kind and p["overrun"] <= 1.02 and p["tensor_per_period"] > 0
+            and p.get("wait", "spin") == "spin"]
     x = np.array([[p["tensor_flops_per_clk_per_sm"] / 4096, p["hbm_read_bytes_per_s"] / 4.8e12] for p in near])
     d = np.hypot(*(x - [flops / 4096, hbm / 4.8e12]).T) + 1e-3
     w = 1 / d**2
     return float(np.sum(w * [p["clock_hz"] for p in near]) / np.sum(w))
 
 
-def table(folder: Path) -> list[str]:
+def table(folder: Path, sweep_file: Path | None = None) -> list[str]:
     tiles = {(r["impl"], r["config_id"]): r for r in json.loads((ROOT / "devset-tiles.json").read_text())["rows"]}
     sustained = {(r["impl"], r["headdim"], r["seqlen_k"]): r
                  for r in json.loads((folder / "long-kv-ncu" / "clocks-long-kv.json").read_text())["rows"]}
-    sweep = json.loads((folder / "power-hbm" / "power-hbm.json").read_text())["power_hbm"]["points"]
+    sweep_file = sweep_file or folder / "power-hbm" / "power-hbm.json"
+    sweep = json.loads(sweep_file.read_text())["power_hbm"]["points"]
     lines = ["| row | measured busy ms | ncu ms | cycles: model / ncu | clock GHz: model / ncu / back to back / "
              "power_hbm at the row's rates | error % (busy) |", "|---|---|---|---|---|---|"]
     for stem, (impl, config) in ROWS.items():
@@ -86,8 +88,9 @@ def table(folder: Path) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", default=str(ROOT / "session36"))
+    ap.add_argument("--sweep", help="the power_hbm sweep to read (default: DIR/power-hbm/power-hbm.json)")
     args = ap.parse_args(argv)
-    print("\n".join(table(Path(args.dir))))
+    print("\n".join(table(Path(args.dir), Path(args.sweep) if args.sweep else None)))
     return 0
 
 
