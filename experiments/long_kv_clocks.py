@@ -28,6 +28,7 @@ ROWS = {  # ncu file stem -> (implementation, development-set configuration)
     "cudnn-d128-k8192": ("sdpa-cudnn", "b8-h132-n128-k8192-d128"),
 }
 MODEL_CLOCK_HZ = {"v2": 1.814e9, "sdpa-flash": 1.814e9, "v3": 1.583e9, "sdpa-cudnn": 1.583e9}  # clock_model 0
+TENSOR = {"v2": "mma_sync", "sdpa-flash": "mma_sync", "v3": "wgmma", "sdpa-cudnn": "wgmma"}
 
 
 def ncu_metrics(path: Path) -> dict[str, float]:
@@ -74,8 +75,7 @@ def table(folder: Path, sweep_file: Path | None = None) -> list[str]:
         c = row["config"]
         flops = 4 * c["batch"] * c["heads"] * c["seqlen_q"] * c["seqlen_k"] * c["headdim"]
         hbm = (row["predicted"]["hbm_read"] + row["predicted"]["hbm_write"]) / ncu_s
-        kind = "wgmma" if impl in ("v3", "sdpa-cudnn") else "mma_sync"
-        at = sweep_clock(sweep, kind, flops / (ncu_cycles * 132), hbm)
+        at = sweep_clock(sweep, TENSOR[impl], flops / (ncu_cycles * 132), hbm)
         back = sustained.get((impl, c["headdim"], c["seqlen_k"]), {}).get("smi_clock_mhz", float("nan")) / 1e3
         lines.append(
             f"| {impl} {config} | {measured * 1e3:.3f} | {ncu_s * 1e3:.3f} | {cycles / 1e6:.3f} M / "
