@@ -158,6 +158,7 @@ def simulate(
     progress=None,
     flushed_l2: bool = False,
     start_stagger_cycles: int = 0,
+    drift_skip: bool = True,
 ) -> SimResult:
     """Replay `algo`'s schedule for `problem` on `profile`.
 
@@ -172,7 +173,10 @@ def simulate(
     flushed_l2: start from the full, partly dirty L2 a flush leaves (Gpu.flushed_l2), not an empty one; bytes
     then holds hbm_write_flush, the part of hbm_write that is the flush's dirty lines written back.
     start_stagger_cycles: the first block of each SM's odd slots starts that much later (the phase experiment,
-    experiments/stagger.py; kernels/v2.cu's start_stagger_cycles)."""
+    experiments/stagger.py; kernels/v2.cu's start_stagger_cycles).
+    drift_skip: with extrapolate, let the loop skip leave out stretches of causal and variable-length one-role
+    kernels whose roles drift against each other (simulator/loopskip.py, within a tolerance); False: its exact
+    premise only."""
     rec = catalog.get(algo)
     profile = issue_model_for(rec, profile)
     options = dict(options or {})
@@ -202,6 +206,7 @@ def simulate(
     if flushed_l2:
         gpu.flushed_l2()
     gpu.start_stagger = start_stagger_cycles
+    gpu.drift_skip = drift_skip
     if max_events is not None:
         gpu.env.max_events = max_events
     cycles = 0

@@ -131,6 +131,8 @@ def register(subparsers: Any) -> None:
     add_profile_args(p)
     add_switch_args(p)
     _add_run_args(p)
+    p.add_argument("--no-drift-skip", dest="drift_skip", action="store_false",
+                   help="leave out loop stretches only where the machine repeats them exactly (no drift skip)")
     p.add_argument("--max-steps", type=int, default=MAX_SIMULATED_STEPS,
                    help="refuse runs that would interpret more tile steps, one Q block meeting one K/V block "
                    f"(default {MAX_SIMULATED_STEPS:,}, about five minutes; 0: no limit)")
@@ -258,7 +260,7 @@ def _cmd_simulate(args) -> int:
     options = {**options_from_args(args, args.algo), "dq": args.dq}
     with RunProgress(label, enabled=not args.json) as progress:
         result = simulate_pass(args.algo, problem, profile, args.pass_, tiling, sms=_sms(args, profile),
-                               extrapolate=args.extrapolate, options=options,
+                               extrapolate=args.extrapolate, options=options, drift_skip=args.drift_skip,
                                max_steps=args.max_steps or None, max_events=_max_events(args), progress=progress)
     if args.json:
         _print_json({**result.as_dict(), **({"hw_overrides": overridden(profile)} if overridden(profile) else {})})

@@ -249,7 +249,8 @@ class Gpu:
         self.unit_skips = {"skips": 0, "units_left_out": 0, "worst": 0.0}  # whole heads left out (unitskip.py)
         self.loop_skip = None  # the running launch's LoopSkip (None: every op is simulated)
         self.loop_skips = {"skips": 0, "ops_left_out": 0, "cycles_left_out": 0, "mismatch_bytes": 0.0,
-                           "evicting_skips": 0}
+                           "evicting_skips": 0, "drift_skips": 0}
+        self.drift_skip = True  # the loop skip may leave out stretches whose roles drift (loopskip._watch_drift)
         self.skipped_cycles = 0  # cycles of loop periods left out, all launches so far
         self.skipped: dict[str, float] = {}  # counter increments of the loop periods left out
         self.kv_head_bytes = 0.0  # K and V of one K/V head (the evicting loop skip's premise; 0: unknown)
@@ -461,6 +462,6 @@ class Gpu:
         done = self.loop_skip
         if done is None:
             return
-        for key in ("skips", "ops_left_out", "cycles_left_out", "mismatch_bytes", "evicting_skips"):
+        for key in ("skips", "ops_left_out", "cycles_left_out", "mismatch_bytes", "evicting_skips", "drift_skips"):
             self.loop_skips[key] += getattr(done, key)
         self.loop_skip = None

@@ -26,8 +26,8 @@ ending somewhere on the sampled SMs every few iterations leaves few whole stretc
 Nor do the SMs of a causal sample keep one rhythm: on v2's causal GQA run (h200, 2 x 64 heads, 8 K/V heads,
 64k, two blocks per SM on 8 SMs) the two blocks of some SMs do 10 to 11 iterations while the reference's do
 12, others 12.9, and which SMs lag changes from stretch to stretch; 13 of the first 1,157 reference marks
-found every role in phase. Over the whole run 1,268 short skips leave out 44% of the ops (22% of the cycles),
-and the 5.3 M ops left go op by op (8.2 M events).
+found every role in phase. With the exact premise alone the run leaves out 1.2% of its ops in 22 skips and
+takes 27 M events (with the drift skip below, 5.5 M).
 
 V3's three-consumer tiles, whose softmaxes share the schedulers' dependent dispatch: d96's (192 x 112) lock
 into a whole number of cycles per iteration and are left out like the others; d64's (192 x 192) do not.
@@ -42,13 +42,32 @@ passes (the marks compare whole cycles and phases, not the units' fractions of a
 tile ending on one of the 8 sampled SMs changes the roles every 18 marks at most. A skip watched over fewer
 roles (one SM's) would leave its traffic out of the ports and the L2 the other SMs share, so it would not be
 the plain run either.
+
+Drift skip (causal and variable-length kernels whose blocks are one role; within a tolerance, `--no-drift-skip`
+leaves it out). Where the premise fails only because the roles' rhythms are no whole multiples of each other
+(on that causal GQA run most roles take 5,174 cycles a K/V step, those of some SMs 5,109, so their phase at
+the marks wanders), each role is timed on its own: over the last 2 x DRIFT_WINDOW marks with the same roles, no
+line evicted and no global memory written, its cycles per loop body measured between its ops at the same place
+in its body must hold to DRIFT_TOL. Then k reference iterations' cycles are left out, k as large as every role
+still repeats its body (at least DRIFT_LEAST): each role drops the whole bodies its own rate gives, rounded to
+the nearest with the remainder carried to its next drift skip, and its barriers count their arrivals. The
+left-out loads enter the L2 in the order the rates issue them, as far as they fit without evicting; the L2
+counts their L2 and HBM bytes, and the other counters move as over the watched marks, per load byte for the
+loads' own (ports, shared-memory fills) and per op for the rest. A warp-specialised block's roles would have to
+drop the same iterations (their barriers pair their ops), so such kernels keep the exact skip only. Not exact:
+each skip leaves every role within half a body of where its rate puts it (forked runs: role ends -60 +- 20
+cycles on average, spread 1,000-2,000 cycles, against the plain run from the same state), and where a grid
+ends hangs on which blocks meet on an SM at its tail, which any nudge reshuffles: the plain causal GQA runs at
+8k-32k move by up to 0.9% when the odd slots start 3-50 cycles late, and drift-skipped runs scatter alike
+around the same mean. Measured against the exact-only runs: docs/MODEL.md, Shortcuts.
 """
 
 from __future__ import annotations
 
 import math
-from itertools import compress, islice
-from operator import attrgetter, not_
+from functools import partial
+from itertools import compress, islice, pairwise
+from operator import attrgetter, itemgetter, not_
 from types import GeneratorType
 
 import simpy
@@ -71,6 +90,19 @@ MIRRORED = 2
 # replay stops after the first stretch whose HBM bytes differ from the watched one's by more than this.
 EVICTING_TOL = 1e-3
 LINE_BYTES = 2048  # a line's size at 16 bits, to express a line evicted by a replay in bytes
+# The drift skip (LoopSkip._watch_drift): 2 x DRIFT_WINDOW reference iterations watched, in which every role's
+# cycles per loop body held to DRIFT_TOL; the loads left out may miss in the L2 a share of their bytes within
+# DRIFT_MISS_TOL of the watched iterations' share.
+DRIFT_WINDOW = 2
+DRIFT_TOL = 0.02
+DRIFT_MISS_TOL = 0.02
+DRIFT_LOOK = 32  # loop bodies ahead of each role first looked at
+# The fewest reference iterations a drift skip leaves out: a shorter one saves less than it costs (the L2's
+# look at its loads), and each skip nudges the run off its exact course (see _watch_drift).
+DRIFT_LEAST = 4
+# Counters that loops left out never move (their ops write no global memory): a window that moved them held
+# other work, and is not watched.
+WRITTEN = ("l2_write", "hbm_write", "hbm_write_flush", "l2_atomic", "busy_l2_atomic")
 
 
 _LIST_ITER = type(iter([]))
@@ -155,7 +187,7 @@ def _list_signatures(items: list, at: int, ops: list, out: list, memo: dict) -> 
 class LoopSkip:
     """One launch's loop skip; RoleTimers register with it and the reference role calls step()."""
 
-    def __init__(self, gpu, counters, evicting: bool = True):
+    def __init__(self, gpu, counters, evicting: bool = True, drift: bool = False):
         self.gpu, self.counters = gpu, counters
         self.roles: dict = {}  # running RoleTimers, in start order
         self.ref = None
@@ -166,7 +198,11 @@ class LoopSkip:
         self.stuck: frozenset | None = None  # running roles when a skip last found nothing to leave out
         self.pending = False  # a skip waits for the end of the cycle (_defer)
         self.evicting = evicting  # stretches that evict lines may be left out too (EVICTING_TOL)
+        self.drift = drift  # the drift skip may leave out stretches where the exact premise fails (_watch_drift)
+        self.drift_stuck: frozenset | None = None  # running roles when a drift skip last found nothing to leave out
+        self.carry: dict = {}  # role -> loop bodies it owes (+) or is ahead by (-) after its drift skips
         self.skips = 0
+        self.drift_skips = 0  # of them, drift skips
         self.evicting_skips = 0  # of them, skips of stretches that evict (within EVICTING_TOL)
         self.ops_left_out = 0
         self.cycles_left_out = 0
@@ -180,6 +216,7 @@ class LoopSkip:
 
     def leave(self, role) -> None:
         del self.roles[role]
+        self.carry.pop(role, None)
         if role is self.ref:
             self._reference(next(iter(self.roles), None))
         else:
@@ -220,25 +257,27 @@ class LoopSkip:
         marks.append((now + gpu.skipped_cycles, roles, self.counters(), gpu.l2.evictions))
         if len(marks) > 2 * MAX_PERIOD + 1:
             del marks[0]
-        if self.stuck is not None and self.stuck == frozenset(self.roles):
-            return
-        for period in range(1, MAX_PERIOD + 1):
-            if len(marks) < 2 * period + 1:
-                break
-            a, b, c = marks[-1 - 2 * period], marks[-1 - period], marks[-1]
-            if b[0] - a[0] != c[0] - b[0] or not a[1].keys() == b[1].keys() == c[1].keys():
-                continue  # another length, or other roles
-            evicted = c[3] - b[3]
-            if evicted != b[3] - a[3] or evicted and not self.evicting:
-                continue  # lines evicted unevenly (or at all, without the evicting skip): no steady L2
-            ops = {r: c[1][r][0] - b[1][r][0] for r in c[1]}
-            if any(ops[r] != b[1][r][0] - a[1][r][0] or ops[r] <= 0 or not a[1][r][1] == b[1][r][1] == c[1][r][1]
-                   for r in ops):
-                continue
-            delta = {key: c[2][key] - b[2][key] for key in c[2]}
-            if all(math.isclose(delta[key], b[2][key] - a[2][key], rel_tol=REL_TOL, abs_tol=1e-6) for key in delta):
-                self._defer(c[0] - b[0], ops, delta, evicted)
-                return
+        if self.stuck is None or self.stuck != frozenset(self.roles):
+            for period in range(1, MAX_PERIOD + 1):
+                if len(marks) < 2 * period + 1:
+                    break
+                a, b, c = marks[-1 - 2 * period], marks[-1 - period], marks[-1]
+                if b[0] - a[0] != c[0] - b[0] or not a[1].keys() == b[1].keys() == c[1].keys():
+                    continue  # another length, or other roles
+                evicted = c[3] - b[3]
+                if evicted != b[3] - a[3] or evicted and not self.evicting:
+                    continue  # lines evicted unevenly (or at all, without the evicting skip): no steady L2
+                ops = {r: c[1][r][0] - b[1][r][0] for r in c[1]}
+                if any(ops[r] != b[1][r][0] - a[1][r][0] or ops[r] <= 0
+                       or not a[1][r][1] == b[1][r][1] == c[1][r][1] for r in ops):
+                    continue
+                delta = {key: c[2][key] - b[2][key] for key in c[2]}
+                if all(math.isclose(delta[key], b[2][key] - a[2][key], rel_tol=REL_TOL, abs_tol=1e-6)
+                       for key in delta):
+                    self._defer(partial(self._settle, c[0] - b[0], ops, delta, evicted), ops)
+                    return
+        if self.drift:
+            self._watch_drift()
 
     def _settle(self, cycles: int, ops: dict, delta: dict, evicted: int) -> None:
         if self._skip(cycles, ops, delta, evicted):
@@ -246,18 +285,19 @@ class LoopSkip:
         else:
             self.stuck = frozenset(self.roles)
 
-    def _defer(self, cycles: int, ops: dict, delta: dict, evicted: int) -> None:
-        """Skip once the cycle is over. The reference role has just taken its op; other SMs' roles doing the
-        same work take theirs later in the same cycle. Left out now, the reference's op would run against the
-        L2 state of the stretch left out (a line its twins' left-out loads brought in at once), putting its
-        SM ahead of theirs; at the next cycle's start every role has taken this cycle's ops."""
+    def _defer(self, settle, ops: dict) -> None:
+        """Skip (settle()) once the cycle is over, if the roles of `ops` still run. The reference role has just
+        taken its op; other SMs' roles doing the same work take theirs later in the same cycle. Left out now, the
+        reference's op would run against the L2 state of the stretch left out (a line its twins' left-out loads
+        brought in at once), putting its SM ahead of theirs; at the next cycle's start every role has taken
+        this cycle's ops."""
         env = self.gpu.env
         self.pending = True
 
         def skip(_event) -> None:
             self.pending = False
             if set(ops) == set(self.roles):  # no block began or ended meanwhile
-                self._settle(cycles, ops, delta, evicted)
+                settle()
 
         event = simpy.Event(env)
         event._ok, event._value = True, None
@@ -328,6 +368,161 @@ class LoopSkip:
         self.cycles_left_out += reps * cycles
         return True
 
+    # -- the drift skip ------------------------------------------------------------------------------
+    def _watch_drift(self) -> None:
+        """The fallback where the exact premise fails only because roles drift: each role keeps its own
+        steady rhythm, but the rhythms are no whole multiples of each other, so a role's phase against the
+        reference wanders from mark to mark (and now and then it takes one op more or less between two).
+        Once the last 2 x DRIFT_WINDOW reference iterations ran with the same roles, no line evicted and no
+        global memory written, and each role's cycles per loop body held to DRIFT_TOL (_body_cycles),
+        every role moves on at its own rate (_drift_skip)."""
+        marks = self.marks
+        if len(marks) < 2 * DRIFT_WINDOW + 1 or self.drift_stuck == frozenset(self.roles):
+            return
+        watched = marks[-1 - 2 * DRIFT_WINDOW:]
+        a, c = watched[0], watched[-1]
+        if a[1].keys() != c[1].keys() or c[3] != a[3]:
+            return  # other roles (a role that left clears the marks), or lines evicted
+        delta = {key: c[2][key] - a[2][key] for key in c[2]}
+        if any(delta.get(key) for key in WRITTEN):
+            return
+        rates = {}
+        for role in c[1]:
+            cycles = _body_cycles(role, watched, self.body)
+            if cycles is None:
+                return
+            rates[role] = 1.0 / cycles
+        ops = {role: (a[1][role][0], c[1][role][0] - a[1][role][0]) for role in c[1]}
+        self._defer(partial(self._drift, rates, ops, delta), ops)
+
+    def _drift(self, rates: dict, ops: dict, delta: dict) -> None:
+        done = self._drift_skip(rates, ops, delta)
+        if done:
+            self.marks.clear()
+        elif done is not None:
+            self.drift_stuck = frozenset(self.roles)
+
+    def _drift_skip(self, rates: dict, ops: dict, delta: dict) -> bool | None:
+        """Leave out k reference iterations' cycles (`span`): each role the whole loop bodies its rate (`rates`:
+        role -> bodies a cycle) gives in them, rounded to the nearest with what it owes from its earlier drift
+        skips carried (so that it never strays more than half a body from where its rate puts it), and never
+        past its loop's repeating part. The L2 sees the left-out loads in the order the rates issue them; k
+        shrinks until they fit without evicting, and they must miss a share of their bytes within
+        DRIFT_MISS_TOL of the watched iterations' share. The L2 counts the HBM and L2 bytes of every
+        left-out load; the other counters move as the watched iterations' did, per load byte for the loads'
+        own (ports, shared-memory fills) and per op for the rest. `ops`: role -> (its ops at the first mark,
+        its ops since). None: a role is not in its loop yet; False: nothing to leave out before a role
+        changes."""
+        body, gpu, carry = self.body, self.gpu, self.carry
+        memo: dict = {}
+        for role, (start, _) in ops.items():
+            history = role.history
+            since = role.pulled - start
+            if since > len(history):
+                return None
+            kinds = list(map(type, islice(history, len(history) - since, None)))
+            if kinds[body:] != kinds[:-body]:
+                return None  # not every op since the first mark was the loop's (a block's first ops differ)
+        # the bodies ahead of each role that repeat its last one, looked for up to `most` at a time (a role
+        # may have thousands ahead, each to be pulled from its program): enough once the role that allows
+        # the fewest cycles has fewer
+        most = DRIFT_LOOK
+        while True:
+            reps = {role: role.repeats_ahead(body, most, memo) for role in ops}
+            limits = {r: (reps[r] + 0.5 - carry.get(r, 0.0)) / rates[r] for r in ops}
+            least = min(limits, key=limits.get)
+            if reps[least] < most:
+                break
+            most *= 2
+        per = 1.0 / rates[self.ref]  # cycles of a reference iteration
+        # the most reference iterations that keep every role within its repeating bodies
+        k = math.floor(limits[least] / per)
+        l2 = gpu.l2
+        copies, default = gpu.copies, gpu.private_copies
+        while k >= DRIFT_LEAST:
+            span = round(k * per)
+            drops = {r: math.floor(span * rates[r] + carry.get(r, 0.0) + 0.5) for r in ops}
+            if any(drops[r] > reps[r] for r in ops):
+                k -= 1
+                continue
+            # the left-out loads, each at the cycle its role's rate issues it
+            timed = []
+            for order, (role, d) in enumerate(drops.items()):
+                for place in role.load_places(body):
+                    timed += [((j + place / body) / rates[role], order, place, op)
+                              for j, op in enumerate(role.loads_at(place, body, d))]
+            timed.sort(key=itemgetter(0, 1, 2))
+            loads = [t[3] for t in timed]
+            seen: set = set()
+            first = [t for t in timed if not (id(t[3]) in seen or seen.add(id(t[3])))]  # each op's first issue
+            miss, _, fit = _brought(l2, [t[3] for t in first], {}, l2.capacity - l2.used, copies, default,
+                                    fitting=True)
+            if fit == len(first):
+                break
+            k = min(k - 1, math.floor(first[fit][0] / per))  # end before the first load that would evict
+        else:
+            return False
+        read = sum(op.src.nbytes for op in loads)
+        watched = delta["hbm_read"] / delta["l2_read"] if delta["l2_read"] else 0.0
+        if abs((miss / read if read else 0.0) - watched) > DRIFT_MISS_TOL:
+            return False
+        read_before, missed_before = l2.read_bytes, l2.miss_bytes
+        l2.replay(_last_moves(loads), gpu.env._now, copies, default, not miss)
+        l2.read_bytes = read_before + read  # every left-out load, those of a tile moved again later too
+        missed = l2.miss_bytes - missed_before
+        for role, d in drops.items():
+            for left_out, issued in role.counterparts(d, body, MIRRORED):
+                _mirror(l2, left_out.src, issued.src)
+        for role, d in drops.items():
+            role.arrivals(body, d)
+            role.drop(d * body)
+            carry[role] = span * rates[role] + carry.get(role, 0.0) - d
+        # the counters besides the L2's own (hbm_read, l2_read)
+        dropped = body * sum(drops.values())
+        per_op = dropped / sum(n for _, n in ops.values())
+        per_load = read / delta["l2_read"] if delta["l2_read"] else per_op
+        hbm = gpu.hbm
+        fill = delta.get("smem_fill_port", 0.0)
+        fill_busy = fill / gpu.sms[0].smem.rate
+        moved = {"hbm_read": 0.0, "l2_read": 0.0,
+                 "busy_hbm": (delta["busy_hbm"] * missed / delta["hbm_read"] if delta["hbm_read"]
+                              else missed * hbm.copies / hbm.rate),
+                 "smem": (delta["smem"] - fill) * per_op + fill * per_load,
+                 "busy_smem": (delta["busy_smem"] - fill_busy) * per_op + fill_busy * per_load}
+        for key in ("busy_l2", "smem_write", "smem_fill_port"):
+            moved[key] = delta[key] * per_load
+        skipped = gpu.skipped
+        for key, value in delta.items():
+            value = moved.get(key, value * per_op)
+            if value:
+                skipped[key] = skipped.get(key, 0.0) + value
+        gpu.skipped_cycles += span
+        self.skips += 1
+        self.drift_skips += 1
+        self.ops_left_out += dropped
+        self.cycles_left_out += span
+        return True
+
+
+def _body_cycles(role, marks: list, body: int) -> float | None:
+    """A role's cycles per loop body over the watched marks: between marks at which it stood at the same
+    place in its body, the cycles between its ops there (not between the marks: its phase moves). None if it
+    took no op between two marks, if fewer than half of the intervals are such, or if they differ from their
+    mean by more than DRIFT_TOL (the role is not in a steady rhythm yet)."""
+    spans = []
+    for m, n in pairwise(marks):
+        (p, phase), (q, later) = m[1][role], n[1][role]
+        if q == p:
+            return None
+        if not (q - p) % body:
+            spans.append(((n[0] - later) - (m[0] - phase)) * body / (q - p))
+    if 2 * len(spans) < len(marks) - 1:
+        return None
+    mean = sum(spans) / len(spans)
+    if any(abs(x - mean) > DRIFT_TOL * mean for x in spans):
+        return None
+    return mean
+
 
 def _last_columns(columns: list) -> list:
     """The columns of loads (one per role and place), in issue order, without those that the same ops
@@ -372,37 +567,49 @@ def _fits(l2: L2Cache, stretches: _Stretches, count: int, misses: float, copies:
     """How many of the `count` stretches, from the first, the L2 answers as the watched one: the same bytes
     from HBM, and room for the lines they bring without evicting any (the L2 is looked at, not changed); and
     how many of them, from the first, find every line they read there (their replay only moves lines)."""
-    lines, tiles = l2.lines, l2._tiles
-    get = lines.get
     added: dict = {}  # line -> presence bits the stretches so far brought
     room = l2.capacity - l2.used
     all_held = 0
     for n in range(count):
-        miss = 0.0
-        for op in stretches[n]:
-            tile = op.src
-            got = tiles.get(id(tile))  # the L2's own record of the tile's lines (l2._tile, inlined)
-            if got is None or got[0] is not tile:
-                got = l2._tile(tile)
-            if held(list(map(get, got[3])), got[4]):
-                continue  # all there already (the usual case): nothing to add
-            scale = copies.get(tile.tensor, default)
-            for key, mask, slice_bytes in got[1]:
-                entry = lines.get(key)
-                if entry is not None and not mask & ~entry[3]:
-                    continue  # all there already (the usual case): nothing to add
-                present = (entry[3] if entry is not None else 0) | added.get(key, 0)
-                absent = mask & ~present
-                if absent:
-                    nbytes = absent.bit_count() * slice_bytes
-                    miss += nbytes
-                    room -= nbytes * scale
-                    added[key] = present | absent
+        miss, room, _ = _brought(l2, stretches[n], added, room, copies, default)
         if room < 0 or not math.isclose(miss, misses, rel_tol=REL_TOL, abs_tol=1e-6):
             return n, all_held
         if all_held == n and not added:
             all_held = n + 1
     return count, all_held
+
+
+def _brought(l2: L2Cache, loads: list, added: dict, room: float, copies: dict, default: float,
+             fitting: bool = False) -> tuple[float, float, int]:
+    """The bytes `loads` would bring from HBM, beside the lines `added` (line -> presence bits, which takes
+    theirs) that earlier loads brought, the room left after them, and how many loads that is (the L2 is looked
+    at, not changed). fitting: only as many loads, from the first, as leave room."""
+    lines, tiles = l2.lines, l2._tiles
+    get = lines.get
+    miss = 0.0
+    for n, op in enumerate(loads):
+        tile = op.src
+        got = tiles.get(id(tile))  # the L2's own record of the tile's lines (l2._tile, inlined)
+        if got is None or got[0] is not tile:
+            got = l2._tile(tile)
+        if held(list(map(get, got[3])), got[4]):
+            continue  # all there already (the usual case): nothing to add
+        scale = copies.get(tile.tensor, default)
+        before = miss, room
+        for key, mask, slice_bytes in got[1]:
+            entry = lines.get(key)
+            if entry is not None and not mask & ~entry[3]:
+                continue  # all there already (the usual case): nothing to add
+            present = (entry[3] if entry is not None else 0) | added.get(key, 0)
+            absent = mask & ~present
+            if absent:
+                nbytes = absent.bit_count() * slice_bytes
+                miss += nbytes
+                room -= nbytes * scale
+                added[key] = present | absent
+        if fitting and room < 0:
+            return *before, n
+    return miss, room, len(loads)
 
 
 def _mirror(l2: L2Cache, tile, like) -> None:

@@ -177,6 +177,10 @@ def detail_table(r, overrides: dict[str, str] | None = None):
         if evicting:
             exact += (f"; {evicting} of them in an evicting L2, within {100 * EVICTING_TOL:g}% of the watched "
                       "stretch's HBM bytes")
+        drift = skip.get("drift_skips")
+        if drift:
+            exact = (f"{skip['skips'] - drift} whole stretches, {exact}; {drift} drift skips, each role at its own "
+                     "rate, within a tolerance")
         shortcuts.append(f"{skip['ops_left_out']:,} tile ops in {skip['skips']} loop stretches left out "
                          f"(loop skip, {exact})")
     if "outer_steps_simulated" in r.sim:

@@ -10,7 +10,8 @@
   machine repeats them (times, each role's ops and phase, counters) and the L2 answers the left-out loads
   as it answered the watched ones without evicting (the skip checks both first). Stretches that evict
   alike (here within EVICTING_TOL), and whole heads that repeat (unit skip), are left out within a
-  tolerance: tests/test_shortcut_tolerance.py.
+  tolerance: tests/test_shortcut_tolerance.py; causal stretches whose roles drift against each other (the
+  drift skip, which the exact tests here leave out): tests/test_drift_skip.py.
 
 Where the premise fails (causal grids whose blocks differ, sampled runs whose L2 evicts), the bounded
 tests in test_simulator.py apply.
@@ -265,7 +266,9 @@ def test_v1_probes_run_on_the_machine_of_the_full_loop(monkeypatch):
     ],
 )
 def test_loop_skip_is_exact(problem, profile, sms):
-    fast = simulate("v2", problem, profile, sms=sms)
+    # the exact premise only: the drift skip (tests/test_drift_skip.py) would take the causal run's stretches
+    # within its tolerance
+    fast = simulate("v2", problem, profile, sms=sms, drift_skip=False)
     plain = simulate("v2", problem, profile, sms=sms, extrapolate=False)
     skip = fast.sim["loop_skip"]
     # the L2's replay of left-out loads counts what the watched stretch missed, unless the L2 evicts (the
