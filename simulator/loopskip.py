@@ -58,8 +58,9 @@ drop the same iterations (their barriers pair their ops), so such kernels keep t
 each skip leaves every role within half a body of where its rate puts it (forked runs: role ends -60 +- 20
 cycles on average, spread 1,000-2,000 cycles, against the plain run from the same state), and where a grid
 ends hangs on which blocks meet on an SM at its tail, which any nudge reshuffles: the plain causal GQA runs at
-8k-32k move by up to 0.9% when the odd slots start 3-50 cycles late, and drift-skipped runs scatter alike
-around the same mean. Measured against the exact-only runs: docs/MODEL.md, Shortcuts.
+8k-32k move by up to 0.9% when the odd slots start 3-50 cycles late, and drift-skipped runs scatter alike (at
+16k around the same mean; at 32k 0.06-0.10% above the plain run with the same nudge). Measured against the
+exact-only runs: docs/MODEL.md, Shortcuts.
 """
 
 from __future__ import annotations
