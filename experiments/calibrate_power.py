@@ -237,21 +237,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bursts", action="store_true", help="the power_bursts sweep instead of power_hbm")
     ap.add_argument("--grid-ms", type=float, help="with --bursts: every power_hbm mix in launches of this many ms, "
                                                    "an L2 fill between them")
+    ap.add_argument("--passes", type=int, default=1, help="with --bursts: run every case this many times")
+    ap.add_argument("--shuffle", type=int, metavar="SEED", help="with --bursts: each pass in an order shuffled "
+                    "from SEED (default: the listed order)")
     args = ap.parse_args(argv)
+    if args.passes < 1:
+        ap.error(f"--passes must be at least 1, got {args.passes}")
+    if (args.passes > 1 or args.shuffle is not None) and not args.bursts:
+        ap.error("--passes and --shuffle go with --bursts")
     cp = require_gpu("calibrate_power")
     gpu = read_gpu(cp)
     bench = Bench(cp=cp, modules={"power_hbm": load_module(cp, "power_hbm", gpu.arch)}, gpu=gpu, quick=args.quick)
     name = "power_bursts" if args.bursts else "power_hbm"
     if args.bursts and args.grid_ms:
-        result = power_bursts(bench, HBM_POINTS, (args.grid_ms,), ("flush",), bursts=20)
+        result = power_bursts(bench, HBM_POINTS, (args.grid_ms,), ("flush",), bursts=20, passes=args.passes,
+                              seed=args.shuffle)
+    elif args.bursts:
+        result = power_bursts(bench, passes=args.passes, seed=args.shuffle)
     else:
-        result = (power_bursts if args.bursts else power_hbm)(bench)
+        result = power_hbm(bench)
     argv_used = ["calibrate_power", *(sys.argv[1:] if argv is None else argv)]
     with open(args.out, "w") as f:
         json.dump({"provenance": provenance(cp, gpu, argv_used), "gpu": gpu.__dict__, name: result}, f, indent=1)
     if args.bursts:
         for r in result["points"]:
-            print(f"{r['tensor']:<9} k {r['tensor_per_period']:>4} loads {r['loads_per_thread']:>3} "
+            print(f"pass {r['pass']} {r['tensor']:<9} k {r['tensor_per_period']:>4} loads {r['loads_per_thread']:>3} "
                   f"{r['burst_ms']:>5} ms {r['between']:<5} {r['clock_hz'] / 1e6:6.0f} MHz (first "
                   f"{r['clock_first_hz'] / 1e6:.0f})  duty {r['duty']:.2f}  "
                   f"{r['tensor_flops_per_clk_per_sm']:6.0f} FLOP/clk/SM  {r['hbm_read_bytes_per_s'] / 1e12:5.2f} TB/s")
@@ -272,10 +282,25 @@ BURST_MS = (0.25, 0.5, 1.0, 2.0, 4.0, 16.0)
 BURSTS = 40  # launches per case; the clock is the median over the last half
 
 
-def power_bursts(b, mixes=BURST_MIXES, lengths=BURST_MS, betweens=("none", "flush"), bursts=BURSTS) -> dict:
+def burst_order(mixes, passes: int = 1, seed: int | None = None) -> list[tuple[int, tuple]]:
+    """(pass, mix) in the order a sweep runs them: every mix once per pass, in the given order, or shuffled anew
+    in each pass when `seed` is set (so that a point's clock is not always measured after the same neighbour,
+    and the passes show how far a point moves between runs)."""
+    rng = np.random.default_rng(seed) if seed is not None else None
+    order = []
+    for n in range(passes):
+        ranks = rng.permutation(len(mixes)) if rng is not None else range(len(mixes))
+        order += [(n, mixes[i]) for i in ranks]
+    return order
+
+
+def power_bursts(b, mixes=BURST_MIXES, lengths=BURST_MS, betweens=("none", "flush"), bursts=BURSTS,
+                 passes: int = 1, seed: int | None = None) -> dict:
     """The clock of launches of 0.25-16 ms of a mix that meets the power limit when held (power_hbm), each case
     run back to back and with a write of twice the L2 between launches. With `mixes` = HBM_POINTS and one length:
-    the power_hbm grid as a measurement that flushes the L2 between calls of that length sees it."""
+    the power_hbm grid as a measurement that flushes the L2 between calls of that length sees it. `passes` runs
+    every case that often, in an order shuffled anew each pass from `seed` (burst_order); each row names its
+    pass."""
     from .calibrate_bench import _operand_words, block_times, clock_hz
 
     cp = b.cp
@@ -288,7 +313,7 @@ def power_bursts(b, mixes=BURST_MIXES, lengths=BURST_MS, betweens=("none", "flus
     blocks, threads = b.gpu.sm_count, 128 * (1 + HBM_STREAM_WARPGROUPS)
     tb = b.times(blocks)
     rows = []
-    for kind, k, loads in mixes:
+    for n, (kind, k, loads) in burst_order(mixes, passes, seed):
         for ms in lengths:
             periods = max(1, int(ms * 1e-3 * 1.8e9 / HBM_PERIOD))
             args = (init, buffer, np.uint64(words), np.int32(kind == "mma_sync"), np.int32(k), np.int32(loads),
@@ -308,7 +333,7 @@ def power_bursts(b, mixes=BURST_MIXES, lengths=BURST_MS, betweens=("none", "flus
                 end.record()
                 end.synchronize()
                 rows.append({
-                    "tensor": kind, "tensor_per_period": k, "loads_per_thread": loads, "burst_ms": ms,
+                    "pass": n, "tensor": kind, "tensor_per_period": k, "loads_per_thread": loads, "burst_ms": ms,
                     "between": between, "bursts": bursts, "clock_hz": float(np.median(clocks[bursts // 2:])),
                     "clock_first_hz": clocks[0], "launch_s": float(np.median(spans[bursts // 2:])),
                     "tensor_flops_per_clk_per_sm": k * (WGMMA_FLOPS if kind == "wgmma" else 4 * MMA_FLOPS) * periods
@@ -320,7 +345,9 @@ def power_bursts(b, mixes=BURST_MIXES, lengths=BURST_MS, betweens=("none", "flus
     return {
         "points": rows,
         "how": (
-            f"power_hbm.cu's mixes {mixes} (napping), in launches of {lengths} ms, {bursts} per case, each "
+            f"power_hbm.cu's mixes {mixes} (napping), in launches of {lengths} ms, {bursts} per case, "
+            f"{passes} pass(es) over the cases" + (f" shuffled anew each pass (seed {seed})" if seed is not None
+                                                   else "") + ", each launch "
             "read back by the host (so a gap of a few tens of microseconds between launches), with nothing or a "
             "fill of twice the L2 between them; clock: clock64 over %globaltimer, median over blocks, then over "
             "the last half of the launches; duty: the launches' spans over the case's wall time"

@@ -48,3 +48,27 @@ def test_power_hbm_points_fit_their_period_and_the_hbm():
         tensor_cycles = k * (128 if kind == "wgmma" else 6)
         saturating = kind == "mma_sync" and k == max(p[1] for p in cp.HBM_POINTS if p[0] == "mma_sync")
         assert tensor_cycles <= cp.HBM_PERIOD or saturating, (kind, k)
+
+
+def test_burst_order_runs_every_mix_once_a_pass_in_shuffled_orders():
+    """The shuffled grid (`--bursts --passes N --shuffle SEED`): every mix once in each pass, the passes in
+    orders of their own, the same orders for the same seed; without a seed the listed order."""
+    mixes = list(cp.HBM_POINTS)
+    order = cp.burst_order(mixes, passes=3, seed=7)
+    assert [n for n, _ in order] == [n for n in range(3) for _ in mixes]
+    passes = [[m for n, m in order if n == p] for p in range(3)]
+    assert all(sorted(p) == sorted(mixes) for p in passes)
+    assert len({tuple(p) for p in passes}) > 1  # not one order repeated
+    assert order == cp.burst_order(mixes, passes=3, seed=7)
+    assert cp.burst_order(mixes) == [(0, m) for m in mixes]
+
+
+def test_passes_and_shuffle_are_refused_without_bursts(capsys):
+    import pytest
+
+    for argv in (["--out", "x.json", "--passes", "2"], ["--out", "x.json", "--shuffle", "3"],
+                 ["--out", "x.json", "--bursts", "--passes", "0"]):
+        with pytest.raises(SystemExit) as exit_:
+            cp.main(argv)
+        assert exit_.value.code == 2
+        assert "--passes" in capsys.readouterr().err
