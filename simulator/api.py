@@ -201,7 +201,7 @@ def simulate(
     # the schedules that know their kernels' code name its stretches (ir.Code) where a model option uses them
     schedule = build(algo, problem, t, **{**schedule_options(profile), **options})
     wall = time.perf_counter()
-    gpu = _machine(profile, problem, schedule, sms, trace, small_whole_chip)
+    gpu = _machine(profile, problem, schedule, sms, trace, small_whole_chip, rec.kv_outer_loop)
     gpu.kv_head_bytes = 2 * problem.seqlen_k * problem.headdim * problem.elem_bytes
     if flushed_l2:
         gpu.flushed_l2()
@@ -401,8 +401,10 @@ def _outer_steps(algo: str, problem: Problem, profile, t: Tiling, sms: int | Non
     )
 
 
-def _machine(profile, problem: Problem, schedule, sms: int | None, trace, small_whole_chip: bool = True) -> Gpu:
-    """The whole chip, or a sample of whole K/V heads on the matching share of it (simulator/sampling.py)."""
+def _machine(profile, problem: Problem, schedule, sms: int | None, trace, small_whole_chip: bool = True,
+             kv_outer_loop: bool = False) -> Gpu:
+    """The whole chip, or a sample of whole K/V heads on the matching share of it (simulator/sampling.py).
+    kv_outer_loop: the blocks loop over their Q blocks inside each K/V step (V1), so a block's steps are both."""
     groups = problem.batch * problem.kv_heads
     # a variable-length batch runs whole: a sample of its (batch, head) groups would not have its mix of lengths
     if not sms or problem.varlen or small_whole_chip and _whole_chip(schedule, profile):
@@ -413,7 +415,10 @@ def _machine(profile, problem: Problem, schedule, sms: int | None, trace, small_
     steps = max(1, problem.seqlen_k // t.block_n) if t is not None and getattr(t, "block_n", 0) else 1
     # (grids of few waves keep the tile-op rule above: V1's few long blocks are sampled, as its probes are)
     many_waves = len(kernel.ctas) > SAMPLE_ABOVE_WAVES * profile.sm_count
-    work = len(kernel.ctas) * (steps / 2 if problem.causal else steps)
+    # a block's steps (one Q block meeting one K/V block): V1's blocks meet each K/V block with every Q block
+    # they own (every splits-th), so its grid of many short-looking blocks is no grid of little work
+    block_steps = steps * -(-problem.seqlen_q // (t.block_m * t.splits)) if kv_outer_loop else steps
+    work = len(kernel.ctas) * (block_steps / 2 if problem.causal else block_steps)
     if small_whole_chip and many_waves and work <= WHOLE_CHIP_WORK:
         return Gpu(profile, None, trace)
     choice = head_sample(groups, profile.sm_count, sms, len(kernel.ctas) // groups, blocks_per_sm(kernel, profile),

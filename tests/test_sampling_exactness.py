@@ -98,3 +98,16 @@ def test_the_worst_point_was_bistable_until_blocks_took_their_own_share():
         full = simulate("v2", problem, profile, sms=None).cycles
         smaller = simulate("v2", problem, profile.with_overrides({"l2_bytes": 52_000_000}), sms=None).cycles
         assert apart(smaller / full - 1), form
+
+
+def test_v1_counts_the_q_blocks_its_blocks_loop_over_as_work():
+    """V1's blocks (kv_outer_loop) meet every K/V block with each Q block they own, so the A100 FA2-grid point at
+    2k d64 (1,280 blocks of 8 K/V steps, each with 26 of the head's 128 Q blocks) is no grid of little work: it
+    is sampled, where counting K/V steps alone ran it whole-chip (3 minutes of CPU for 7.6 M events)."""
+    a100 = load_profile("a100")
+    p = Problem(8, 32, 2048, 64)
+    t = resolve_tiling("v1", p, a100)
+    schedule = build("v1", p, t)
+    assert t.splits > 1 and len(schedule.kernels[0].ctas) > api.SAMPLE_ABOVE_WAVES * a100.sm_count
+    assert api._machine(a100, p, schedule, api.DEFAULT_SAMPLE_SMS, None, kv_outer_loop=True).n_sms < a100.sm_count
+    assert api._machine(a100, p, schedule, api.DEFAULT_SAMPLE_SMS, None).n_sms == a100.sm_count
