@@ -29,11 +29,13 @@ from pathlib import Path
 PHASES = ("Q, K copies issued", "Q, K landed", "step 1: S issued", "step 1: V landed", "step 1: softmax issued",
           "step 1: PV issued", "rest of the K/V loop", "O staged", "O stored")
 SLOTS = 16  # per warp: a stamp per phase boundary, the entry's %globaltimer in slot 14, the SM in slot 15
-# (config id, head dim, block_m, block_n): the one-wave shapes of session 32 and one of many waves
+# (config id, head dim, block_m, block_n): the one-wave shapes of session 32, one of many waves and a twin
 SHAPES = (("b1-h64-n128-d128", 128, 128, 64), ("b2-h24-kv12-n256-d64-causal", 64, 128, 128),
           ("b3-h16-n128-k256-d96-causal", 96, 128, 64), ("b4-h32-kv8-n128-k512-d64-causal", 64, 128, 128),
-          ("b16-h48-kv6-n256-d64-causal", 64, 128, 128))
-ONE_WAVE = tuple(c for c, *_ in SHAPES[:4])
+          ("b16-h48-kv6-n256-d64-causal", 64, 128, 128),
+          # the one-wave d64 shape's non-causal twin: the same steps, no mask (its masked step timed apart)
+          ("b2-h24-kv12-n256-d64", 64, 128, 128))
+ONE_WAVE = tuple(c for c, *_ in SHAPES[:4]) + ("b2-h24-kv12-n256-d64",)
 REPS = 5
 ARCH = "sm_90a"
 
