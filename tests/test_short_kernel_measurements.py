@@ -69,16 +69,39 @@ def test_sm_store_path_rate():
         assert r["fence_cycles"] > r["issue_cycles"] + 500  # visible well after issue
 
 
-def test_v2_epilogue_stores_near_20_bytes_a_cycle():
+@pytest.mark.parametrize("run", [HERE, HERE.parent / "session38"])
+def test_v2_epilogue_stores_near_20_bytes_a_cycle(run):
+    """Every one-wave shape a run stamped (session 38 added a non-causal twin)."""
     from flashsim.experiments import phase_stamps
 
-    rows = json.loads(gzip.decompress((HERE / "phase-stamps/phase-stamps.json.gz").read_bytes()))["rows"]
+    rows = json.loads(gzip.decompress((run / "phase-stamps/phase-stamps.json.gz").read_bytes()))["rows"]
     heads_dim = {c: d for c, d, *_ in phase_stamps.SHAPES}
-    for config_id in phase_stamps.ONE_WAVE:
+    stamped = [c for c in phase_stamps.ONE_WAVE if any(r["config_id"] == c for r in rows)]
+    assert len(stamped) >= 4
+    for config_id in stamped:
         blocks = [b for r in rows if r["config_id"] == config_id and r["protocol"] == "write" for b in r["blocks"]]
         stored = statistics.median(b["phases"][phase_stamps.PHASES.index("O stored")] for b in blocks)
         block_bytes = 128 * heads_dim[config_id] * 2  # a 128-row bf16 O tile
         assert 15 < block_bytes / stored < 25, config_id
+
+
+def test_a_masked_step_takes_its_codes_fetch():
+    """Session 38's twin: the first step of a causal B2 H24/12 N256 d64 block is its masked one, and the phase
+    that holds the mask (S issued -> V landed) is 800-890 cycles longer than the unmasked twin's: about what
+    the mask's 56 lines of code take to come at the streamed fetch's 16.4 cycles a line (918)."""
+    from flashsim.experiments import phase_stamps
+
+    rows = json.loads(gzip.decompress((HERE.parent / "session38/phase-stamps/phase-stamps.json.gz")
+                                      .read_bytes()))["rows"]
+    phase = phase_stamps.PHASES.index("step 1: V landed")
+
+    def median(config_id, protocol):
+        return statistics.median(b["phases"][phase] for r in rows if r["config_id"] == config_id
+                                 and r["protocol"] == protocol for b in r["blocks"])
+
+    for protocol in ("write", "warm"):
+        extra = median("b2-h24-kv12-n256-d64-causal", protocol) - median("b2-h24-kv12-n256-d64", protocol)
+        assert 700 < extra < 56 * 16.4 * 1.1, protocol
 
 
 def test_stamped_build_names_every_shape():
