@@ -95,6 +95,7 @@ class L2Cache:
         self.evicted_dirty_bytes = 0.0  # written back to HBM during the kernel
         self.flush_written_back = 0.0  # the part of it that the flush's dirty lines are
         self.evictions = 0  # lines evicted to make room
+        self.evicted_room = 0.0  # the room they took (bytes x copies): a whole capacity of it turns the L2 over
         self._charged = 0.0
         self._tiles: dict = {}  # id -> (tile, its lines, its bytes, their keys, their masks) (_tile)
 
@@ -191,6 +192,7 @@ class L2Cache:
                         key, old = pop(last=False)
                         self.used -= old[0]
                         self.evictions += 1
+                        self.evicted_room += old[0]
                         if old[1]:
                             self._evicted_dirty(key, old)
                 read_bytes += tile_bytes
@@ -265,6 +267,7 @@ class L2Cache:
             key, old = self.lines.popitem(last=False)
             self.used -= old[0]
             self.evictions += 1
+            self.evicted_room += old[0]
             if old[1]:
                 self._evicted_dirty(key, old)
             if old is entry:  # a line larger than the whole cache: it streams through

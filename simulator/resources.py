@@ -220,6 +220,14 @@ class SharedUnit:
         """Each request's rate: equal shares, except that a capped request takes at most its cap and the
         rest is shared among the others."""
         caps = self.caps
+        if len(work) == 2:  # the common case, unrolled: the lower cap (the first on a tie) is served first
+            a, b = work
+            rate = self.rate
+            ca, cb = caps.get(a, rate), caps.get(b, rate)
+            if cb < ca:
+                a, b, ca, cb = b, a, cb, ca
+            ra = min(ca, rate / 2)
+            return {a: ra, b: min(cb, rate - ra)}
         left, n = self.rate, len(work)
         out = {}
         for k in sorted(work, key=lambda k: caps.get(k, left)):
