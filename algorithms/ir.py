@@ -445,7 +445,11 @@ class Code:
     (the compiler's bookkeeping: address arithmetic, moves, copies' issue, branches), which the timing's
     instruction-issue model (issue_model 1) puts on the SM's warp schedulers as the stretch begins. `alone`: a
     stretch whose bookkeeping has none of its tile ops' instructions to issue beside it (a prologue or an
-    epilogue), so each warp issues it at the pace of its own dependencies (profile.bookkeeping_issue_cycles)."""
+    epilogue), so each warp issues it at the pace of its own dependencies (profile.bookkeeping_issue_cycles).
+    `instructions`: what each warp runs of the stretch's lines, where known; a streamed stretch whose
+    instructions issue faster than its lines come (code dense in instructions that wait on no unit, like a
+    mask) runs at the pace of its fetch: its warps go on only once its last line has come (0: not known, the
+    stretch's ops are taken to be slower than its fetch)."""
 
     name: str
     nbytes: int
@@ -455,6 +459,7 @@ class Code:
     issue: float = 0.0
     warps: int = 1
     alone: bool = False
+    instructions: int = 0
 
 
 @dataclass(frozen=True, slots=True)

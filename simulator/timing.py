@@ -51,6 +51,7 @@ from flashsim.simulator.instructions import (
     total,
 )
 
+from .icache import CODE_LINE_BYTES
 from .loopskip import HISTORY, signatures, take
 
 OPERAND_BYTES = {"fp8": 1, "fp16": 2, "bf16": 2, "fp32": 4}
@@ -357,7 +358,9 @@ class RoleTimer:
         """The warps go on to a stretch of code: wait until the SM has it (simulator/icache.py), then for the
         fetch redirects of the stretch's taken branches (every pass, kept code too), a far one's target line
         fetched as a line the SM lacks. With fetch_model 1 the stretch streams in while the warps run it: they
-        wait, at the next stretch (or the program's end), for the last line of this one. With issue_model 1
+        wait, at the next stretch (or the program's end), for the last line of this one. A stretch whose
+        instructions issue faster than its lines come (_fetch_paced) streams in under either fetch model, and
+        its warps wait for its last line at once. With issue_model 1
         the warps first issue the stretch's bookkeeping instructions, sharing the SM's schedulers."""
         p = self.p
         if op.issue and p.issue_model:
@@ -368,12 +371,17 @@ class RoleTimer:
                 share = min(share, op.warps / (p.bookkeeping_issue_cycles * slots))
             yield from self._until([(self.sm.issue, self.sm.issue.submit(now, op.issue * op.warps, share))])
             now = self.env._now
-        if p.fetch_model:
+        paced = op.instructions and _fetch_paced(op, p)
+        if p.fetch_model or paced:
             if self.code_ready > now:
                 yield self.env.timeout(self.code_ready - now)
                 self._mark("fetch wait", now, self.code_ready)
                 now = self.code_ready
             self.code_ready = self.sm.code.stream(op.name, op.nbytes, now, p.icache_fetch_cycles_per_line)
+            if paced and self.code_ready > now:  # the warps run it as its lines come
+                yield self.env.timeout(self.code_ready - now)
+                self._mark(f"fetch {op.name}", now, self.code_ready)
+                now = self.code_ready
             if op.branches and p.icache_branch_cycles:
                 yield self.env.timeout(math.ceil(op.branches * p.icache_branch_cycles
                                                  + op.far * p.icache_miss_cycles_per_line))
@@ -674,6 +682,16 @@ def _issued(op, sm, share: float, p) -> list[tuple[list, int]]:
         chain = phase_chain(name, op, p.fp32_dependent_issue_cycles, p.mufu_latency_cycles, p.shfl_latency_cycles)
         out.append((reqs, math.ceil(chain)))
     return out
+
+
+@functools.cache
+def _fetch_paced(op: Code, p) -> bool:
+    """Whether the warps issue stretch `op`'s instructions faster than its lines stream in: each sub-partition's
+    scheduler issues its warps' share at its rate, against the lines' fetch, one every
+    icache_fetch_cycles_per_line (the mask's eight instructions a line take 8 cycles to issue, a line 16)."""
+    per_scheduler = math.ceil(op.warps / p.sub_partitions_per_sm)
+    issue = op.instructions * per_scheduler / p.warp_issue_per_clk_per_sub_partition
+    return issue < math.ceil(op.nbytes / CODE_LINE_BYTES) * p.icache_fetch_cycles_per_line
 
 
 def setup_cycles(op: BlockSetup, p) -> int:

@@ -49,6 +49,25 @@ BOOKKEEPING = {
     ("fa2", 128, 128, 64, 4): (579.0, 151.6, 305.0),
     ("fa2", 256, 64, 64, 4): (587.0, 81.4, 301.0),
 }
+# Our v2's mask: the code a K/V step runs only where its tile needs a mask (a uniform branch skips it), a
+# stretch of its own that masked steps run: (kernel, head dim, block_m, block_n, warps) -> (lines,
+# instructions). From the static SASS of the shipped build (`python3 -m flashsim.experiments.code_lines
+# --mask-sass experiments/results/h200/session39/v2-sass-counts.json`): of the K/V loop's skipped regions the
+# one that selects -inf (FSEL), its instructions and the 128-byte lines only it occupies. Nsight Compute's
+# executed lines agree (session18/causal-short/ d64: 55 lines and 440 instructions of an earlier build;
+# fa2-sass/ d128: 28 and 224). Eight instructions a line, none waiting on another unit: the warps issue them
+# faster than the lines come, so the first masked step on an SM waits for the mask's fetch (ir.Code
+# `instructions`; session38/phase-stamps/).
+MASK = {
+    ("flashsim", 32, 128, 128, 4): (55, 443),
+    ("flashsim", 64, 128, 128, 4): (54, 443),
+    ("flashsim", 64, 64, 64, 4): (15, 123),
+    ("flashsim", 96, 128, 64, 4): (28, 235),
+    ("flashsim", 128, 128, 64, 4): (29, 235),
+    ("flashsim", 128, 64, 64, 4): (14, 122),
+    ("flashsim", 256, 128, 64, 8): (14, 122),
+    ("flashsim", 256, 64, 64, 4): (15, 122),
+}
 STRETCHES = ("prologue", "loop", "epilogue")
 # Kernels whose prologue holds the first K/V step (FA2 peels its first, masked, iteration): that step runs
 # within the prologue's code, the loop's from the second on.
@@ -59,7 +78,8 @@ def forward_code(kernel: str, d: int, bm: int, bn: int, warps: int, causal: bool
                  bookkeeping: bool = False) -> dict | None:
     """{stretch: Code} of a forward kernel and {"peeled": whether its prologue runs the first K/V step}, or
     None where neither asked part is known: its lines (`lines`, for the instruction fetch) and its bookkeeping
-    instructions (`bookkeeping`, for the issue model)."""
+    instructions (`bookkeeping`, for the issue model). A causal kernel whose mask is its own code (MASK) has a
+    "mask" stretch too, which its masked steps run, and its loop stretch holds the rest."""
     sizes = LINES.get((kernel, d, bm, bn, warps, causal)) if lines else None
     issued = BOOKKEEPING.get((kernel, d, bm, bn, warps)) if bookkeeping else None
     if sizes is None and issued is None:
@@ -69,8 +89,22 @@ def forward_code(kernel: str, d: int, bm: int, bn: int, warps: int, causal: bool
                     issue=issued[i] if issued else 0.0, warps=warps,
                     alone=s == "epilogue" or (s == "prologue" and kernel not in PEELED))
             for i, s in enumerate(STRETCHES)}
+    mask = mask_code(kernel, d, bm, bn, warps) if causal and sizes else None
+    if mask is not None:  # the causal loop's lines less the mask's, which masked steps run as their own
+        loop = code["loop"]
+        code["loop"] = Code(loop.name, loop.nbytes - mask.nbytes, streamed=True, issue=loop.issue, warps=warps)
     code["peeled"] = kernel in PEELED
     return code
+
+
+def mask_code(kernel: str, d: int, bm: int, bn: int, warps: int) -> Code | None:
+    """The stretch a masked K/V step runs (MASK), or None where it is not known. Not `streamed`: the timing
+    charges it under either fetch model, as its instructions issue faster than its lines come."""
+    mask = MASK.get((kernel, d, bm, bn, warps))
+    if mask is None:
+        return None
+    lines, instructions = mask
+    return Code(f"{kernel} d{d} {bm}x{bn}w{warps} mask", lines * LINE_BYTES, warps=warps, instructions=instructions)
 
 
 # The wgmma kernels' consumers: (pipeline form, head dim, block_m, block_n, warps) -> warp instructions each

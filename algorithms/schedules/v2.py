@@ -44,7 +44,7 @@ from ..splitkv import (
     workspace_bytes,
     workspace_shapes,
 )
-from .forward_code import forward_code
+from .forward_code import forward_code, mask_code
 
 if TYPE_CHECKING:  # the closed forms are imported where used: a simulation needs none
     from .. import closed_form as cf
@@ -115,8 +115,11 @@ def build(p: Problem, t: Tiling, instr: str = "mma_sync", code: bool = False, bo
     # the ops every step issues alike are made once (ops are immutable values)
     sync, qk, pv = SyncThreads(), Gemm(*s_args, trans_b=True), Gemm(*pv_args, accumulate=True)
     # the stretches of the kernel's code its warps run (exp2f: SDPA's flash kernel, else ours), where known
-    code = forward_code("fa2" if t.exp2 == "exp2f" else "flashsim", d, bm, bn, w, p.causal, code, bookkeeping) \
+    kernel_code = "fa2" if t.exp2 == "exp2f" else "flashsim"
+    code = forward_code(kernel_code, d, bm, bn, w, p.causal, code, bookkeeping) \
         if (code or bookkeeping) and splits == 1 else None
+    # a masked step's own code (its fetch paces it the first time an SM runs it), named whatever is asked
+    mask_stretch = mask_code(kernel_code, d, bm, bn, w) if p.causal and splits == 1 else None
     unmasked = OnlineSoftmax("S", "P", "m", "l", bm, bn, p.scale, None, dt, acc="acc", acc_cols=d, warps=w,
                              exp2=t.exp2)
 
@@ -138,8 +141,10 @@ def build(p: Problem, t: Tiling, instr: str = "mma_sync", code: bool = False, bo
             mask = None if col0 + bn <= visible else tile_mask(ps, row0, col0, bm, bn)
             if code and (jj or not code["peeled"]):
                 ops.append(code["loop"])
-            ops += (wait("k", jj + 1), sync, kv_load(ps, "V", b, h, col0), qk,
-                    unmasked if mask is None else replace(unmasked, mask=mask), wait("v", jj + 1), sync)
+            ops += (wait("k", jj + 1), sync, kv_load(ps, "V", b, h, col0), qk)
+            if mask is not None and mask_stretch is not None:
+                ops.append(mask_stretch)  # after S, as in the kernel
+            ops += (unmasked if mask is None else replace(unmasked, mask=mask), wait("v", jj + 1), sync)
             if jj + 1 < n:
                 ops.append(kv_load(ps, "K", b, h, col0 + bn))
             ops.append(pv)
