@@ -2,6 +2,8 @@
 counts per instruction (the source page exported as CSV, `ncu --page source --csv --print-source sass`).
 
     python3 -m flashsim.experiments.code_lines SASS.csv[.gz] [...]
+    python3 -m flashsim.experiments.code_lines --mask CAUSAL.csv[.gz] PLAIN.csv[.gz]
+    python3 -m flashsim.experiments.code_lines --mask-sass SASS-COUNTS.json
 
 The loop is the K/V loop: the stretch a backward branch closes that runs the most tensor-core products
 (HMMA, executed); the prologue is what runs before it (for FA2 the peeled first iteration, and the masked
@@ -9,6 +11,12 @@ loop of kernels whose blocks mask two steps), the epilogue what runs after. A st
 distinct lines holding an instruction that ran: the code a block fetches through the SM's instruction cache
 (ir.Code, simulator/icache.py), and the shapes of the fetch microbenchmark's attention-like kernels
 (kernels/microbench/ifetch.cu, ifetch_p).
+
+--mask: of one kernel run causal and not (the same binary), the lines of the causal run's loop that the other
+never ran, and the instructions they hold: the mask's own code.
+--mask-sass: the same from the static SASS (`experiments.sass_counts`' JSON) of our v2 kernels: of the K/V
+loop's skipped regions the one that selects -inf (FSEL), its instructions and the lines only it occupies
+(experiments/results/h200/session39/README.md).
 """
 
 from __future__ import annotations
@@ -59,7 +67,51 @@ def stretches(path: str) -> dict[str, int]:
     return {name: len({(a - base) // LINE for a, n, _ in part if n}) for name, part in parts.items()}
 
 
+def mask(causal: str, plain: str) -> tuple[int, int]:
+    """(lines, instructions) of the causal run's K/V loop that the non-causal run of the same kernel never ran."""
+    rows, other = _rows(causal), _rows(plain)
+    base, other_base = rows[0][0], other[0][0]
+    ran = {(a - other_base) // LINE for a, n, _ in other if n}
+    first, last = _loop(rows)
+    lines = {(a - base) // LINE for a, n, _ in rows[first:last + 1] if n} - ran
+    return len(lines), sum(1 for a, _, _ in rows[first:last + 1] if (a - base) // LINE in lines)
+
+
+_V2_NAME = re.compile(r"flashsim_v2_d(\d+)_bf16_(\d+)x(\d+)w(\d+)s\d+_fwd$")
+
+
+def sass_masks(counts: dict) -> dict[tuple, tuple[int, int]]:
+    """{("flashsim", d, block_m, block_n, warps): (lines, instructions)} of each bf16 v2 kernel's mask, from
+    experiments.sass_counts' JSON ({cubin: {kernel: {..., "loops": [{"skips": [...]}]}}})."""
+    out = {}
+    for kernels in counts.values():
+        for name, kernel in kernels.items():
+            m = _V2_NAME.match(name)
+            if not m:
+                continue
+            for loop in kernel.get("loops", []):
+                for skip in loop.get("skips", []):
+                    if "select" in skip["classes"]:
+                        start, end = int(skip["start"], 16), int(skip["end"], 16)
+                        lines = end // LINE - -(-start // LINE)  # lines wholly in [start, end)
+                        out["flashsim", *map(int, m.groups())] = (lines, sum(skip["classes"].values()))
+    return out
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--mask-sass"] and len(argv) == 2:
+        import json
+
+        for key, (lines, instructions) in sorted(sass_masks(json.loads(Path(argv[1]).read_text())).items()):
+            print(f"{key}: {lines} lines, {instructions} instructions")
+        return 0
+    if argv[:1] == ["--mask"]:
+        if len(argv) != 3:
+            sys.stderr.write("usage: code_lines --mask CAUSAL.csv[.gz] PLAIN.csv[.gz]\n")
+            return 2
+        lines, instructions = mask(argv[1], argv[2])
+        print(f"mask: {lines} lines, {instructions} instructions")
+        return 0
     if not argv:
         sys.stderr.write("usage: code_lines SASS.csv[.gz] [...]\n")
         return 2

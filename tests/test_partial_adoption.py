@@ -1,0 +1,49 @@
+"""experiments/partial_adoption.py: the adoption rule over the development sets with some rows predicted anew."""
+
+from __future__ import annotations
+
+import json
+
+from flashsim.experiments import partial_adoption as pa
+from flashsim.experiments.accuracy import SIDE_BY_SIDE
+
+
+def _some_rows(n: int = 3) -> dict[str, float]:
+    """The committed predictions of a few of our v2's development rows, and their measurements."""
+    ds = pa.DEV_SETS[0]
+    rows = [r for r in pa._report(ds)["rows"] if r["impl"] == "v2" and (r.get("predicted") or {}).get(SIDE_BY_SIDE)
+            and (r.get("measured") or {}).get(SIDE_BY_SIDE)][:n]
+    return {pa._key(ds, r): (r["predicted"][SIDE_BY_SIDE], r["measured"][SIDE_BY_SIDE]) for r in rows}
+
+
+def test_rows_predicted_exactly_pass_and_rows_made_worse_fail(tmp_path, capsys):
+    rows = _some_rows()
+    before = tmp_path / "before.json"
+    before.write_text(json.dumps({k: p for k, (p, _) in rows.items()}))
+    exact, worse = tmp_path / "exact.json", tmp_path / "worse.json"
+    exact.write_text(json.dumps({k: m for k, (_, m) in rows.items()}))
+    worse.write_text(json.dumps({k: 3 * m for k, (_, m) in rows.items()}))  # +200% each: a group +~20 points
+    assert pa.main(["rule", "--before", str(before), "--after", str(exact), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    moved = [r for r in result["rows"] if r["change"]]
+    assert [(r["set"], r["impl"]) for r in moved] == [(pa.DEV_SETS[0].name, "v2")]
+    assert result["mean_after"] < result["mean_before"]
+    assert pa.main(["rule", "--before", str(before), "--after", str(worse), "--json"]) == 1
+    capsys.readouterr()
+
+
+def test_an_unreadable_file_is_one_line_and_status_2(tmp_path, capsys):
+    assert pa.main(["rule", "--before", str(tmp_path / "absent.json"), "--after", str(tmp_path / "x.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "absent.json" in err[0]
+
+
+def test_the_committed_mask_adoption_passes():
+    """Session 39's candidate (our v2's mask code): its causal rows at the known tiles, predicted without and with."""
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent.parent / "experiments/results/h200/session39/mask-adoption"
+    before = json.loads((here / "v2-causal-mask-off.json").read_text())
+    after = json.loads((here / "v2-causal-mask-on.json").read_text())
+    result = pa.compare(pa.groups(before), pa.groups({**before, **after}))
+    assert result["passes"] and result["worst_change"] < 0.5
