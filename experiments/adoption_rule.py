@@ -109,8 +109,12 @@ def main(argv=None) -> int:
     except FlashsimError as exc:
         print(f"adoption_rule: {exc}", file=sys.stderr)
         return 2
-    result = compare(before, after, args.max_worse)
-    if args.json:
+    return verdict(compare(before, after, args.max_worse), args.json)
+
+
+def verdict(result: dict, as_json: bool) -> int:
+    """Print the rule's result (a table, or JSON) and return the exit status: 0 passes, 1 does not."""
+    if as_json:
         print(json.dumps(result, indent=1))
     else:
         render(result)

@@ -16,7 +16,7 @@ distinct lines holding an instruction that ran: the code a block fetches through
 never ran, and the instructions they hold: the mask's own code.
 --mask-sass: the same from the static SASS (`experiments.sass_counts`' JSON) of our v2 kernels: of the K/V
 loop's skipped regions the one that selects -inf (FSEL), its instructions and the lines only it occupies
-(forward_code.MASK).
+(experiments/results/h200/session39/README.md).
 """
 
 from __future__ import annotations

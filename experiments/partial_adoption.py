@@ -25,7 +25,7 @@ from pathlib import Path
 from flashsim.errors import FlashsimError
 
 from .accuracy import SIDE_BY_SIDE
-from .adoption_rule import DEV_SETS, RESULTS, compare, render
+from .adoption_rule import DEV_SETS, RESULTS, compare, verdict
 
 
 def _report(ds) -> dict:
@@ -127,11 +127,7 @@ def main(argv=None) -> int:
     except FlashsimError as exc:
         print(f"partial_adoption: {exc}", file=sys.stderr)
         return 2
-    if args.json:
-        print(json.dumps(result, indent=1))
-    else:
-        render(result)
-    return 0 if result["passes"] else 1
+    return verdict(result, args.json)
 
 
 if __name__ == "__main__":
