@@ -24,6 +24,7 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import json
 import re
 import sys
 from pathlib import Path
@@ -98,28 +99,34 @@ def sass_masks(counts: dict) -> dict[tuple, tuple[int, int]]:
     return out
 
 
-def main(argv: list[str]) -> int:
-    if argv[:1] == ["--mask-sass"] and len(argv) == 2:
-        import json
-
+def _run(argv: list[str]) -> int:
+    if argv[:1] == ["--mask-sass"]:
+        if len(argv) != 2:
+            raise ValueError("usage: code_lines --mask-sass SASS-COUNTS.json")
         for key, (lines, instructions) in sorted(sass_masks(json.loads(Path(argv[1]).read_text())).items()):
             print(f"{key}: {lines} lines, {instructions} instructions")
         return 0
     if argv[:1] == ["--mask"]:
         if len(argv) != 3:
-            sys.stderr.write("usage: code_lines --mask CAUSAL.csv[.gz] PLAIN.csv[.gz]\n")
-            return 2
+            raise ValueError("usage: code_lines --mask CAUSAL.csv[.gz] PLAIN.csv[.gz]")
         lines, instructions = mask(argv[1], argv[2])
         print(f"mask: {lines} lines, {instructions} instructions")
         return 0
     if not argv:
-        sys.stderr.write("usage: code_lines SASS.csv[.gz] [...]\n")
-        return 2
+        raise ValueError("usage: code_lines SASS.csv[.gz] [...]")
     for path in argv:
         s = stretches(path)
         print(f"{Path(path).name.split('-sass')[0]}: " + ", ".join(f"{k} {v}" for k, v in s.items())
               + f" ({sum(s.values()) * LINE / 1024:.1f} KiB)")
     return 0
+
+
+def main(argv: list[str]) -> int:
+    try:
+        return _run(argv)
+    except (OSError, ValueError, KeyError, StopIteration) as exc:  # bad input: one line, status 2
+        sys.stderr.write(f"code_lines: {exc or type(exc).__name__}\n")
+        return 2
 
 
 if __name__ == "__main__":

@@ -31,6 +31,9 @@ def test_the_executed_lines_agree_with_the_static_count(d, stem):
     assert abs(lines - s_lines) <= 1 and abs(instructions - s_instructions) <= 0.05 * s_instructions
 
 
-def test_bad_usage_exits_2(capsys):
+def test_bad_input_is_one_line_and_status_2(capsys, tmp_path):
     assert code_lines.main(["--mask", "only-one.csv"]) == 2
     assert "usage" in capsys.readouterr().err
+    assert code_lines.main(["--mask-sass", str(tmp_path / "absent.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "absent.json" in err[0]
