@@ -24,16 +24,12 @@ from pathlib import Path
 
 from flashsim.errors import FlashsimError
 
-from .accuracy import SIDE_BY_SIDE
+from .accuracy import SIDE_BY_SIDE, load
 from .adoption_rule import DEV_SETS, RESULTS, compare, verdict
 
 
 def _report(ds) -> dict:
-    path = RESULTS / ds.report
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise FlashsimError(f"cannot read {path}: {exc}") from None
+    return load(RESULTS / ds.report)
 
 
 def _key(ds, row: dict) -> str:
