@@ -52,8 +52,9 @@ in its body must hold to DRIFT_TOL. Then k reference iterations' cycles are left
 still repeats its body (at least DRIFT_LEAST): each role drops the whole bodies its own rate gives, rounded to
 the nearest with the remainder carried to its next drift skip, and its barriers count their arrivals. The
 left-out loads enter the L2 in the order the rates issue them, as far as they fit without evicting; the L2
-counts their L2 and HBM bytes, and the other counters move as over the watched marks, per load byte for the
-loads' own (ports, shared-memory fills) and per op for the rest. A warp-specialised block's roles would have to
+counts their L2 and HBM bytes, the shared-memory port the bytes the left-out ops ask of it themselves (a GEMM's
+operands), and the other counters move as over the watched marks, per load byte for the loads' own (ports,
+shared-memory fills) and per op for the rest. A warp-specialised block's roles would have to
 drop the same iterations (their barriers pair their ops), so such kernels keep the exact skip only. Not exact:
 each skip leaves every role within half a body of where its rate puts it (forked runs: role ends -60 +- 20
 cycles on average, spread 1,000-2,000 cycles, against the plain run from the same state), and where a grid
@@ -410,8 +411,9 @@ class LoopSkip:
         past its loop's repeating part. The L2 sees the left-out loads in the order the rates issue them; k
         shrinks until they fit without evicting, and they must miss a share of their bytes within
         DRIFT_MISS_TOL of the watched iterations' share. The L2 counts the HBM and L2 bytes of every
-        left-out load; the other counters move as the watched iterations' did, per load byte for the loads'
-        own (ports, shared-memory fills) and per op for the rest. `ops`: role -> (its ops at the first mark,
+        left-out load, the shared-memory port the bytes each left-out op asks of it (RoleTimer.smem_work); the
+        other counters move as the watched iterations' did, per load byte for the loads' own (ports,
+        shared-memory fills) and per op for the rest. `ops`: role -> (its ops at the first mark,
         its ops since). None: a role is not in its loop yet; False: nothing to leave out before a role
         changes."""
         body, gpu, carry = self.body, self.gpu, self.carry
@@ -467,6 +469,14 @@ class LoopSkip:
         watched = delta["hbm_read"] / delta["l2_read"] if delta["l2_read"] else 0.0
         if abs((miss / read if read else 0.0) - watched) > DRIFT_MISS_TOL:
             return False
+        # the shared-memory bytes the ops ask for themselves (a GEMM's operands), in the watched iterations and
+        # in the left-out bodies: a role rarely stands at the same place in its body at both ends of the window
+        own, own_left_out = 0.0, 0.0
+        for role, (start, n) in ops.items():
+            history = role.history
+            first = len(history) - (role.pulled - start)
+            own += sum(map(role.smem_work, islice(history, first, first + n)))
+            own_left_out += drops[role] * sum(map(role.smem_work, islice(history, len(history) - body, None)))
         read_before, missed_before = l2.read_bytes, l2.miss_bytes
         l2.replay(_last_moves(loads), gpu.env._now, copies, default, not miss)
         l2.read_bytes = read_before + read  # every left-out load, those of a tile moved again later too
@@ -484,12 +494,13 @@ class LoopSkip:
         per_load = read / delta["l2_read"] if delta["l2_read"] else per_op
         hbm = gpu.hbm
         fill = delta.get("smem_fill_port", 0.0)
-        fill_busy = fill / gpu.sms[0].smem.rate
+        rate = gpu.sms[0].smem.rate
         moved = {"hbm_read": 0.0, "l2_read": 0.0,
                  "busy_hbm": (delta["busy_hbm"] * missed / delta["hbm_read"] if delta["hbm_read"]
                               else missed * hbm.copies / hbm.rate),
-                 "smem": (delta["smem"] - fill) * per_op + fill * per_load,
-                 "busy_smem": (delta["busy_smem"] - fill_busy) * per_op + fill_busy * per_load}
+                 "smem": own_left_out + (delta["smem"] - fill - own) * per_op + fill * per_load,
+                 "busy_smem": ((own_left_out + (delta["busy_smem"] * rate - fill - own) * per_op + fill * per_load)
+                               / rate)}
         for key in ("busy_l2", "smem_write", "smem_fill_port"):
             moved[key] = delta[key] * per_load
         skipped = gpu.skipped

@@ -397,6 +397,22 @@ class RoleTimer:
             self._mark(f"fetch {op.name}", now, ready)
 
     # -- loop skip (simulator/loopskip.py) -----------------------------------------------------------
+    def smem_work(self, op) -> float:
+        """The bytes an op itself asks of the SM's shared-memory port (its loads' fills aside), as its plan asks
+        them: the loop skip moves that counter by the ops it leaves out."""
+        kind, sm = type(op), self.sm
+        if kind is Gemm:
+            plan = sm.plans.get(id(op)) or _gemm_plan(op, sm, self.p)
+        elif kind in _ELEMENTWISE:
+            plan = sm.plans.get(id(op)) or _elementwise_plan(op, sm, self.p)
+        elif kind is WarpReduce:
+            return op.smem_bytes
+        elif kind is StoreShared:
+            return op.nbytes
+        else:
+            return 0.0
+        return sum(work for unit, work, _ in plan[1] if unit is sm.smem)
+
     def repeats_ahead(self, n: int, most: int | None, memo: dict) -> int:
         """How many times (up to `most`) the program's next ops repeat the last `n` issued, op for op.
         memo: signatures by op id, for ops alive while it is used (blocks of a head share their K/V loads)."""

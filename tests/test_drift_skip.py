@@ -36,8 +36,10 @@ def test_drift_skip_leaves_out_causal_stretches_within_half_a_percent(hw, proble
     assert drift.sim["ops"] + skip["ops_left_out"] == exact.sim["ops"] + exact_skip["ops_left_out"]
     assert drift.bytes["l2_read"] == exact.bytes["l2_read"]
     assert drift.cycles == pytest.approx(exact.cycles, rel=DRIFT_BOUND)
-    for key in ("hbm_read", "hbm_write", "smem_read", "smem_write"):
+    for key in ("hbm_read", "hbm_write", "smem_write"):
         assert drift.bytes[key] == pytest.approx(exact.bytes[key], rel=DRIFT_BOUND)
+    # the shared-memory reads of the left-out ops are their own (a GEMM's operands), not the window's average
+    assert drift.bytes["smem_read"] == pytest.approx(exact.bytes["smem_read"], rel=1e-9)
 
 
 def test_drift_skip_leaves_uniform_kernels_to_the_exact_skip():
