@@ -108,6 +108,10 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args(argv)
     source, stem = args.bench, args.stem
+    if not source.is_file():
+        print(f"backward_dev_compare: no benchmark file {source}", file=sys.stderr)
+        return 2
+    stem.parent.mkdir(parents=True, exist_ok=True)  # before the simulations, which take minutes
     result = compare(json.loads(source.read_text())["records"], args.jobs, tuple(args.set))
     result["source"] = str(source)
     result["command"] = f"{COMMAND} {source} {stem}" + "".join(f" --set {o}" for o in args.set)

@@ -74,8 +74,8 @@ def groups(predicted: dict[str, float | None]) -> dict[tuple[str, str], dict]:
         errors: dict[str, list[float]] = {}
         for row in _report(ds)["rows"]:
             measured = (row.get("measured") or {}).get(SIDE_BY_SIDE)
-            mine = (row.get("predicted") or {}).get(SIDE_BY_SIDE)
-            mine = predicted.get(_key(ds, row), mine) or mine
+            # a row predicted anew, unless that prediction failed (None): then the report's
+            mine = predicted.get(_key(ds, row)) or (row.get("predicted") or {}).get(SIDE_BY_SIDE)
             if measured and mine:
                 errors.setdefault(row["impl"], []).append(abs(mine - measured) / measured)
         for impl, errs in errors.items():

@@ -146,3 +146,10 @@ def test_dq_reductions_wait_for_one_another_by_row_slice(d, bm):
     dq_end = next(t1 for name, _, t1 in ops if name == "gemm dQ")
     next_s = [t0 for name, t0, _ in ops if name == "gemm S"][1]
     assert next_s - dq_end >= 4 * H200.l2_hit_latency_cycles
+
+
+def test_dev_comparison_refuses_a_missing_benchmark_in_one_line(tmp_path, capsys):
+    assert dev.main([str(tmp_path / "none.json"), str(tmp_path / "out" / "cmp")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "none.json" in err
+    assert not (tmp_path / "out").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from flashsim.experiments import partial_adoption as pa
 from flashsim.experiments.accuracy import SIDE_BY_SIDE
@@ -40,8 +41,6 @@ def test_an_unreadable_file_is_one_line_and_status_2(tmp_path, capsys):
 
 def test_the_committed_mask_adoption_passes():
     """Session 39's candidate (our v2's mask code): its causal rows at the known tiles, predicted without and with."""
-    from pathlib import Path
-
     here = Path(__file__).resolve().parent.parent / "experiments/results/h200/session39/mask-adoption"
     before = json.loads((here / "v2-causal-mask-off.json").read_text())
     after = json.loads((here / "v2-causal-mask-on.json").read_text())
