@@ -6,7 +6,8 @@ for cycle and byte for byte; the exit status is 0 when all are within BOUND (0.5
         [--plain-from FILE ...]
 
 --plain-from takes the plain runs' answers from an earlier output (the shortcuts do not change them), so a
-large problem's plain run of minutes is taken once.
+large problem's plain run of minutes is taken once; only from an output of the same model (its fingerprint,
+recorded in each output's provenance): a model change moves the plain answers too.
 
 The problems are the shortcut tests' (tests/test_shortcuts.py), on the default sample; --large adds the
 speed targets' large problems whose plain run takes under 10 minutes of CPU (minutes each; the causal GQA
@@ -104,7 +105,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="take the plain runs' answers from earlier outputs of this command (rows of the same "
                     "problem), or from plain-runs files ({name: answer})")
     args = ap.parse_args(argv)
-    known = _plain_answers(args.plain_from)
+    from .validate_compare import model_fingerprint
+
+    fingerprint = model_fingerprint()
+    known = _plain_answers(args.plain_from, fingerprint)
     rows = []
     for name, algo, problem, hw in CASES + (LARGE_CASES if args.large or args.only else []):
         if args.only and name not in args.only:
@@ -116,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
               f"bytes {'equal' if row['bytes_equal'] else row['bytes_diff']}, "
               f"{row['ops']:,} of {row['plain_ops']:,} ops", flush=True)
     out = {"provenance": {"date": date.today().isoformat(), "python": platform.python_version(),
+                          "model_fingerprint": fingerprint,
                           "command": "python3 -m flashsim.experiments.shortcut_exactness "
                           + " ".join(argv if argv is not None else sys.argv[1:])},
            "rows": rows}
@@ -123,11 +128,26 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if all(within(r) for r in rows) else 1
 
 
-def _plain_answers(paths: list[str]) -> dict:
-    """(name, algo, hw, problem) -> the plain run's answer, from earlier outputs of this command."""
+def _refuse(message: str) -> None:
+    """Bad input: one line on stderr, exit status 2, nothing written."""
+    print(f"shortcut_exactness: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _plain_answers(paths: list[str], fingerprint: str) -> dict:
+    """(name, algo, hw, problem) -> the plain run's answer, from earlier outputs of this command taken with the
+    model whose fingerprint is `fingerprint` (any other file ends the run with one line saying why)."""
     out = {}
     for path in paths:
-        for row in json.loads(Path(path).read_text())["rows"]:
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            _refuse(f"cannot read --plain-from {path}: {exc}")
+        taken = data.get("provenance", {}).get("model_fingerprint")
+        if taken != fingerprint:
+            _refuse(f"--plain-from {path} holds plain runs of {'model ' + taken if taken else 'an unrecorded model'}, "
+                    f"not of this one ({fingerprint}): take them again (leave out --plain-from)")
+        for row in data["rows"]:
             if "plain_bytes" in row:
                 key = (row["name"], row["algo"], row["hw"], json.dumps(row["problem"], sort_keys=True))
                 out[key] = {"cycles": row["plain_cycles"], "bytes": row["plain_bytes"], "ops": row["plain_ops"],
