@@ -7,9 +7,12 @@ the tiles whose mask is known; the v2 schedule's K/V order: our v2's and SDPA fl
 those takes minutes where the whole development sets take an hour of a many-CPU machine; the reports are
 predicted again in full when the candidate lands. Like adoption_rule, it never reads a test set.
 
-    python3 -m flashsim.experiments.partial_adoption predict --impls v2 [--causal | --plain] [--jobs 2] --out FILE
+    python3 -m flashsim.experiments.partial_adoption predict --impls v2 [--causal | --plain] [--whole-chip]
+            [--jobs 2] --out FILE
         run with the model to predict with on the import path (the candidate's tree, or the one before it);
-        FILE: {"set|config id|implementation": GPU busy seconds}
+        FILE: {"set|config id|implementation": GPU busy seconds}. --whole-chip simulates every SM rather than
+        the default head sample: a candidate that moves the samples and the chip apart (a launch order that
+        changes how a head's blocks are dealt) is judged on the chip; give both sides the flag
     python3 -m flashsim.experiments.partial_adoption rule --before FILE [FILE ...] --after FILE [FILE ...] [--json]
         later files win where two hold a row; exits 0 when the rule passes, 1 when not, 2 on bad input
 """
@@ -36,9 +39,9 @@ def _key(ds, row: dict) -> str:
     return f"{ds.name}|{row['config_id']}|{row['impl']}"
 
 
-def chosen_rows(impls: list[str], causal: bool | None) -> list[tuple]:
+def chosen_rows(impls: list[str], causal: bool | None, whole_chip: bool = False) -> list[tuple]:
     """(key, job args, last wall seconds) of the development sets' measured rows of `impls` (causal ones only,
-    plain ones only, or both), the longest first."""
+    plain ones only, or both), the longest first; `whole_chip`: each job simulates the whole chip."""
     from .prediction_inputs import job_args
 
     out = []
@@ -48,7 +51,8 @@ def chosen_rows(impls: list[str], causal: bool | None) -> list[tuple]:
         rows = [r for r in report["rows"] if r["impl"] in impls and (r.get("measured") or {}).get(SIDE_BY_SIDE)
                 and (causal is None or bool(r["config"].get("causal")) == causal)]
         args, _ = job_args(rows, "h200", [], flushed)
-        out += [(_key(ds, r), a, (r.get("sim") or {}).get("wall_s", 0)) for r, a in zip(rows, args, strict=True)]
+        out += [(_key(ds, r), (*a, whole_chip), (r.get("sim") or {}).get("wall_s", 0))
+                for r, a in zip(rows, args, strict=True)]
     return sorted(out, key=lambda x: -x[2])
 
 
@@ -59,9 +63,11 @@ def _predict_one(item: tuple) -> tuple[str, float | None]:
     return key, (simulate_job(args).get("predicted") or {}).get(SIDE_BY_SIDE)
 
 
-def predict(impls: list[str], causal: bool | None, jobs: int, log=print) -> dict[str, float | None]:
-    items = chosen_rows(impls, causal)
-    log(f"partial_adoption: predicting {len(items)} rows ({jobs} processes)")
+def predict(impls: list[str], causal: bool | None, jobs: int, log=print,
+            whole_chip: bool = False) -> dict[str, float | None]:
+    items = chosen_rows(impls, causal, whole_chip)
+    log(f"partial_adoption: predicting {len(items)} rows ({jobs} processes"
+        f"{', whole chip' if whole_chip else ''})")
     with ProcessPoolExecutor(jobs) as pool:
         return dict(pool.map(_predict_one, items))
 
@@ -102,6 +108,7 @@ def main(argv=None) -> int:
     mask = p.add_mutually_exclusive_group()
     mask.add_argument("--causal", action="store_const", const=True, dest="causal")
     mask.add_argument("--plain", action="store_const", const=False, dest="causal")
+    p.add_argument("--whole-chip", action="store_true", help="simulate every SM, not the default head sample")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--out", required=True)
     r = sub.add_parser("rule")
@@ -115,7 +122,7 @@ def main(argv=None) -> int:
             out = Path(args.out)
             if not out.parent.is_dir():
                 raise FlashsimError(f"no directory for {out}")
-            result = predict(args.impls, args.causal, max(1, args.jobs))
+            result = predict(args.impls, args.causal, max(1, args.jobs), whole_chip=args.whole_chip)
             out.write_text(json.dumps(result, indent=0, sort_keys=True) + "\n")
             return 0
         before, after = _merged(args.before), _merged(args.after)

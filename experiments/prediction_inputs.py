@@ -129,11 +129,13 @@ def problem_args(config: dict, sim_headdim: int | None = None) -> dict:
 def simulate_job(job: tuple) -> dict:
     """One prediction (runs in a worker process): the simulator's time and bytes, or the error it raised.
     job: (algo, problem kwargs, tiling dict or None, profile name or path, --set overrides, and optionally
-    {profile key: profile key whose value it takes} for an implementation that runs on other units, and
-    whether the run starts from the flushed L2 (absent: an empty one))."""
+    {profile key: profile key whose value it takes} for an implementation that runs on other units, whether
+    the run starts from the flushed L2 (absent: an empty one), and whether it simulates the whole chip rather
+    than the default head sample (absent: the sample, as the reports are predicted))."""
     algo, problem, tiling, hw, overrides, *rest = job
     swaps = rest[0] if rest else {}
     flushed = bool(rest[1]) if len(rest) > 1 else False
+    whole_chip = bool(rest[2]) if len(rest) > 2 else False
     from flashsim.algorithms.problem import Problem
     from flashsim.algorithms.tiling import Tiling
     from flashsim.hw_profiles import load_profile
@@ -163,7 +165,8 @@ def simulate_job(job: tuple) -> dict:
             from flashsim.algorithms.tiling import resolve_tiling
 
             tiling = {**resolve_tiling(algo, prob, profile).as_dict(), **tiling}
-        res = simulate(algo, prob, profile, Tiling(**tiling) if tiling else None, flushed_l2=flushed)
+        sample = {"sms": None} if whole_chip else {}
+        res = simulate(algo, prob, profile, Tiling(**tiling) if tiling else None, flushed_l2=flushed, **sample)
         d = res.as_dict()
         b = d["bytes"]
         return {

@@ -46,3 +46,23 @@ def test_the_committed_mask_adoption_passes():
     after = json.loads((here / "v2-causal-mask-on.json").read_text())
     result = pa.compare(pa.groups(before), pa.groups({**before, **after}))
     assert result["passes"] and result["worst_change"] < 0.5
+
+
+def test_whole_chip_jobs_simulate_every_sm_and_plain_ones_the_default_sample(monkeypatch):
+    """--whole-chip: a candidate that moves the head samples and the chip apart is judged on the chip."""
+    import flashsim.simulator as sim
+    from flashsim.experiments.prediction_inputs import simulate_job
+
+    asked = []
+
+    def fake_simulate(*args, **kwargs):
+        asked.append(kwargs.get("sms", "default"))
+        raise RuntimeError("stop here")  # simulate_job reports it as the row's error
+
+    monkeypatch.setattr(sim, "simulate", fake_simulate)
+    whole = [a for _, a, _ in pa.chosen_rows(["v2"], True, whole_chip=True)][:2]
+    plain = [a for _, a, _ in pa.chosen_rows(["v2"], True)][:2]
+    assert whole and all(a[-1] is True for a in whole) and all(a[-1] is False for a in plain)
+    for job in whole + plain:
+        assert "stop here" in simulate_job(job)["predict_error"]
+    assert asked == [None, None, "default", "default"]
