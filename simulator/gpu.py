@@ -189,7 +189,6 @@ def blocks_per_sm(kernel, profile) -> int:
     return slots
 
 
-
 def _turned_over(l2_marks: list, period: int, capacity: float) -> bool:
     """Whether the L2 has evicted a whole capacity of room since the periods that evict alike began (walking
     back from the last one): then every line left from before them is gone, and its state is theirs."""
@@ -202,6 +201,7 @@ def _turned_over(l2_marks: list, period: int, capacity: float) -> bool:
             break
         j -= period
     return last[4] - l2_marks[j][4] >= capacity
+
 
 class Gpu:
     """heads: the sampled (batch, K/V head) pairs, or None for the whole problem; with `group` query heads per
