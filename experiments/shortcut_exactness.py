@@ -23,6 +23,7 @@ import sys
 import time
 from datetime import date
 from pathlib import Path
+from typing import NoReturn
 
 from flashsim.algorithms.problem import Problem
 from flashsim.hw_profiles import load_profile
@@ -102,8 +103,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="compare only these problems")
     ap.add_argument("--large", action="store_true", help="add the large problems (minutes each)")
     ap.add_argument("--plain-from", nargs="+", default=[], metavar="FILE",
-                    help="take the plain runs' answers from earlier outputs of this command (rows of the same "
-                    "problem), or from plain-runs files ({name: answer})")
+                    help="take the plain runs' answers from earlier outputs of this command or plain-runs files "
+                    "(rows of the same problem), taken with this model")
     args = ap.parse_args(argv)
     from .validate_compare import model_fingerprint
 
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if all(within(r) for r in rows) else 1
 
 
-def _refuse(message: str) -> None:
+def _refuse(message: str) -> NoReturn:
     """Bad input: one line on stderr, exit status 2, nothing written."""
     print(f"shortcut_exactness: {message}", file=sys.stderr)
     raise SystemExit(2)
