@@ -54,19 +54,30 @@ STALE = {
 }
 
 
+def taken_with(fingerprint: str | None) -> str:
+    """Whether a result stamped with this model fingerprint is the installed model's: "current", "earlier
+    model" (its sources have changed since) or "unknown" (no fingerprint)."""
+    from .validate_compare import model_fingerprint
+
+    if not fingerprint:
+        return "unknown"
+    return "current" if fingerprint == model_fingerprint() else "earlier model"
+
+
 def model_status(report: dict) -> str:
     """Whether the report's predictions are what the installed model and the shipped profile give today:
     "current", "earlier model" (the model's sources changed since), "earlier profile" (the profile's
     numbers changed, or it was predicted with --set or another file) or "unknown" (no fingerprints)."""
     from flashsim.hw_profiles import load_profile
 
-    from .validate_compare import model_fingerprint, profile_fingerprint
+    from .validate_compare import profile_fingerprint
 
     prof = report.get("profile", {})
-    if not prof.get("fingerprint") or not report.get("model_fingerprint"):
+    if not prof.get("fingerprint"):
         return "unknown"
-    if report["model_fingerprint"] != model_fingerprint():
-        return "earlier model"
+    made_by = taken_with(report.get("model_fingerprint"))
+    if made_by != "current":
+        return made_by
     try:
         shipped = profile_fingerprint(load_profile(prof.get("hw") or prof.get("name", "")))
     except Exception:  # a profile file that is not here: not the shipped one
@@ -275,15 +286,11 @@ def shortcuts(path: Path = SHORTCUTS_FILE) -> dict | None:
         rows = data["rows"]
     except (OSError, json.JSONDecodeError, KeyError, TypeError):
         return None
-    from .validate_compare import model_fingerprint
-
-    taken = data.get("provenance", {}).get("model_fingerprint")
-    status = "unknown" if not taken else "current" if taken == model_fingerprint() else "earlier model"
     return {"file": str(path), "problems": len(rows),
             "worst_cycles": max((abs(r["rel_diff_cycles"]) for r in rows), default=0.0),
             "worst_bytes": max((r["worst_rel_diff_bytes"] for r in rows), default=0.0),
             "bytes_equal": sum(bool(r["bytes_equal"]) for r in rows),
-            "predicted_with": status}
+            "predicted_with": taken_with(data.get("provenance", {}).get("model_fingerprint"))}
 
 
 def render_shortcuts(info: dict, console=None) -> None:
