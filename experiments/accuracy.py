@@ -6,7 +6,8 @@ implementation and the algorithm it is simulated as, the provenance of the measu
 path; then the GPU busy time of both sets side by side. A missing test report is one line, not an error.
 The other sets follow where their reports are committed beside them (the LLM-shaped, per-tile and d256
 development sets, the decode and backward test sets), and last every set's GPU busy time at a glance, with
-whether the installed model and the shipped profile still give each report's predictions.
+whether the installed model and the shipped profile still give each report's predictions, and how far the
+shortcuts come from the plain event-by-event run (shortcut-exactness.json) and whether this model was compared.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from .validate_sets import BWD, DECODE, DEV, DEV_D256, DEV_LLM, DEV_TILES, TEST
 # Packaged with flashsim.experiments (package data), so found from any working directory.
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 DEFAULT_FILE = RESULTS_DIR / "h200" / "validation.json"
+# experiments/shortcut_exactness.py's comparison of the shortcuts with the plain run
+SHORTCUTS_FILE = RESULTS_DIR / "shortcut-exactness.json"
 
 
 SIDE_BY_SIDE = "kernel_time_s"  # the quantity compared across the sets: GPU busy time
@@ -51,19 +54,30 @@ STALE = {
 }
 
 
+def taken_with(fingerprint: str | None) -> str:
+    """Whether a result stamped with this model fingerprint is the installed model's: "current", "earlier
+    model" (its sources have changed since) or "unknown" (no fingerprint)."""
+    from .validate_compare import model_fingerprint
+
+    if not fingerprint:
+        return "unknown"
+    return "current" if fingerprint == model_fingerprint() else "earlier model"
+
+
 def model_status(report: dict) -> str:
     """Whether the report's predictions are what the installed model and the shipped profile give today:
     "current", "earlier model" (the model's sources changed since), "earlier profile" (the profile's
     numbers changed, or it was predicted with --set or another file) or "unknown" (no fingerprints)."""
     from flashsim.hw_profiles import load_profile
 
-    from .validate_compare import model_fingerprint, profile_fingerprint
+    from .validate_compare import profile_fingerprint
 
     prof = report.get("profile", {})
-    if not prof.get("fingerprint") or not report.get("model_fingerprint"):
+    if not prof.get("fingerprint"):
         return "unknown"
-    if report["model_fingerprint"] != model_fingerprint():
-        return "earlier model"
+    made_by = taken_with(report.get("model_fingerprint"))
+    if made_by != "current":
+        return made_by
     try:
         shipped = profile_fingerprint(load_profile(prof.get("hw") or prof.get("name", "")))
     except Exception:  # a profile file that is not here: not the shipped one
@@ -263,6 +277,35 @@ def render_overview(rows: list[dict], console=None) -> None:
     console.print(table)
 
 
+def shortcuts(path: Path = SHORTCUTS_FILE) -> dict | None:
+    """The committed comparison of the shortcuts with the plain run: problems compared, the largest relative
+    difference in cycles and in any byte count, how many equal in every byte, and whether the installed model
+    took it ("current", "earlier model", "unknown"); None where no readable comparison is committed."""
+    try:
+        data = json.loads(path.read_text())
+        rows = data["rows"]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError):
+        return None
+    return {"file": str(path), "problems": len(rows),
+            "worst_cycles": max((abs(r["rel_diff_cycles"]) for r in rows), default=0.0),
+            "worst_bytes": max((r["worst_rel_diff_bytes"] for r in rows), default=0.0),
+            "bytes_equal": sum(bool(r["bytes_equal"]) for r in rows),
+            "predicted_with": taken_with(data.get("provenance", {}).get("model_fingerprint"))}
+
+
+def render_shortcuts(info: dict, console=None) -> None:
+    console = console or _console()
+    line = (f"Shortcuts against the plain run ({Path(info['file']).name}): {info['problems']} problems, cycles within "
+            f"{100 * info['worst_cycles']:.4f}%, every byte count equal in {info['bytes_equal']} "
+            f"(the others within {100 * info['worst_bytes']:.2g}%)")
+    if info["predicted_with"] == "current":
+        console.print(f"{line}; taken with this model", soft_wrap=True, markup=False)
+    else:
+        which = "an earlier" if info["predicted_with"] == "earlier model" else "an unknown"
+        console.print(f"{line}; taken with {which} model: `python3 -m flashsim.experiments.shortcut_exactness --large` "
+                      "takes it again", soft_wrap=True, markup=False, style="yellow")
+
+
 def main(args) -> int:
     path = Path(args.file) if args.file else DEFAULT_FILE
     report, test = load(path), load_test(path)
@@ -275,10 +318,14 @@ def main(args) -> int:
         for key, p in extra.items():
             out[key] = summary(loaded[key], p)
         out["overview"] = {"quantity": SIDE_BY_SIDE, "rows": overview(names)}
+        out["shortcuts"] = shortcuts()
         print(json.dumps(out, indent=2))
         return 0
     render_sets(report, path, test)
     for key, p in extra.items():
         render_one(loaded[key], p)
     render_overview(overview(names))
+    info = shortcuts()
+    if info is not None:
+        render_shortcuts(info)
     return 0

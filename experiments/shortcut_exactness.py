@@ -25,6 +25,7 @@ from datetime import date
 from pathlib import Path
 
 from flashsim.algorithms.problem import Problem
+from flashsim.errors import FlashsimError
 from flashsim.hw_profiles import load_profile
 from flashsim.simulator import simulate
 
@@ -102,13 +103,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="compare only these problems")
     ap.add_argument("--large", action="store_true", help="add the large problems (minutes each)")
     ap.add_argument("--plain-from", nargs="+", default=[], metavar="FILE",
-                    help="take the plain runs' answers from earlier outputs of this command (rows of the same "
-                    "problem), or from plain-runs files ({name: answer})")
+                    help="take the plain runs' answers from earlier outputs of this command or plain-runs files "
+                    "(rows of the same problem), taken with this model")
     args = ap.parse_args(argv)
     from .validate_compare import model_fingerprint
 
     fingerprint = model_fingerprint()
-    known = _plain_answers(args.plain_from, fingerprint)
+    try:
+        known = _plain_answers(args.plain_from, fingerprint)
+    except FlashsimError as exc:
+        print(f"shortcut_exactness: {exc}", file=sys.stderr)
+        return 2
     rows = []
     for name, algo, problem, hw in CASES + (LARGE_CASES if args.large or args.only else []):
         if args.only and name not in args.only:
@@ -128,25 +133,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if all(within(r) for r in rows) else 1
 
 
-def _refuse(message: str) -> None:
-    """Bad input: one line on stderr, exit status 2, nothing written."""
-    print(f"shortcut_exactness: {message}", file=sys.stderr)
-    raise SystemExit(2)
-
-
 def _plain_answers(paths: list[str], fingerprint: str) -> dict:
     """(name, algo, hw, problem) -> the plain run's answer, from earlier outputs of this command taken with the
-    model whose fingerprint is `fingerprint` (any other file ends the run with one line saying why)."""
+    model whose fingerprint is `fingerprint`; FlashsimError for a file that is unreadable or of another model."""
     out = {}
     for path in paths:
         try:
             data = json.loads(Path(path).read_text())
         except (OSError, json.JSONDecodeError) as exc:
-            _refuse(f"cannot read --plain-from {path}: {exc}")
+            raise FlashsimError(f"cannot read --plain-from {path}: {exc}") from None
         taken = data.get("provenance", {}).get("model_fingerprint")
         if taken != fingerprint:
-            _refuse(f"--plain-from {path} holds plain runs of {'model ' + taken if taken else 'an unrecorded model'}, "
-                    f"not of this one ({fingerprint}): take them again (leave out --plain-from)")
+            which = f"model {taken}" if taken else "an unrecorded model"
+            raise FlashsimError(f"--plain-from {path} holds plain runs of {which}, not of this one ({fingerprint}): "
+                                "take them again (leave out --plain-from)")
         for row in data["rows"]:
             if "plain_bytes" in row:
                 key = (row["name"], row["algo"], row["hw"], json.dumps(row["problem"], sort_keys=True))

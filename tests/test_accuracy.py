@@ -207,3 +207,22 @@ def test_short_kernels_are_told_apart() -> None:
     for impl, g in by_duration(test).items():  # every timed row lands in one group, short ones all under 20 us
         assert sum(c["n"] for c in g.values() if c) == test["summary"][impl]["kernel_time_s"]["n"]
     assert SHORT_KERNEL_S == 20e-6
+
+
+def test_accuracy_says_how_far_the_shortcuts_come_from_the_plain_run_and_with_which_model(tmp_path: Path) -> None:
+    """The shortcut comparison is read back with its worst differences, and marked current only while the
+    installed model is the one that took it."""
+    from flashsim.experiments import accuracy
+    from flashsim.experiments.validate_compare import model_fingerprint
+
+    rows = [{"rel_diff_cycles": -0.002, "worst_rel_diff_bytes": 0.0, "bytes_equal": True},
+            {"rel_diff_cycles": 0.0, "worst_rel_diff_bytes": 1e-6, "bytes_equal": False}]
+    path = tmp_path / "shortcut-exactness.json"
+    for taken, status in ((model_fingerprint(), "current"), ("0123456789abcdef", "earlier model"), (None, "unknown")):
+        path.write_text(json.dumps({"provenance": {"model_fingerprint": taken} if taken else {}, "rows": rows}))
+        info = accuracy.shortcuts(path)
+        assert info["predicted_with"] == status
+        assert (info["problems"], info["worst_cycles"], info["worst_bytes"], info["bytes_equal"]) == (2, 0.002, 1e-6, 1)
+    assert accuracy.shortcuts(tmp_path / "absent.json") is None
+    path.write_text("not json")
+    assert accuracy.shortcuts(path) is None

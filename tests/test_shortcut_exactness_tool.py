@@ -28,16 +28,15 @@ def test_plain_runs_of_this_model_are_taken(tmp_path) -> None:
 def test_plain_runs_of_another_or_unrecorded_model_are_refused_in_one_line(tmp_path, capsys, provenance) -> None:
     out = tmp_path / "out.json"
     path = _plain_file(tmp_path, provenance)
-    with pytest.raises(SystemExit) as stop:
-        se.main(["--only", "v2 d64", "--plain-from", str(path), "--out", str(out)])
-    assert stop.value.code == 2
+    assert se.main(["--only", "v2 d64", "--plain-from", str(path), "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "take them again" in err
     assert not out.exists()  # refused before any simulation or output
 
 
 def test_an_unreadable_plain_file_is_refused_in_one_line(tmp_path, capsys) -> None:
-    with pytest.raises(SystemExit) as stop:
-        se._plain_answers([str(tmp_path / "missing.json")], model_fingerprint())
-    assert stop.value.code == 2
-    assert "cannot read --plain-from" in capsys.readouterr().err
+    out = tmp_path / "out.json"
+    assert se.main(["--only", "v2 d64", "--plain-from", str(tmp_path / "missing.json"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "cannot read --plain-from" in err
+    assert not out.exists()
