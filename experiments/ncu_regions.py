@@ -7,6 +7,12 @@
 instructions that execute equally often) and gives each run's cycles per warp, for kernels whose blocks are
 short enough that the time outside the steady loop counts.
 
+    python3 -m flashsim.experiments.ncu_regions --steps PRODUCTS SASS.csv[.gz] [...]
+
+--steps cuts the code a warp runs once before its loop (FA2's peeled or masked K/V steps) into K/V steps, each
+ending with its PRODUCTS-th product (S's and P V's HMMAs: 256 at FA2's d128 tiles), the first holding the
+prologue, and sets each beside one pass of the loop: instructions by kind and stall samples per warp.
+
 SASS is the source page exported as CSV (`ncu --page source --csv`: executed counts and warp-stall samples per
 SASS instruction), DETAILS the same run's details page (read for its grid, block, SM-sub-partition active cycles
 and active warps per scheduler). The loop body is the instructions executed once per warp per K/V block; it
@@ -155,6 +161,46 @@ def sections(details: str, sass: str, least: float = 0.01) -> dict:
     return out
 
 
+STEP_KINDS = ("HMMA", "LDSM", "MUFU", "MOV", "ISETP", "FSEL", "LDL", "STL")
+
+
+def steps(sass: str, products: int) -> list[dict]:
+    """The once-per-warp code before the loop cut into K/V steps of `products` HMMAs (the first with the
+    prologue), then one pass of the loop (the instructions executed most often, with those of it a block's
+    last pass skips): per piece its instructions, counts of STEP_KINDS and stall samples per warp, in all and
+    on its products."""
+    instrs = [i for i in _instructions(_text(sass)) if i[1]]
+    most = max(i[1] for i in instrs if i[0] == "HMMA")
+    once = instrs[0][1]  # the kernel's first instruction: every warp runs it once
+    first_loop = next(k for k, i in enumerate(instrs) if i[1] > 1.5 * once)
+    pieces: list[tuple[str, list]] = []
+    current: list = []
+    hmma = 0
+    for i in instrs[:first_loop]:
+        current.append(i)
+        hmma += i[0] == "HMMA"
+        if hmma and hmma % products == 0 and i[0] == "HMMA":
+            pieces.append((f"step {len(pieces) + 1}" + (" with the prologue" if not pieces else ""), current))
+            current = []
+    loop = [i for i in instrs if i[1] >= 0.9 * most]
+    out = []
+    for name, part, runs in [*((n, p, 1) for n, p in pieces), ("loop pass", loop, most / once)]:
+        kinds = Counter(i[0] for i in part)
+        out.append({"piece": name, "instructions": len(part), **{k: kinds[k] for k in STEP_KINDS},
+                    "samples": sum(i[2] for i in part) / runs,
+                    "hmma_samples": sum(i[2] for i in part if i[0] == "HMMA") / runs})
+    return out
+
+
+def steps_markdown(name: str, rows: list[dict]) -> str:
+    lines = [f"### {name}", "", "| piece | instructions | " + " | ".join(STEP_KINDS) + " | stall samples | on HMMA |",
+             "|---|---:|" + "---:|" * len(STEP_KINDS) + "---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['piece']} | {r['instructions']} | " + " | ".join(str(r[k]) for k in STEP_KINDS)
+                     + f" | {r['samples']:.0f} | {r['hmma_samples']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
 def sections_markdown(name: str, r: dict) -> str:
     why = ", ".join(f"{k} {c:.0f}" for k, c in list(r["stalls"].items())[:6])
     lines = [f"### {name}", "", f"{r['warps']} warps, {r['cycles_per_warp']:.0f} cycles each ({why})", "",
@@ -180,6 +226,13 @@ def markdown(name: str, r: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
+    if argv and argv[0] == "--steps":
+        if len(argv) < 3 or not argv[1].isdigit():
+            sys.stderr.write("usage: ncu_regions --steps PRODUCTS SASS.csv[.gz] [...]\n")
+            return 2
+        for sass in argv[2:]:
+            print(steps_markdown(Path(sass).name.split("-sass")[0], steps(sass, int(argv[1]))))
+        return 0
     whole = bool(argv) and argv[0] == "--sections"
     argv = argv[1:] if whole else argv
     if not argv or len(argv) % 2:

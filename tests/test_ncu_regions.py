@@ -100,3 +100,25 @@ def test_code_lines_split_a_kernel_at_its_kv_loop():
     causal = stretches(str(SHORT / "ncu-v2-d64-n512-c1-sass.txt.gz"))
     assert plain["prologue"] == causal["prologue"] and plain["epilogue"] == causal["epilogue"]
     assert causal["loop"] > plain["loop"]
+
+
+def test_fa2s_second_masked_step_costs_most():
+    """SDPA's flash kernel at d128 (tiles 128 x 64) masks two K/V steps per causal block, in code of their own
+    before its loop: the first costs what the non-causal kernel's peeled first step does, the second (out of
+    registers: MOV chains and spills between its products) about 1.8 loop passes."""
+    from flashsim.experiments.ncu_regions import steps
+
+    causal = steps(str(DIR / "ncu-sdpa-flash-d128-n4096-c1-sass.txt.gz"), 256)
+    plain = steps(str(DIR / "ncu-sdpa-flash-d128-n4096-c0-sass.txt.gz"), 256)
+    assert [p["piece"] for p in causal] == ["step 1 with the prologue", "step 2", "loop pass"]
+    assert [p["piece"] for p in plain] == ["step 1 with the prologue", "loop pass"]
+    assert all(p["HMMA"] == 256 for p in causal + plain)
+    first, second, loop = causal
+    assert second["MOV"] > 4 * loop["MOV"] and second["FSEL"] >= 64 > loop["FSEL"]
+    assert 1.6 < second["samples"] / loop["samples"] < 2.0
+    assert first["samples"] == pytest.approx(plain[0]["samples"], rel=0.1)
+
+
+def test_steps_asks_a_product_count(capsys):
+    assert main(["--steps", "many", "x.csv"]) == 2
+    assert "usage" in capsys.readouterr().err
