@@ -31,62 +31,42 @@ from .accuracy import SIDE_BY_SIDE, load
 from .adoption_rule import DEV_SETS, RESULTS
 
 
-def masked_share(problem: dict, tiling: dict) -> float:
+def masked_share(problem: dict, block_m: int, block_n: int) -> float:
     """The share of a causal problem's K/V steps (Q block x K/V block pairs visited) whose tile needs a mask."""
     from flashsim.algorithms.parts import kv_block_count, tile_mask
     from flashsim.algorithms.problem import Problem
 
     p = Problem(**problem)
-    bm, bn = tiling.block_m, tiling.block_n
     steps = masked = 0
-    for b in range(p.batch):
+    for b in range(p.batch if p.seqlens else 1):  # a batch of equal sequences: one stands for all
         ps = p.sequence(b)
-        for row0 in range(0, ps.seqlen_q, bm):
-            n = kv_block_count(ps, row0, bm, bn)
+        for row0 in range(0, ps.seqlen_q, block_m):
+            n = kv_block_count(ps, row0, block_m, block_n)
             steps += n
-            masked += sum(1 for j in range(n) if tile_mask(ps, row0, j * bn, bm, bn) is not None)
-        if not p.seqlens:
-            steps, masked = steps * p.batch, masked * p.batch
-            break
+            masked += sum(1 for j in range(n) if tile_mask(ps, row0, j * block_n, block_m, block_n) is not None)
     return masked / steps if steps else 0.0
 
 
-def rows(impls: list[str], hw: str = "h200") -> list[dict]:
-    """Each measured causal development row of `impls`: set, config id, head dim, masked share, error, estimate."""
-    from flashsim.algorithms.problem import Problem
-    from flashsim.hw_profiles import load_profile
+def rows(impls: list[str]) -> list[dict]:
+    """Each predicted and measured causal development row of `impls`: set, config id, head dim, tiles (those its
+    prediction ran), masked share, error and the estimate."""
+    from .prediction_inputs import problem_args
 
-    from .prediction_inputs import job_args
-
-    profile = load_profile(hw)
     out = []
     for ds in DEV_SETS:
         report = load(RESULTS / ds.report)
-        chosen = [r for r in report["rows"] if r["impl"] in impls and r["config"].get("causal")
-                  and (r.get("measured") or {}).get(SIDE_BY_SIDE) and (r.get("predicted") or {}).get(SIDE_BY_SIDE)]
-        args, _ = job_args(chosen, hw, [], True)
-        for r, (algo, problem, given, *_rest) in zip(chosen, args, strict=True):
-            tiling = _tiles_ran(algo, Problem(**problem), given or {}, profile)
-            share = masked_share(problem, tiling)
+        for r in report["rows"]:
+            if not (r["impl"] in impls and r["config"].get("causal") and (r.get("measured") or {}).get(SIDE_BY_SIDE)
+                    and (r.get("predicted") or {}).get(SIDE_BY_SIDE) and (r.get("sim") or {}).get("tiling")):
+                continue
+            tiles = r["sim"]["tiling"]
+            share = masked_share(problem_args(r["config"], r.get("sim_headdim")), tiles["block_m"], tiles["block_n"])
             err = r["predicted"][SIDE_BY_SIDE] / r["measured"][SIDE_BY_SIDE] - 1
             out.append({"set": ds.name, "config_id": r["config_id"], "impl": r["impl"],
-                        "headdim": r["config"]["headdim"], "tile": f"{tiling.block_m}x{tiling.block_n}",
+                        "headdim": r["config"]["headdim"], "tile": f"{tiles['block_m']}x{tiles['block_n']}",
                         "masked_share": share, "error": err,
                         "extra_per_masked_step": -err / ((1 + err) * share) if share else None})
     return sorted(out, key=lambda x: (x["impl"], -x["masked_share"]))
-
-
-def _tiles_ran(algo: str, problem, given: dict, profile):
-    """The tiles a row's prediction runs (as prediction_inputs.simulate_job resolves them): FA2's own where the
-    row names its launch, the schedule's default where it names only the code's form."""
-    from flashsim.algorithms.tiling import Tiling, resolve_tiling
-    from flashsim.simulator.sdpa import fa2_tiling
-
-    if given.get("launch") == "fa2":
-        given = {**fa2_tiling(problem, profile), **{k: v for k, v in given.items() if k != "launch"}}
-    if "block_m" not in given:
-        given = {**resolve_tiling(algo, problem, profile).as_dict(), **given}
-    return Tiling(**given)
 
 
 def summary(table: list[dict], min_share: float) -> dict:

@@ -6,14 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from flashsim.algorithms.tiling import Tiling
 from flashsim.experiments.masked_steps import main, masked_share, rows
 
 ORDERS = Path(__file__).resolve().parents[1] / "experiments/results/h200/fa2-sass/fa2-causal-d128-gemm-orders.json"
-
-
-def _tile(bm: int, bn: int) -> Tiling:
-    return Tiling(block_m=bm, block_n=bn, stages=2, warps=4)
 
 
 def _problem(nq: int, nk: int = 0, causal: bool = True) -> dict:
@@ -22,16 +17,16 @@ def _problem(nq: int, nk: int = 0, causal: bool = True) -> dict:
 
 def test_masked_share_counts_the_diagonal_tiles():
     # two Q blocks of 128 over K/V blocks of 128: 1 + 2 steps, the diagonal one of each masked
-    assert masked_share(_problem(256), _tile(128, 128)) == pytest.approx(2 / 3)
+    assert masked_share(_problem(256), 128, 128) == pytest.approx(2 / 3)
     # K/V blocks of 64: 2 + 4 steps, two masked in each block (the diagonal's 128 rows span two K/V blocks)
-    assert masked_share(_problem(256), _tile(128, 64)) == pytest.approx(4 / 6)
-    assert masked_share(_problem(4096), _tile(128, 64)) == pytest.approx(64 / sum(2 * (i + 1) for i in range(32)))
-    assert masked_share(_problem(256, causal=False), _tile(128, 128)) == 0.0
+    assert masked_share(_problem(256), 128, 64) == pytest.approx(4 / 6)
+    assert masked_share(_problem(4096), 128, 64) == pytest.approx(64 / sum(2 * (i + 1) for i in range(32)))
+    assert masked_share(_problem(256, causal=False), 128, 128) == 0.0
 
 
 def test_a_long_cache_masks_a_smaller_share():
     """Bottom-right alignment: 128 queries over 1,024 keys see 897 .. 1,024 keys: 8 K/V steps, the last masked."""
-    assert masked_share(_problem(128, 1024), _tile(128, 128)) == pytest.approx(1 / 8)
+    assert masked_share(_problem(128, 1024), 128, 128) == pytest.approx(1 / 8)
 
 
 def test_the_estimates_come_from_the_development_sets_only():
