@@ -11,7 +11,8 @@ short enough that the time outside the steady loop counts.
 
 --steps cuts the code a warp runs once before its loop (FA2's peeled or masked K/V steps) into K/V steps, each
 ending with its PRODUCTS-th product (S's and P V's HMMAs: 256 at FA2's d128 tiles), the first holding the
-prologue, and sets each beside one pass of the loop: instructions by kind and stall samples per warp.
+prologue, and sets each beside one pass of the loop: a warp's instructions by kind, and the stall samples of
+all warps for one run of the piece.
 
 SASS is the source page exported as CSV (`ncu --page source --csv`: executed counts and warp-stall samples per
 SASS instruction), DETAILS the same run's details page (read for its grid, block, SM-sub-partition active cycles
@@ -167,8 +168,8 @@ STEP_KINDS = ("HMMA", "LDSM", "MUFU", "MOV", "ISETP", "FSEL", "LDL", "STL")
 def steps(sass: str, products: int) -> list[dict]:
     """The once-per-warp code before the loop cut into K/V steps of `products` HMMAs (the first with the
     prologue), then one pass of the loop (the instructions executed most often, with those of it a block's
-    last pass skips): per piece its instructions, counts of STEP_KINDS and stall samples per warp, in all and
-    on its products."""
+    last pass skips): per piece its instructions and counts of STEP_KINDS (one warp's), and its warp-stall
+    samples over all warps for one run of it (the loop's divided by its passes), in all and on its products."""
     instrs = [i for i in _instructions(_text(sass)) if i[1]]
     most = max(i[1] for i in instrs if i[0] == "HMMA")
     once = instrs[0][1]  # the kernel's first instruction: every warp runs it once
