@@ -105,6 +105,8 @@ def dispatch_scale(records: Sequence[tuple], steps: Callable[[tuple], int], samp
                    chip: Sequence[tuple], sample_sms: int, chip_sms: int, slots: int) -> dict | None:
     """The chip's cycles per sampled cycle: the fluid replay of the chip's launch order `chip` on `chip_sms`
     SMs over that of the sample's `sampled` blocks on `sample_sms`, with block costs fitted to `records`."""
+    if len(chip) <= chip_sms * slots:  # one wave: every block starts at once, nothing is dealt
+        return None
     cost = fit(records, steps)
     if cost is None:
         return None
