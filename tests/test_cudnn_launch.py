@@ -56,6 +56,24 @@ def test_rule_matches_what_cudnn_launched(grid):
     assert seen >= 30
 
 
+def test_cudnn_at_d256_holds_one_k_and_one_v_tile():
+    """cuDNN's launch on all 12 shapes of the head-dim-256 development set (run 227): 128 query rows (two consumers
+    of 64), 128 keys a tile and the SM's whole 227 KiB of shared memory, of which Q, one K and one V tile take
+    192 KiB: a single buffer each, where v3's schedule keeps a ring of at least two K/V pairs (320 KiB at 128
+    keys). So the rule leaves d256 to v3's own tiles until a schedule turns K and V over apart."""
+    doc = json.loads((RESULTS / "sdpa-launches-dev-d256.json").read_text())
+    rows = [r for r in doc["rows"] if r["impl"] == "sdpa-cudnn"]
+    assert len(rows) == 12
+    for row in rows:
+        (k,) = [k for k in row["kernels"] if cudnn_tile(k["name"])]
+        tile = cudnn_tile(k["name"])
+        assert (tile["block_m"] * (k["block"][0] // 128 - 1), tile["block_n"], tile["headdim"]) == (128, 128, 256)
+        tile_bytes = 128 * 256 * 2
+        assert 3 * tile_bytes <= k["dynamic_smem_bytes"] < (1 + 2 * 2) * tile_bytes
+        assert k["grid"][0] <= doc["provenance"]["sm_count"]
+    assert cudnn_sm90_tiling(256) is None
+
+
 def _record(impl, d):
     cfg = {"batch": 1, "heads": 8, "kv_heads": 8, "seqlen_q": 1024, "seqlen_k": 1024, "headdim": d,
            "causal": False, "dtype": "bf16"}  # fmt: skip
