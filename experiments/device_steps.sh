@@ -61,3 +61,11 @@ ncu_microbench() {
     rm -rf "$OUT/$k.ncu-rep" "$OUT/cal-$k"
   done
 }
+# pack_results 'GLOB'...: the Nsight Compute pages under $OUT gzipped, then the files the globs name in $OUT (quote
+# them: they are matched there) into $OUT/results.tgz; only the archive and summary.txt stay (the machine returns
+# a handful of files)
+pack_results() {
+  gzip -f "$OUT"/ncu-*-sass.txt "$OUT"/ncu-*-details.txt 2>/dev/null
+  (cd "$OUT" && tar czf results.tgz --ignore-failed-read $* \
+    && find . -mindepth 1 -maxdepth 1 ! -name results.tgz ! -name summary.txt -exec rm -rf {} +)
+}

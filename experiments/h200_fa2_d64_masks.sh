@@ -14,8 +14,5 @@ source experiments/device_env.sh
 source experiments/device_steps.sh
 ncu_configs "flash_fwd_kernel" "$MMA_SYNC_COUNTS" "sdpa-flash 64 256 1 8 132" "sdpa-flash 64 256 0 8 132" \
   "sdpa-flash 64 512 1 8 132" "sdpa-flash 64 512 0 8 132" "sdpa-flash 128 256 1 8 132" "sdpa-flash 128 256 0 8 132"
-gzip -f "$OUT"/ncu-*-sass.txt "$OUT"/ncu-*-details.txt 2>/dev/null
-cd "$OUT" && tar czf results.tgz --ignore-failed-read ncu-* gpu.txt summary.txt \
-  && find . -mindepth 1 -maxdepth 1 ! -name results.tgz ! -name summary.txt -exec rm -rf {} +
-cd - > /dev/null
+pack_results 'ncu-*' gpu.txt summary.txt
 finish

@@ -21,8 +21,5 @@ step launches-d256 120 python3 -m flashsim.experiments.sdpa_launches --grid dev-
 ncu_configs "cudnn" "$WGMMA_COUNTS" "sdpa-cudnn 256 1024 0 16 16" "sdpa-cudnn 256 8192 0 1 8"
 ncu_configs "flash_fwd_kernel" "$MMA_SYNC_COUNTS" "sdpa-flash 128 128 1 8 132" "sdpa-flash 128 128 0 8 132" \
   "sdpa-flash 64 128 1 8 132" "sdpa-flash 64 128 0 8 132"
-gzip -f "$OUT"/ncu-*-sass.txt "$OUT"/ncu-*-details.txt 2>/dev/null
-cd "$OUT" && tar czf results.tgz --ignore-failed-read sdpa-launches-dev-d256.json ncu-* gpu.txt summary.txt *.txt \
-  && find . -mindepth 1 -maxdepth 1 ! -name results.tgz ! -name summary.txt -exec rm -rf {} +
-cd - > /dev/null
+pack_results sdpa-launches-dev-d256.json 'ncu-*' '*.txt'
 finish
