@@ -7,9 +7,6 @@
 # wait comes with the loop. Development shapes only. Run from the repository root with simpy's wheel in .whl/.
 # Everything comes back in $OUT/results.tgz. Written in session 44, not yet run (no machine came).
 set -uo pipefail
-OUT=${OUT:-out}
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
 source experiments/device_env.sh
 source experiments/device_steps.sh
 ncu_configs "flash_fwd_kernel" "$MMA_SYNC_COUNTS" "sdpa-flash 64 256 1 8 132" "sdpa-flash 64 256 0 8 132" \

@@ -10,9 +10,6 @@
 #      code against the unmasked, with no loop to share the samples.
 # Run from the repository root with simpy's wheel in .whl/. Everything comes back in $OUT/results.tgz.
 set -uo pipefail
-OUT=${OUT:-out}
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
 source experiments/device_env.sh
 source experiments/device_steps.sh
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version())" >> "$OUT/gpu.txt"
