@@ -637,6 +637,9 @@ class Kernel:
     # With carry: the blocks take their tiles from a counter in global memory (an L2 atomic per tile);
     # otherwise each block works out its own tiles (block b: b, b + grid, ...), which costs no memory access.
     tile_counter: bool = True
+    # A block's K/V steps where blocks differ in length (causal): what a head sample's dispatch replay
+    # (simulator/replay.py) measures a block's work in; None: no replay.
+    steps: Callable[[tuple], int] | None = None
 
     @property
     def warps(self) -> int:

@@ -16,6 +16,7 @@ from flashsim.errors import FlashsimError
 
 from .gpu import Gpu, blocks_per_sm
 from .limits import MAX_SIMULATED_STEPS, check_memory, check_work
+from .replay import dispatch_scale
 from .sampling import head_sample, sample_info
 
 # SMs simulated in the default (sampled) mode; `sms=None` or the chip's count gives the whole-chip run.
@@ -224,6 +225,14 @@ def simulate(
         if sample is not None and sample.time_scale != 1.0:  # the sample's share of the work, not the chip's
             fixed = gpu.launch_fixed_cycles()
             k_cycles = fixed + round((k_cycles - fixed) * sample.time_scale)
+        if gpu.block_log is not None and kernel is gpu.replay_kernel:  # the chip's dispatch, replayed
+            gpu.replay = dispatch_scale(gpu.block_log, kernel.steps, gpu.sample(kernel), kernel.ctas, gpu.n_sms,
+                                        profile.sm_count, blocks_per_sm(kernel, profile))
+            if gpu.replay is not None:
+                fixed = gpu.launch_fixed_cycles()
+                k_cycles = fixed + round((k_cycles - fixed) * gpu.replay["scale"])
+            else:  # too few blocks, or costs that do not fit: the sample's own cycles, reported as such
+                gpu.head_sample = replace(gpu.head_sample, replayed=False)
         factor = len(kernel.ctas) / max(1, simulated)  # bytes of the sample -> bytes of the whole grid
         factor_last = factor
         for key in totals:
@@ -286,7 +295,7 @@ def simulate(
             "events": gpu.env.events,
             "ops": gpu.ops,
             "sms_simulated": gpu.n_sms,
-            **({"sample": sample_info(gpu.head_sample)} if getattr(gpu, "head_sample", None) else {}),
+            **({"sample": sample_info(gpu.head_sample, gpu.replay)} if getattr(gpu, "head_sample", None) else {}),
             "blocks_extrapolated": gpu.extrapolated_blocks,
             "periodic_skips": gpu.periodic_skips,
             "carried_skips": gpu.carried_skips,
@@ -431,6 +440,10 @@ def _machine(profile, problem: Problem, schedule, sms: int | None, trace, small_
     gpu = Gpu(profile, choice.n, trace, heads=chosen, group=problem.group, copies=groups / choice.g,
               lockstep=not problem.causal)
     gpu.groups_total = groups
+    # blocks of unequal length dealt head after head: the chip's end is replayed from the sample's blocks
+    if kernel.steps is not None and not kernel.persistent and not choice.follows_work:
+        choice = replace(choice, replayed=True)
+        gpu.block_log, gpu.replay_kernel = [], kernel
     gpu.head_sample = choice
     return gpu
 

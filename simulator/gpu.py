@@ -272,6 +272,9 @@ class Gpu:
         # what-if: the first block of each SM's odd slots starts this many cycles late, as kernels/v2.cu's
         # start_stagger_cycles makes the second block to start on an SM wait (experiments/stagger.py)
         self.start_stagger = 0
+        self.block_log = None  # (cta, SM, start, end) of each block run, where the dispatch replay asks for it
+        self.replay_kernel = None  # the launch whose dispatch is replayed
+        self.replay = None  # what the replay fitted and the scale it gave (simulator/replay.py)
 
     # -- memory --------------------------------------------------------------------------------------
     def load(self, tile, now: int, to_smem: bool, sm: Sm, then, extra: int = 0, flow=None, tma: bool = False) -> None:

@@ -237,8 +237,10 @@ class Launch:
             yield from self.carried(sm, slot)
             return
         first = True
+        log = gpu.block_log
         while queue:
             cta = queue.popleft()
+            start = env.now + gpu.skipped_cycles
             if first or not kernel.persistent:
                 # the stagger experiment's odd slots start late (Gpu.start_stagger; 0 in every other run)
                 late = gpu.start_stagger if first and slot % 2 else 0
@@ -253,6 +255,8 @@ class Launch:
             sm.blocks += 1
             yield simpy.AllOf(env, procs)
             sm.blocks -= 1
+            if log is not None:  # the dispatch replay's record of what the block cost (simulator/replay.py)
+                log.append((cta, sm.index, start, env.now + gpu.skipped_cycles))
             self.block_done()
 
     @property

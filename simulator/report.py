@@ -169,8 +169,11 @@ def detail_table(r, overrides: dict[str, str] | None = None):
     shortcuts = []
     sample = r.sim.get("sample")
     if sample:
-        shortcuts.append(f"head sample: {sample['describe']}; such samples came within {100 * sample['bound']:.1f}% "
-                         "of --full on the FA2 grid (v2, v3 forward)")
+        replay = sample.get("replay")
+        replayed = (f"; the sample's cycles x {replay['scale']:.3f} for the chip's dispatch (the replay's spread "
+                    f"{100 * replay['spread']:.1f}%)") if replay else ""
+        shortcuts.append(f"head sample: {sample['describe']}{replayed}; such samples came within "
+                         f"{100 * sample['bound']:.1f}% of --full on the FA2 grid (v2, v3 forward)")
     units = r.sim.get("unit_skip")
     if units:
         shortcuts.append(f"{units['units_left_out']} heads left out in {units['skips']} stretches (unit skip: the "

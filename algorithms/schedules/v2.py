@@ -187,7 +187,9 @@ def build(p: Problem, t: Tiling, instr: str = "mma_sync", code: bool = False, bo
         ctas = [(b, h, i) for h in range(p.heads) for b in range(p.batch) for i in range(cdiv(p.q_len(b), bm))]
     kernel = Kernel("flash_fwd_splitkv_v2" if splits > 1 else "flash_fwd_v2", ctas, (Role("warps", w, program),),
                     smem_bytes(p, t), registers(p, t), classes=lambda c: (*c[2:], p.q_len(c[0]), p.k_len(c[0])),
-                    uniform=not p.causal and splits == 1 and not p.varlen)
+                    uniform=not p.causal and splits == 1 and not p.varlen,
+                    steps=(lambda c: kv_block_count(p.sequence(c[0]), c[2] * bm, bm, bn))
+                    if p.causal and splits == 1 else None)
     if splits == 1:
         return Schedule("v2", p, t, (kernel,))
     return Schedule("v2", p, t, (kernel, combine_kernel(p, splits)), shapes=workspace_shapes(p, splits))

@@ -1,0 +1,133 @@
+"""The chip's dispatch of unequal blocks, replayed from what a head sample's own blocks cost (dispatch replay).
+
+A head sample (simulator/sampling.py) runs g of the chip's heads on n of its S SMs. Where the blocks are
+equal, its waves are the chip's in small. Where they are not (causal: block i of a head visits about i + 1
+K/V blocks) and the launch deals them head after head to whichever slot frees first, the sample does not end
+as the chip does: the chip holds S slots' worth of heads in flight and ends on the longest blocks of its last
+heads; the sample ends on those of its few heads over its few slots. At B1 H16 N5000 d128 causal (v2) the
+sample of one head on 8 SMs came out 14% short of the whole chip.
+
+What a block costs, the sample knows: each simulated block's cycles against its K/V steps and the blocks that
+shared its SM meanwhile give, by least squares, a fixed part, a part per step, and what each other resident
+block adds to a step (`fit`). A fluid model of the dispatch (`makespan`: an SM runs each of its m resident
+blocks at 1 / (1 + share (m - 1)) of a lone block's pace; a block ends when its work is done; the next block in
+launch order takes the freed slot) replays both the sample's launch and the chip's, and the sample's cycles
+are scaled by the ratio of the two (`dispatch_scale`): what the fluid model gets wrong of both cancels.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+# Below this many simulated blocks, or with a fit that leaves a block's cost rising by less than this per
+# step, the sample says too little to replay from: the scale stays 1.
+MIN_BLOCKS = 8
+MIN_STEP_CYCLES = 1.0
+# The fluid replay of a launch whose blocks end at nearly the same time is chaotic (which block a freed slot
+# takes decides whether the last long blocks run alone or shared): it is run JITTER_RUNS times with each
+# block's work moved by up to JITTER, and the ratios averaged.
+JITTER_RUNS = 8
+JITTER = 0.01
+
+
+def _others(records: Sequence[tuple]) -> list[float]:
+    """Per record (cta, sm, start, end): the time-averaged number of other blocks resident on its SM."""
+    by_sm: dict[int, list[tuple[int, int]]] = {}
+    for _, sm, t0, t1 in records:
+        by_sm.setdefault(sm, []).append((t0, t1))
+    out = []
+    for _, sm, t0, t1 in records:
+        overlap = sum(max(0, min(t1, b1) - max(t0, b0)) for b0, b1 in by_sm[sm]) - (t1 - t0)
+        out.append(overlap / max(1, t1 - t0))
+    return out
+
+
+def fit(records: Sequence[tuple], steps: Callable[[tuple], int]) -> dict | None:
+    """(fixed, per_step, share) with cycles = fixed + per_step k (1 + share x) for a block of k steps that
+    shared its SM with x other blocks on average, fitted to the records; None where they cannot say."""
+    if len(records) < MIN_BLOCKS:
+        return None
+    k = np.array([steps(r[0]) for r in records], dtype=float)
+    x = np.array(_others(records))
+    cycles = np.array([r[3] - r[2] for r in records], dtype=float)
+    a = np.stack([np.ones_like(k), k, k * x], axis=1)
+    (fixed, per_step, extra), *_ = np.linalg.lstsq(a, cycles, rcond=None)
+    if per_step < MIN_STEP_CYCLES or extra < 0 or fixed < 0:
+        return None
+    rms = float(np.sqrt(np.mean((a @ (fixed, per_step, extra) - cycles) ** 2)) / cycles.mean())
+    return {"fixed": float(fixed), "per_step": float(per_step), "share": float(extra / per_step),
+            "blocks": len(records), "rms": rms}
+
+
+def makespan(works: Sequence[float], sms: int, slots: int, share: float) -> float:
+    """When the last of `works` (cycles alone, in launch order) ends on `sms` SMs of `slots` slots each: the
+    first blocks fill every SM's first slot, then the second, as the simulator's workers take them; each
+    later block takes the slot the earliest ending block frees."""
+    pace = [0.0] + [1.0 / (1.0 + share * (m - 1)) for m in range(1, slots + 1)]
+    left: list[list[float]] = [[] for _ in range(sms)]  # work left of each SM's resident blocks
+    since = [0.0] * sms  # when each SM's work left was last brought up to date
+    version = [0] * sms
+    queue = iter(works)
+    for _ in range(slots):
+        for s in range(sms):
+            w = next(queue, None)
+            if w is None:
+                break
+            left[s].append(w)
+    heap: list[tuple[float, int, int]] = []
+
+    def plan(s: int, now: float) -> None:
+        version[s] += 1
+        if left[s]:
+            heapq.heappush(heap, (now + min(left[s]) / pace[len(left[s])], s, version[s]))
+
+    for s in range(sms):
+        plan(s, 0.0)
+    end = 0.0
+    while heap:
+        now, s, v = heapq.heappop(heap)
+        if v != version[s]:
+            continue
+        done = (now - since[s]) * pace[len(left[s])]
+        rest = [w - done for w in left[s]]
+        rest.remove(min(rest))
+        since[s], end = now, now
+        w = next(queue, None)
+        left[s] = rest + ([w] if w is not None else [])
+        plan(s, now)
+    return end
+
+
+def dispatch_scale(records: Sequence[tuple], steps: Callable[[tuple], int], sampled: Sequence[tuple],
+                   chip: Sequence[tuple], sample_sms: int, chip_sms: int, slots: int) -> dict | None:
+    """The chip's cycles per sampled cycle: the fluid replay of the chip's launch order `chip` on `chip_sms`
+    SMs over that of the sample's `sampled` blocks on `sample_sms`, with block costs fitted to `records`."""
+    if len(chip) <= chip_sms * slots:  # one wave: every block starts at once, nothing is dealt
+        return None
+    cost = fit(records, steps)
+    if cost is None:
+        return None
+    fixed, per_step = cost["fixed"], cost["per_step"]
+    work = {}
+
+    def works(ctas):
+        out = []
+        for c in ctas:
+            k = steps(c)
+            if k not in work:
+                work[k] = fixed + per_step * k
+            out.append(work[k])
+        return out
+
+    small, whole = np.array(works(sampled)), np.array(works(chip))
+    rng = np.random.default_rng(0)  # the same jitter every run: a prediction is reproducible
+
+    def jittered(w: np.ndarray) -> list[float]:
+        return list(w * (1 + JITTER * rng.uniform(-1, 1, len(w))))
+
+    ratios = [makespan(jittered(whole), chip_sms, slots, cost["share"])
+              / makespan(jittered(small), sample_sms, slots, cost["share"]) for _ in range(JITTER_RUNS)]
+    return {**cost, "scale": float(np.mean(ratios)), "spread": float(np.std(ratios) / np.mean(ratios))}
