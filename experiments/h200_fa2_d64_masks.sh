@@ -5,7 +5,8 @@
 # step costs what the model charges; the development sets' N 256-1024 causal rows cost about half a step more
 # per masked step, with FA2's warps waiting for instructions (no_inst) 30% of their life at N 512: whether that
 # wait comes with the loop. Development shapes only. Run from the repository root with simpy's wheel in .whl/.
-# Everything comes back in $OUT/results.tgz. Written in session 44, not yet run (no machine came).
+# Everything comes back in $OUT/results.tgz. Run once, in session 45, on an H100 (RUNS.md 232,
+# experiments/results/h100/session45/fa2-masks/).
 set -uo pipefail
 source experiments/device_env.sh
 source experiments/device_steps.sh
