@@ -30,6 +30,11 @@ BRANCH_POINTS = [(skip, n) for skip in (7, 23) for n in (16, 64, 128, 256, 512)]
 PATTERNS = ((8, 32, 8), (38, 155, 71), (38, 210, 71), (52, 165, 122), (233, 205, 57), (273, 203, 58),
             (191, 150, 75), (418, 149, 76))
 PATTERN_STEPS, PATTERN_TILES = 4, 32
+PAIR_LINES = (64, 128, 192, 256)  # ifetch.cu's ifetch_pair kernels: 8 to 32 KiB a loop
+PAIR_REPS = 64
+PAIR_SMEM_BYTES = 100 * 1024  # a block's dynamic shared memory: two blocks fit an SM, three do not
+# ifetch.cu's ifetch_ahead kernels: (slow lines, then fast lines), straight on
+AHEAD = ((0, 512), (512, 0), (16, 512), (64, 512), (256, 512), (512, 512), (256, 256))
 LINE_BYTES = 128  # eight 16-byte SASS instructions
 CALLS = 5
 SHOWN = ("lines", "warps", "blocks", "reps", "start", "gpu_us", "block_cycles_median", "cycles_per_line")
@@ -130,15 +135,73 @@ def measure_pattern(cp, module, flush, pattern: tuple, blocks: int, causal: bool
             "cycles_per_tile": float(np.median(cycles)) / PATTERN_TILES}
 
 
+def measure_pair(cp, module, gpu, lines: int, kind: str, mode: str, warps: int = 4) -> dict:
+    """One point of ifetch_pair: mode "single" one block per SM (loop X), "same" two per SM both running X,
+    "different" two per SM, one running X and the other Y (same shape, other instructions); after a warm-up
+    launch (the code is in L2, as mid-kernel). Block cycles by slot, medians over CALLS launches."""
+    from .calibrate_bench import BLOCK_TIME
+
+    name = f"ifetch_pair_{kind + '_' if kind else ''}l{lines}"
+    fn = module.get_function(name)
+    fn.max_dynamic_shared_size_bytes = PAIR_SMEM_BYTES
+    blocks = gpu.sm_count * (1 if mode == "single" else 2)
+    sink = cp.zeros(1, dtype=cp.float32)
+    slots = cp.zeros(1024, dtype=cp.int32)
+    times = cp.zeros(blocks * BLOCK_TIME.itemsize, dtype=cp.uint8)
+    args = (np.float32(0.999), np.float32(0.001), np.int32(PAIR_REPS), np.int32(mode != "different"), slots,
+            sink, times)
+    cycles, per_sm = [], []
+    for call in range(CALLS + 1):  # the first launch warms the code into L2
+        slots.fill(0)
+        fn((blocks,), (32 * warps,), args, shared_mem=PAIR_SMEM_BYTES)
+        cp.cuda.Device().synchronize()
+        if call == 0:
+            continue
+        t = times.get().view(BLOCK_TIME)
+        cycles.append((t["clk1"] - t["clk0"]).astype(np.int64))
+        per_sm.append(np.bincount(t["smid"], minlength=gpu.sm_count).max())
+    c = np.median(np.stack(cycles), axis=0)
+    run = lines * PAIR_REPS
+    return {"kernel": name, "kind": kind or "independent", "lines": lines, "code_bytes": lines * LINE_BYTES,
+            "mode": mode, "blocks": blocks, "warps": warps, "reps": PAIR_REPS, "most_blocks_per_sm": int(max(per_sm)),
+            "block_cycles_median": float(np.median(c)), "block_cycles_max": float(c.max()),
+            "cycles_per_line": float(np.median(c)) / run, "cycles_per_line_max": float(c.max()) / run}
+
+
+def measure_ahead(cp, module, gpu, slow: int, fast: int, warps: int, blocks: int) -> dict:
+    """One point of ifetch_ahead: `slow` lines of dependent chains, then `fast` lines of independent FFMAs, once,
+    after a launch of the same kernel (its code in L2; over 32 KiB of it, so its first lines are no longer
+    on the SM). Block cycles, median over CALLS launches and the blocks."""
+    from .calibrate_bench import BLOCK_TIME
+
+    name = f"ifetch_ahead_s{slow}_f{fast}"
+    fn = module.get_function(name)
+    sink = cp.zeros(1, dtype=cp.float32)
+    times = cp.zeros(blocks * BLOCK_TIME.itemsize, dtype=cp.uint8)
+    cycles = []
+    for call in range(CALLS + 1):
+        fn((blocks,), (32 * warps,), (np.float32(0.999), np.float32(0.001), sink, times))
+        cp.cuda.Device().synchronize()
+        if call:
+            t = times.get().view(BLOCK_TIME)
+            cycles.append((t["clk1"] - t["clk0"]).astype(np.int64))
+    c = np.stack(cycles)
+    return {"kernel": name, "slow_lines": slow, "fast_lines": fast, "warps": warps, "blocks": blocks,
+            "block_cycles_median": float(np.median(c)), "block_cycles_min": int(c.min()),
+            "block_cycles_max": int(c.max())}
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="ifetch-probe-out")
     ap.add_argument(
         "--sweep",
-        choices=("straight", "branch", "pattern"),
+        choices=("straight", "branch", "pattern", "pair", "ahead"),
         default="straight",
         help="straight: ifetch_l (ifetch-probe.*); branch: ifetch_b, one block (ifetch-branch.*); pattern: "
-        "ifetch_p, code shaped as forward attention kernels, one and two blocks per SM (ifetch-pattern.*)",
+        "ifetch_p, code shaped as forward attention kernels, one and two blocks per SM (ifetch-pattern.*); pair: "
+        "ifetch_pair, two blocks per SM in the same or in different loops (ifetch-pair.*); ahead: ifetch_ahead, "
+        "slow code then fast code the SM lacks (ifetch-ahead.*)",
     )
     args = ap.parse_args(argv)
     import cupy as cp
@@ -154,6 +217,28 @@ def main(argv=None) -> None:
     module, flush = load_module(cp, "ifetch", gpu.arch), make_flush(cp, gpu)
     branch = args.sweep == "branch"
     rows = []
+    if args.sweep == "ahead":
+        for blocks in (1, gpu.sm_count):
+            for warps in (4, 8):
+                for slow, fast in AHEAD:
+                    row = measure_ahead(cp, module, gpu, slow, fast, warps, blocks)
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+        meta = torch_gpu_provenance("python3 -m flashsim.experiments.ifetch_probe --sweep ahead")
+        (out / "ifetch-ahead.json").write_text(json.dumps({"provenance": meta, "rows": rows}, indent=1) + "\n")
+        print(f"wrote {out / 'ifetch-ahead.json'} ({len(rows)} points) in {time.monotonic() - t0:.0f} s")
+        return
+    if args.sweep == "pair":
+        for kind in ("", "c", "m"):
+            for lines in PAIR_LINES:
+                for mode in ("single", "same", "different"):
+                    row = measure_pair(cp, module, gpu, lines, kind, mode)
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+        meta = torch_gpu_provenance("python3 -m flashsim.experiments.ifetch_probe --sweep pair")
+        (out / "ifetch-pair.json").write_text(json.dumps({"provenance": meta, "rows": rows}, indent=1) + "\n")
+        print(f"wrote {out / 'ifetch-pair.json'} ({len(rows)} points) in {time.monotonic() - t0:.0f} s")
+        return
     if args.sweep == "pattern":
         for kind in ("", "c", "m"):
             for pattern in PATTERNS:

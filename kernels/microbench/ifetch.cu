@@ -44,7 +44,7 @@ __device__ __forceinline__ void body(float a, float b, int reps, float* sink, Bl
   BlockTimer timer;
   timer.start();
   const float s = run_lines<LINES>(a, b, reps);
-  timer.stop(times + blockIdx.x);
+  timer.stop(times);
   keep(s, 12345.f, sink);
 }
 
@@ -103,7 +103,7 @@ __device__ __forceinline__ float run_units(float a, float b, int reps, int taken
     BlockTimer timer;                                                                                       \
     timer.start();                                                                                          \
     const float s = run_units<UNITS, SKIP>(a, b, reps, taken);                                              \
-    timer.stop(times + blockIdx.x);                                                                         \
+    timer.stop(times);                                                                                      \
     keep(s, 12345.f, sink);                                                                                 \
   }
 
@@ -162,7 +162,7 @@ __device__ __forceinline__ void pattern(float a, float b, int steps, int causal,
     s = run_lines_from<L, KIND>(s, a, b, n);
     s = run_lines_from<E, KIND>(s, a, b, 1);
   }
-  timer.stop(times + blockIdx.x);
+  timer.stop(times);
   keep(s, 12345.f, sink);
 }
 
@@ -184,3 +184,76 @@ IFETCH_PATTERN(233, 205, 57)  // SDPA flash, d64
 IFETCH_PATTERN(273, 203, 58)  // SDPA flash, d64 causal
 IFETCH_PATTERN(191, 150, 75)  // SDPA flash, d128
 IFETCH_PATTERN(418, 149, 76)  // SDPA flash, d128 causal
+
+// Two blocks on one SM running different code at once, as causal attention blocks at different places in their
+// schedules do: each block takes a slot on its SM (an atomic per SM), slot 0 runs loop X and slot 1 loop Y for
+// `reps` passes, both LINES lines of the same KIND but different instructions (X computes fma(x, a, b), Y
+// fma(x, b, -a)); with `same` every block runs X. The host gives each block enough dynamic shared memory that
+// an SM holds two; it zeroes `slots` (one int per SM) before each launch.
+template <int LINES, int KIND, int VAR>
+__device__ __forceinline__ float run_variant(float seed, float a, float b, int reps) {
+  return VAR ? run_lines_from<LINES, KIND>(seed, b, -a, reps) : run_lines_from<LINES, KIND>(seed, a, b, reps);
+}
+
+template <int LINES, int KIND>
+__device__ __forceinline__ void pair(float a, float b, int reps, int same, int* slots, float* sink,
+                                     BlockTime* times) {
+  __shared__ int slot;
+  if (threadIdx.x == 0) slot = atomicAdd(slots + smid(), 1) & 1;
+  BlockTimer timer;
+  timer.start();
+  float s = threadIdx.x;
+  if (slot == 0 || same) {
+    s = run_variant<LINES, KIND, 0>(s, a, b, reps);
+  } else {
+    s = run_variant<LINES, KIND, 1>(s, a, b, reps);
+  }
+  timer.stop(times);
+  if (threadIdx.x == 0) times[blockIdx.x].pad = slot;  // after its record: the slot rides in the spare word
+  keep(s, 12345.f, sink);
+}
+
+#define IFETCH_PAIR_KIND(NAME, LINES, KIND)                                                                  \
+  extern "C" __global__ void __launch_bounds__(1024) NAME(float a, float b, int reps, int same, int* slots, \
+                                                          float* sink, BlockTime* times) {                  \
+    pair<LINES, KIND>(a, b, reps, same, slots, sink, times);                                                \
+  }
+#define IFETCH_PAIR(LINES)                               \
+  IFETCH_PAIR_KIND(ifetch_pair_l##LINES, LINES, 0)       \
+  IFETCH_PAIR_KIND(ifetch_pair_c_l##LINES, LINES, 1)     \
+  IFETCH_PAIR_KIND(ifetch_pair_m_l##LINES, LINES, 2)
+
+IFETCH_PAIR(64)   // 8 KiB a loop: two fit
+IFETCH_PAIR(128)  // 16 KiB: two just fit
+IFETCH_PAIR(192)  // 24 KiB: one fits, two do not
+IFETCH_PAIR(256)  // 32 KiB: one just fits
+
+// How far the fetch runs ahead of the warps: S lines of dependent chains (~32 cycles a line to issue, slower than
+// a line comes) then F lines of independent FFMAs (8 cycles a line, faster), straight on, in code the SM does not
+// keep (over 32 KiB in all, so a launch finds the previous one's first lines evicted). Were the fetch to stream
+// the whole stretch in under the slow lines, the fast lines would run at their issue rate; fetching only near the
+// warps, each fast line waits for its fetch.
+template <int S, int F>
+__device__ __forceinline__ void ahead(float a, float b, float* sink, BlockTime* times) {
+  BlockTimer timer;
+  timer.start();
+  float s = threadIdx.x;
+  if (S) s = run_lines_from<S, 1>(s, a, b, 1);
+  if (F) s = run_lines_from<F, 0>(s, a, b, 1);
+  timer.stop(times);
+  keep(s, 12345.f, sink);
+}
+
+#define IFETCH_AHEAD(S, F)                                                                                  \
+  extern "C" __global__ void __launch_bounds__(1024) ifetch_ahead_s##S##_f##F(float a, float b, float* sink, \
+                                                                               BlockTime* times) {          \
+    ahead<S, F>(a, b, sink, times);                                                                         \
+  }
+
+IFETCH_AHEAD(0, 512)    // 64 KiB of fast code alone
+IFETCH_AHEAD(512, 0)    // 64 KiB of slow code alone
+IFETCH_AHEAD(16, 512)   // slow lead-ins of 2, 8, 32 and 64 KiB before 64 KiB of fast code
+IFETCH_AHEAD(64, 512)
+IFETCH_AHEAD(256, 512)
+IFETCH_AHEAD(512, 512)
+IFETCH_AHEAD(256, 256)  // 32 KiB of each
