@@ -23,14 +23,14 @@ from pathlib import Path
 
 import numpy as np
 
-LINES = (16, 32, 64, 128, 256, 320, 384, 448, 512, 1024)  # ifetch.cu's instantiations
+LINES = (16, 32, 64, 128, 256, 272, 288, 304, 320, 384, 448, 512, 1024)  # ifetch.cu's instantiations
 # ifetch.cu's branching kernels as (skip, lines of code): 2, 8, 16, 32 and 64 KiB each
 BRANCH_POINTS = [(skip, n) for skip in (7, 23) for n in (16, 64, 128, 256, 512)]
 # ifetch.cu's kernels in the shape of a forward attention kernel: (prologue, loop body, epilogue) lines
 PATTERNS = ((8, 32, 8), (38, 155, 71), (38, 210, 71), (52, 165, 122), (233, 205, 57), (273, 203, 58),
             (191, 150, 75), (418, 149, 76))
 PATTERN_STEPS, PATTERN_TILES = 4, 32
-PAIR_LINES = (64, 128, 192, 256)  # ifetch.cu's ifetch_pair kernels: 8 to 32 KiB a loop
+PAIR_LINES = (64, 128, 144, 160, 192, 256)  # ifetch.cu's ifetch_pair kernels: 8 to 32 KiB a loop
 PAIR_REPS = 64
 PAIR_SMEM_BYTES = 100 * 1024  # a block's dynamic shared memory: two blocks fit an SM, three do not
 # ifetch.cu's ifetch_ahead kernels: (slow lines, then fast lines), straight on

@@ -9,8 +9,8 @@ of charging a fetch predict for the `ahead` kernels.
 The rates come from the same GPU's runs: a slow line's issue from the pair sweep's one-block chained loops
 (code the SM keeps), a fast line's fetch from the straight sweep's 64 KiB of code run once by one block.
 
-    python3 -m flashsim.experiments.ifetch_summary DIR     (DIR holds ifetch-pair.json, ifetch-ahead.json and
-                                                            ifetch-straight.json; writes DIR/summary.md)
+    python3 -m flashsim.experiments.ifetch_summary DIR     (DIR holds ifetch-pair.json, ifetch-straight.json and
+                                                            maybe ifetch-ahead.json; writes DIR/summary.md)
 """
 
 from __future__ import annotations
@@ -45,8 +45,10 @@ def predict_ahead(slow_lines: int, fast_lines: int, slow: float, fetch: float) -
 
 
 def markdown(folder: Path) -> str:
-    pair, ahead = _rows(folder / "ifetch-pair.json"), _rows(folder / "ifetch-ahead.json")
-    slow, fetch = rates(pair, _rows(folder / "ifetch-straight.json"))
+    pair = _rows(folder / "ifetch-pair.json")
+    ahead = _rows(folder / "ifetch-ahead.json") if (folder / "ifetch-ahead.json").is_file() else []
+    straight = _rows(folder / "ifetch-straight.json")
+    slow, fetch = rates(pair, straight)
     out = ["## Two blocks per SM (`--sweep pair`): cycles per line run, median block", "",
            "| kind | KiB a loop | one block per SM | two, same loop | two, different loops |", "|---|---|---|---|---|"]
     kinds = {"independent": "fast (8 cycles a line)", "c": "chained (~32)", "m": "mixed (8 fast, 8 chained)"}
@@ -55,6 +57,12 @@ def markdown(folder: Path) -> str:
             by = {r["mode"]: r["cycles_per_line"] for r in pair if r["kind"] == kind and r["lines"] == lines}
             out.append(f"| {label} | {lines * 128 // 1024} | {by['single']:.1f} | {by['same']:.1f} | "
                        f"{by['different']:.1f} |")
+    out += ["", "## Loops of 2-128 KiB, one block, 4 warps, 16 passes (`--sweep straight`): cycles per line", "",
+            "| KiB | cycles per line |", "|---|---|"]
+    out += [f"| {r['lines'] * 128 / 1024:g} | {r['cycles_per_line']:.1f} |" for r in straight
+            if r["reps"] == 16 and r["blocks"] == 1 and r["warps"] == 4 and r["start"] == "warm"]
+    if not ahead:
+        return "\n".join(out) + "\n"
     out += ["", "## Slow code, then fast code the SM lacks (`--sweep ahead`): block cycles, one block, 4 warps",
             "", f"Rates of this GPU: a chained line {slow:.1f} cycles, a line fetched {fetch:.1f}, a fast line issued "
             f"{FAST_ISSUE:.0f}.", "", "| slow lines | fast lines | measured | streamed | error | at the warps' front | "

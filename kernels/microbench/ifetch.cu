@@ -59,6 +59,9 @@ IFETCH(32)
 IFETCH(64)
 IFETCH(128)
 IFETCH(256)
+IFETCH(272)  // 34, 36 and 38 KiB: where between 32 and 40 KiB a loop stops being kept
+IFETCH(288)
+IFETCH(304)
 IFETCH(320)
 IFETCH(384)
 IFETCH(448)
@@ -225,6 +228,8 @@ __device__ __forceinline__ void pair(float a, float b, int reps, int same, int* 
 
 IFETCH_PAIR(64)   // 8 KiB a loop: two fit
 IFETCH_PAIR(128)  // 16 KiB: two just fit
+IFETCH_PAIR(144)  // 18 and 20 KiB: two loops of 36 and 40 KiB together
+IFETCH_PAIR(160)
 IFETCH_PAIR(192)  // 24 KiB: one fits, two do not
 IFETCH_PAIR(256)  // 32 KiB: one just fits
 
