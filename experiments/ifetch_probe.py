@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -204,12 +205,17 @@ def main(argv=None) -> None:
         "slow code then fast code the SM lacks (ifetch-ahead.*)",
     )
     args = ap.parse_args(argv)
-    import cupy as cp
+    from flashsim.errors import FlashsimError
 
-    from .calibrate_gpu import load_module, read_gpu
+    from .calibrate_gpu import load_module, read_gpu, require_gpu
     from .torch_provenance import torch_gpu_provenance
     from .validate import make_flush
 
+    try:
+        cp = require_gpu("the instruction-fetch microbenchmark")
+    except FlashsimError as exc:
+        print(f"ifetch_probe: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
@@ -217,39 +223,24 @@ def main(argv=None) -> None:
     module, flush = load_module(cp, "ifetch", gpu.arch), make_flush(cp, gpu)
     branch = args.sweep == "branch"
     rows = []
-    if args.sweep == "ahead":
-        for blocks in (1, gpu.sm_count):
-            for warps in (4, 8):
-                for slow, fast in AHEAD:
-                    row = measure_ahead(cp, module, gpu, slow, fast, warps, blocks)
-                    rows.append(row)
-                    print(json.dumps(row), flush=True)
-        meta = torch_gpu_provenance("python3 -m flashsim.experiments.ifetch_probe --sweep ahead")
-        (out / "ifetch-ahead.json").write_text(json.dumps({"provenance": meta, "rows": rows}, indent=1) + "\n")
-        print(f"wrote {out / 'ifetch-ahead.json'} ({len(rows)} points) in {time.monotonic() - t0:.0f} s")
-        return
-    if args.sweep == "pair":
-        for kind in ("", "c", "m"):
-            for lines in PAIR_LINES:
-                for mode in ("single", "same", "different"):
-                    row = measure_pair(cp, module, gpu, lines, kind, mode)
-                    rows.append(row)
-                    print(json.dumps(row), flush=True)
-        meta = torch_gpu_provenance("python3 -m flashsim.experiments.ifetch_probe --sweep pair")
-        (out / "ifetch-pair.json").write_text(json.dumps({"provenance": meta, "rows": rows}, indent=1) + "\n")
-        print(f"wrote {out / 'ifetch-pair.json'} ({len(rows)} points) in {time.monotonic() - t0:.0f} s")
-        return
-    if args.sweep == "pattern":
-        for kind in ("", "c", "m"):
-            for pattern in PATTERNS:
-                for blocks in (gpu.sm_count, 2 * gpu.sm_count):
-                    for causal in (False, True):
-                        row = measure_pattern(cp, module, flush, pattern, blocks, causal, kind=kind)
-                        rows.append(row)
-                        print(json.dumps(row), flush=True)
-        meta = torch_gpu_provenance("python3 -m flashsim.experiments.ifetch_probe --sweep pattern")
-        (out / "ifetch-pattern.json").write_text(json.dumps({"provenance": meta, "rows": rows}, indent=1) + "\n")
-        print(f"wrote {out / 'ifetch-pattern.json'} ({len(rows)} points) in {time.monotonic() - t0:.0f} s")
+    kinds, modes = ("", "c", "m"), ("single", "same", "different")
+    sweeps = {  # the sweeps of one file each: its stem and its points, measured as they are drawn
+        "ahead": ("ifetch-ahead", (measure_ahead(cp, module, gpu, slow, fast, warps, blocks)
+                                   for blocks in (1, gpu.sm_count) for warps in (4, 8) for slow, fast in AHEAD)),
+        "pair": ("ifetch-pair", (measure_pair(cp, module, gpu, lines, kind, mode)
+                                 for kind in kinds for lines in PAIR_LINES for mode in modes)),
+        "pattern": ("ifetch-pattern", (measure_pattern(cp, module, flush, pattern, blocks, causal, kind=kind)
+                                       for kind in kinds for pattern in PATTERNS
+                                       for blocks in (gpu.sm_count, 2 * gpu.sm_count) for causal in (False, True))),
+    }
+    if args.sweep in sweeps:
+        stem, points = sweeps[args.sweep]
+        for row in points:
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        meta = torch_gpu_provenance(f"python3 -m flashsim.experiments.ifetch_probe --sweep {args.sweep}")
+        (out / f"{stem}.json").write_text(json.dumps({"provenance": meta, "rows": rows}, indent=1) + "\n")
+        print(f"wrote {out / (stem + '.json')} ({len(rows)} points) in {time.monotonic() - t0:.0f} s")
         return
     for reps in (1, 16):
         for blocks in (1,) if branch else (1, gpu.sm_count):

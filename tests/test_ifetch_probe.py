@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from flashsim.experiments import calibrate_gpu
-from flashsim.experiments.ifetch_probe import BRANCH_POINTS, LINE_BYTES, LINES, PATTERNS
+from flashsim.experiments.ifetch_probe import AHEAD, BRANCH_POINTS, LINE_BYTES, LINES, PAIR_LINES, PATTERNS
 
 
 def text_sizes(cubin: Path) -> dict[str, int]:
@@ -58,3 +58,17 @@ def test_attention_shaped_kernels_hold_their_stretches_once(tmp_path: Path) -> N
     extra = {sizes[f"ifetch_{kind}p{p}_l{loop}_e{e}"] - (p + loop + e) * LINE_BYTES
              for p, loop, e in PATTERNS for kind in ("", "c_", "m_")}  # independent, chained and mixed lines alike
     assert len(extra) == 1 and 0 < extra.pop() <= 32 * LINE_BYTES
+
+
+@pytest.mark.nvcc
+def test_pair_and_ahead_kernels_hold_the_code_they_name(tmp_path: Path) -> None:
+    """An ifetch_pair kernel holds two loops of its lines (X and Y, neither merged into the other) and an
+    ifetch_ahead kernel its slow lines and its fast ones, each beside the same fixed code."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not found")
+    sizes = text_sizes(calibrate_gpu.compile_cubin("ifetch", "sm_90a", tmp_path, force=True))
+    pair = {sizes[f"ifetch_pair_{kind}l{n}"] - 2 * n * LINE_BYTES for n in PAIR_LINES for kind in ("", "c_", "m_")}
+    assert len(pair) == 1 and 0 < pair.pop() <= 32 * LINE_BYTES
+    ahead = {sizes[f"ifetch_ahead_s{slow}_f{fast}"] - (slow + fast) * LINE_BYTES for slow, fast in AHEAD
+             if slow and fast}  # the one-kind kernels: the compiler moved their work past the timer
+    assert len(ahead) == 1 and 0 < ahead.pop() <= 32 * LINE_BYTES
