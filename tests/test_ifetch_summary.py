@@ -43,3 +43,12 @@ def test_two_blocks_in_different_code_share_the_fetch():
 def test_markdown_names_every_sweep():
     text = summary.markdown(DATA)
     assert "Two blocks per SM" in text and "at the warps' front" in text
+
+
+def test_fetch_wait_share_is_the_fetch_marks_over_the_blocks_spans():
+    from flashsim.experiments.fetch_wait_share import wait_share
+
+    trace = [("SM0.0 warps", "gemm S", 0, 100), ("SM0.0 warps", "fetch wait", 100, 150),
+             ("SM0.1 warps", "softmax", 50, 150), ("SM0.1 warps", "fetch prologue", 150, 200)]  # fmt: skip
+    assert wait_share(trace) == 100 * (50 + 50) / (150 + 150)
+    assert wait_share([]) == 0.0
