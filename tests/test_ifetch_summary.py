@@ -1,6 +1,7 @@
 """The instruction-fetch sweeps committed from the GPU (experiments/results/h100/session46/ifetch/): fast code after
 slow code pays the fetch of every line it lacks (fetched at the warps' front), which a fetch streamed in under the
-slow code does not explain; and two blocks in different code overflowing the SM's cache share one fetch."""
+slow code does not explain; and two blocks in different code overflowing the SM's cache share one fetch. Also the
+modelled share of time spent waiting for code that experiments/fetch_wait_share.py sets beside Nsight Compute's."""
 
 from pathlib import Path
 
