@@ -35,7 +35,7 @@ PAIR_LINES = (64, 128, 144, 160, 192, 256)  # ifetch.cu's ifetch_pair kernels: 8
 PAIR_REPS = 64
 PAIR_SMEM_BYTES = 100 * 1024  # a block's dynamic shared memory: two blocks fit an SM, three do not
 # ifetch.cu's ifetch_ahead kernels: (slow lines, then fast lines), straight on
-AHEAD = ((0, 512), (512, 0), (16, 512), (64, 512), (256, 512), (512, 512), (256, 256))
+AHEAD = ((16, 512), (64, 512), (256, 512), (512, 512), (256, 256))
 LINE_BYTES = 128  # eight 16-byte SASS instructions
 CALLS = 5
 SHOWN = ("lines", "warps", "blocks", "reps", "start", "gpu_us", "block_cycles_median", "cycles_per_line")
@@ -136,6 +136,19 @@ def measure_pattern(cp, module, flush, pattern: tuple, blocks: int, causal: bool
             "cycles_per_tile": float(np.median(cycles)) / PATTERN_TILES}
 
 
+def _launch_records(cp, launch, times) -> list:
+    """The blocks' BlockTime records of CALLS launches, after a first launch that warms the code into L2."""
+    from .calibrate_bench import BLOCK_TIME
+
+    records = []
+    for call in range(CALLS + 1):
+        launch()
+        cp.cuda.Device().synchronize()
+        if call:
+            records.append(times.get().view(BLOCK_TIME))
+    return records
+
+
 def measure_pair(cp, module, gpu, lines: int, kind: str, mode: str, warps: int = 4) -> dict:
     """One point of ifetch_pair: mode "single" one block per SM (loop X), "same" two per SM both running X,
     "different" two per SM, one running X and the other Y (same shape, other instructions); after a warm-up
@@ -151,16 +164,14 @@ def measure_pair(cp, module, gpu, lines: int, kind: str, mode: str, warps: int =
     times = cp.zeros(blocks * BLOCK_TIME.itemsize, dtype=cp.uint8)
     args = (np.float32(0.999), np.float32(0.001), np.int32(PAIR_REPS), np.int32(mode != "different"), slots,
             sink, times)
-    cycles, per_sm = [], []
-    for call in range(CALLS + 1):  # the first launch warms the code into L2
+
+    def launch():  # each launch deals its blocks their slots afresh
         slots.fill(0)
         fn((blocks,), (32 * warps,), args, shared_mem=PAIR_SMEM_BYTES)
-        cp.cuda.Device().synchronize()
-        if call == 0:
-            continue
-        t = times.get().view(BLOCK_TIME)
-        cycles.append((t["clk1"] - t["clk0"]).astype(np.int64))
-        per_sm.append(np.bincount(t["smid"], minlength=gpu.sm_count).max())
+
+    records = _launch_records(cp, launch, times)
+    cycles = [(t["clk1"] - t["clk0"]).astype(np.int64) for t in records]
+    per_sm = [np.bincount(t["smid"], minlength=gpu.sm_count).max() for t in records]
     c = np.median(np.stack(cycles), axis=0)
     run = lines * PAIR_REPS
     return {"kernel": name, "kind": kind or "independent", "lines": lines, "code_bytes": lines * LINE_BYTES,
@@ -179,14 +190,9 @@ def measure_ahead(cp, module, gpu, slow: int, fast: int, warps: int, blocks: int
     fn = module.get_function(name)
     sink = cp.zeros(1, dtype=cp.float32)
     times = cp.zeros(blocks * BLOCK_TIME.itemsize, dtype=cp.uint8)
-    cycles = []
-    for call in range(CALLS + 1):
-        fn((blocks,), (32 * warps,), (np.float32(0.999), np.float32(0.001), sink, times))
-        cp.cuda.Device().synchronize()
-        if call:
-            t = times.get().view(BLOCK_TIME)
-            cycles.append((t["clk1"] - t["clk0"]).astype(np.int64))
-    c = np.stack(cycles)
+    args = (np.float32(0.999), np.float32(0.001), sink, times)
+    records = _launch_records(cp, lambda: fn((blocks,), (32 * warps,), args), times)
+    c = np.stack([(t["clk1"] - t["clk0"]).astype(np.int64) for t in records])
     return {"kernel": name, "slow_lines": slow, "fast_lines": fast, "warps": warps, "blocks": blocks,
             "block_cycles_median": float(np.median(c)), "block_cycles_min": int(c.min()),
             "block_cycles_max": int(c.max())}

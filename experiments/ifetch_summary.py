@@ -20,6 +20,8 @@ import json
 import statistics
 from pathlib import Path
 
+from .ifetch_probe import LINE_BYTES
+
 FAST_ISSUE = 8.0  # cycles a line of eight independent FFMAs takes to issue (one warp per scheduler)
 
 
@@ -55,11 +57,11 @@ def markdown(folder: Path) -> str:
     for kind, label in kinds.items():
         for lines in sorted({r["lines"] for r in pair}):
             by = {r["mode"]: r["cycles_per_line"] for r in pair if r["kind"] == kind and r["lines"] == lines}
-            out.append(f"| {label} | {lines * 128 // 1024} | {by['single']:.1f} | {by['same']:.1f} | "
+            out.append(f"| {label} | {lines * LINE_BYTES // 1024} | {by['single']:.1f} | {by['same']:.1f} | "
                        f"{by['different']:.1f} |")
     out += ["", "## Loops of 2-128 KiB, one block, 4 warps, 16 passes (`--sweep straight`): cycles per line", "",
             "| KiB | cycles per line |", "|---|---|"]
-    out += [f"| {r['lines'] * 128 / 1024:g} | {r['cycles_per_line']:.1f} |" for r in straight
+    out += [f"| {r['lines'] * LINE_BYTES / 1024:g} | {r['cycles_per_line']:.1f} |" for r in straight
             if r["reps"] == 16 and r["blocks"] == 1 and r["warps"] == 4 and r["start"] == "warm"]
     if not ahead:
         return "\n".join(out) + "\n"
@@ -69,7 +71,7 @@ def markdown(folder: Path) -> str:
             "error |", "|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in ahead:
         if r["blocks"] != 1 or r["warps"] != 4 or not (r["slow_lines"] and r["fast_lines"]):
-            continue  # the compiler moved the one-kind kernels' work past the timer: not timed
+            continue  # run 236's kernels of one kind only: the compiler moved their work past the timer
         streamed, front = predict_ahead(r["slow_lines"], r["fast_lines"], slow, fetch)
         m = r["block_cycles_median"]
         out.append(f"| {r['slow_lines']} | {r['fast_lines']} | {m:.0f} | {streamed:.0f} | "

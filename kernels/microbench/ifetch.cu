@@ -237,14 +237,15 @@ IFETCH_PAIR(256)  // 32 KiB: one just fits
 // a line comes) then F lines of independent FFMAs (8 cycles a line, faster), straight on, in code the SM does not
 // keep (over 32 KiB in all, so a launch finds the previous one's first lines evicted). Were the fetch to stream
 // the whole stretch in under the slow lines, the fast lines would run at their issue rate; fetching only near the
-// warps, each fast line waits for its fetch.
+// warps, each fast line waits for its fetch. (Kernels of one kind alone were tried: the compiler moved their work
+// past the stop timer. The straight sweep's ifetch_l kernels time such code.)
 template <int S, int F>
 __device__ __forceinline__ void ahead(float a, float b, float* sink, BlockTime* times) {
   BlockTimer timer;
   timer.start();
   float s = threadIdx.x;
-  if (S) s = run_lines_from<S, 1>(s, a, b, 1);
-  if (F) s = run_lines_from<F, 0>(s, a, b, 1);
+  s = run_lines_from<S, 1>(s, a, b, 1);
+  s = run_lines_from<F, 0>(s, a, b, 1);
   timer.stop(times);
   keep(s, 12345.f, sink);
 }
@@ -255,8 +256,6 @@ __device__ __forceinline__ void ahead(float a, float b, float* sink, BlockTime* 
     ahead<S, F>(a, b, sink, times);                                                                         \
   }
 
-IFETCH_AHEAD(0, 512)    // 64 KiB of fast code alone
-IFETCH_AHEAD(512, 0)    // 64 KiB of slow code alone
 IFETCH_AHEAD(16, 512)   // slow lead-ins of 2, 8, 32 and 64 KiB before 64 KiB of fast code
 IFETCH_AHEAD(64, 512)
 IFETCH_AHEAD(256, 512)
