@@ -360,9 +360,10 @@ class Profile:
             raise self._fail("mma_sync_ldsm_unhidden_fraction", f"is a fraction of the shorter of the loads and "
                                                                 f"products, at most 1, got "
                                                                 f"{self.mma_sync_ldsm_unhidden_fraction}")
-        if self.fetch_model not in (0, 1):
-            raise self._fail("fetch_model", f"must be 0 (a stretch fetched before it runs) or 1 (streamed in while "
-                                            f"it runs), got {self.fetch_model}")
+        if self.fetch_model not in (0, 1, 2):
+            raise self._fail("fetch_model", f"must be 0 (a stretch fetched before it runs), 1 (streamed in while "
+                                            f"it runs) or 2 (fetched where the warps reach it), got "
+                                            f"{self.fetch_model}")
         if self.store_path_model not in (0, 1):
             raise self._fail("store_path_model", f"must be 0 (stores take the L2 port alone) or 1 (and the SM's and "
                                                  f"the chip's store paths), got {self.store_path_model}")

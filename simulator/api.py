@@ -120,7 +120,7 @@ def schedule_options(profile) -> dict:
     (block_setup_model 1). A profile without those models builds none, and its runs keep their ops (and
     speed)."""
     return {**({"code": True} if profile.fetch_model else {}),
-            **({"bookkeeping": True} if profile.issue_model else {}),
+            **({"bookkeeping": True} if profile.issue_model or profile.fetch_model == 2 else {}),
             **({"setup": True} if profile.block_setup_model else {})}
 
 

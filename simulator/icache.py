@@ -73,3 +73,30 @@ class CodeCache:
                 else:
                     del self.kept[other]
         return max(now, arrived)
+
+    def front(self, name: str, nbytes: int, now: int) -> int:
+        """fetch_model 2: the lines of stretch `name` (nbytes) the SM lacks as the warps reach it, now kept (the
+        least recently run stretches make room); the warps fetch them where they reach them (queue)."""
+        have, _ = self.kept.pop(name, (0, now))
+        self.held -= have
+        lines = math.ceil(max(0, nbytes - have) / CODE_LINE_BYTES)
+        size = min(nbytes, self.capacity)
+        self.kept[name] = (size, now)
+        self.held += size
+        for other in list(self.kept):  # least recently run first
+            if self.held <= self.capacity:
+                break
+            if other != name:
+                left, at = self.kept[other]
+                take = min(left, self.held - self.capacity)
+                self.held -= take
+                if left > take:
+                    self.kept[other] = (left - take, at)
+                else:
+                    del self.kept[other]
+        return lines
+
+    def queue(self, lines: float, now: int, cycles_per_line: float) -> int:
+        """The cycle the SM's fetch has brought `lines` more lines asked for at `now`, behind its earlier ones."""
+        self.free_at = max(now, self.free_at) + math.ceil(lines * cycles_per_line)
+        return self.free_at

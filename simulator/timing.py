@@ -108,6 +108,8 @@ class RoleTimer:
         self.source = None
         self.windows: dict[str, deque] = {}  # buffer -> its parts' plain loads still holding registers
         self.code_ready = 0  # fetch_model 1: the cycle the last line of the stretch the warps run has come
+        self.front_left = 0  # fetch_model 2: lines of the stretch the warps run that the SM lacks, not yet reached
+        self.front_hidden = 0  # ... and the cycles its bookkeeping takes to issue, under which the rest can come
 
     def _mark(self, name: str, start: int, end: int) -> None:
         if self.trace is not None and end > start:
@@ -227,6 +229,8 @@ class RoleTimer:
                     yield from self._until(reqs, plan[2])
                     if tracing:
                         self._mark(f"gemm {op.dst}", now, env.now)
+                if self.front_left:
+                    yield from self._front(op, now)
             elif kind is GemmWait:
                 pending = self.tokens.pop(op.token, None)
                 if pending is not None:
@@ -289,6 +293,8 @@ class RoleTimer:
                 if tracing:
                     name = "softmax" if kind in (OnlineSoftmax, RowSoftmax) else kind.__name__.lower()
                     self._mark(name, now, env.now)
+                if self.front_left:
+                    yield from self._front(op, now)
             elif kind is SyncThreads:
                 yield env.timeout(p.smem_latency_cycles)
             elif kind is Store:
@@ -351,6 +357,8 @@ class RoleTimer:
                 yield event
         if self.code_ready > env._now:  # fetch_model 1: the last stretch's code has all come
             yield env.timeout(self.code_ready - env._now)
+        if self.front_left:  # fetch_model 2: the last stretch's lines no op reached (its bookkeeping)
+            yield from self._front(None, env._now)
         if skip is not None:
             skip.leave(self)
 
@@ -372,7 +380,19 @@ class RoleTimer:
             yield from self._until([(self.sm.issue, self.sm.issue.submit(now, op.issue * op.warps, share))])
             now = self.env._now
         paced = op.instructions and _fetch_paced(op, p)
-        if p.fetch_model or paced:
+        if p.fetch_model == 2 and op.streamed and not paced:
+            if self.front_left:  # the previous stretch's lines no op reached (its bookkeeping)
+                yield from self._front(None, now)
+                now = self.env._now
+            self.front_left = self.sm.code.front(op.name, op.nbytes, now)
+            # a warp issues its bookkeeping one a cycle beside the stretch's ops, at its dependencies' pace alone
+            pace = p.bookkeeping_issue_cycles if op.alone else 1
+            self.front_hidden = op.issue * pace * -(-op.warps // p.sub_partitions_per_sm)
+            if op.branches and p.icache_branch_cycles:
+                yield self.env.timeout(math.ceil(op.branches * p.icache_branch_cycles
+                                                 + op.far * p.icache_miss_cycles_per_line))
+            return
+        if p.fetch_model == 1 or paced:
             if self.code_ready > now:
                 yield self.env.timeout(self.code_ready - now)
                 self._mark("fetch wait", now, self.code_ready)
@@ -395,6 +415,26 @@ class RoleTimer:
         if ready > now:
             yield self.env.timeout(ready - now)
             self._mark(f"fetch {op.name}", now, ready)
+
+    def _front(self, op, start: int):
+        """fetch_model 2: the lines of the op the warps ran from `start` (the stretch's rest for None) that the SM
+        lacks come one after another as the warps reach them, behind the SM's other fetches; the op ends no
+        sooner than its last line (the fetch microbenchmark: a line takes max(its issue, its fetch))."""
+        lines = self.front_left if op is None else min(self.front_left, _op_lines(op))
+        if lines <= 0:
+            return
+        self.front_left -= lines
+        f = self.p.icache_fetch_cycles_per_line
+        if not f:
+            return
+        if op is None:  # the lines no op reached hold the stretch's bookkeeping, which issues as they come
+            lines = max(0.0, lines - self.front_hidden / f)
+            if not lines:
+                return
+        ready = self.sm.code.queue(lines, start, f)
+        if ready > self.env._now:
+            self._mark("fetch wait", self.env._now, ready)
+            yield self.env.timeout(ready - self.env._now)
 
     # -- loop skip (simulator/loopskip.py) -----------------------------------------------------------
     def smem_work(self, op) -> float:
@@ -698,6 +738,14 @@ def _issued(op, sm, share: float, p) -> list[tuple[list, int]]:
         chain = phase_chain(name, op, p.fp32_dependent_issue_cycles, p.mufu_latency_cycles, p.shfl_latency_cycles)
         out.append((reqs, math.ceil(chain)))
     return out
+
+
+@functools.cache
+def _op_lines(op) -> float:
+    """128-byte lines of SASS an op's lowering issues per warp (eight instructions a line)."""
+    from .instructions import lower, lower_gemm, total
+
+    return total(lower_gemm(op) if type(op) is Gemm else lower(op)) / 8
 
 
 @functools.cache

@@ -58,6 +58,38 @@ def test_streamed_code_costs_nothing_by_default_and_waits_when_its_lines_come_sl
     assert free == default < streamed
 
 
-def test_fetch_model_takes_0_or_1():
+def test_fetch_model_takes_0_1_or_2():
     with pytest.raises(Exception, match="fetch_model"):
-        H200.with_overrides({"fetch_model": 2})
+        H200.with_overrides({"fetch_model": 3})
+
+
+def test_front_says_what_a_stretch_lacks_and_queue_brings_it_behind_earlier_fetches():
+    cache = CodeCache(10 * CODE_LINE_BYTES, 8.1)
+    assert cache.front("a", 6 * CODE_LINE_BYTES, 0) == 6
+    assert cache.front("b", 6 * CODE_LINE_BYTES, 0) == 6  # two of a's six lines make room
+    assert cache.front("a", 6 * CODE_LINE_BYTES, 50) == 2  # a lacks the two it lost
+    assert cache.queue(10, 0, 16.4) == 164
+    assert cache.queue(10, 100, 16.4) == 328  # behind the first ten
+    assert cache.queue(1, 1000, 16.4) == 1017  # an idle fetch starts when asked
+
+
+def test_fetch_at_the_front_charges_the_ops_that_issue_faster_than_their_lines_come():
+    front = H200.with_overrides({"fetch_model": 2})
+    default = simulate("v2", CAUSAL, H200, FA2_D64).cycles
+    charged = simulate("v2", CAUSAL, front, FA2_D64).cycles
+    free = simulate("v2", CAUSAL, front.with_overrides({"icache_fetch_cycles_per_line": 0}), FA2_D64).cycles
+    streamed = simulate("v2", CAUSAL, H200.with_overrides({"fetch_model": 1}), FA2_D64).cycles
+    assert free <= default < streamed < charged  # FA2's causal blocks run different stretches on one SM
+    # the non-causal launch's blocks on an SM run the same stretches and keep its loop: they pay less
+    full = Problem(4, 8, 512, 64)
+    ratio = simulate("v2", full, front, FA2_D64).cycles / simulate("v2", full, H200, FA2_D64).cycles
+    assert 1 < ratio < charged / default
+
+
+def test_fetch_at_the_front_leaves_the_decode_kernels_fetch_as_it_was():
+    from flashsim.algorithms.tiling import resolve_tiling
+
+    step = Problem(8, 32, 1, 128, seqlen_k=4096, kv_heads=8)
+    tiling = resolve_tiling("decode", step, H200)
+    before = simulate("decode", step, H200, tiling).cycles
+    assert simulate("decode", step, H200.with_overrides({"fetch_model": 2}), tiling).cycles == before
