@@ -1,6 +1,7 @@
-"""fetch_model 1: code the SM lacks streams in through its fetch while the warps run it (simulator/icache.py
-CodeCache.stream), and the forward kernels' stretches (algorithms/schedules/forward_code.py) are fetched; with
-the default 0 those stretches cost nothing and every prediction is as before."""
+"""The instruction-fetch models (simulator/icache.py). fetch_model 1: code the SM lacks streams in through its
+fetch while the warps run it (CodeCache.stream), and the forward kernels' stretches
+(algorithms/schedules/forward_code.py) are fetched; 2 (the GH100 profiles' default) fetches them where the warps
+reach them; with 0 those stretches cost nothing."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from flashsim.hw_profiles.loader import load_profile
 from flashsim.simulator.api import simulate
 from flashsim.simulator.icache import CODE_LINE_BYTES, CodeCache
 
-H200 = load_profile("h200")
+H200_DEFAULT = load_profile("h200")
+H200 = H200_DEFAULT.with_overrides({"fetch_model": 0})  # the forward kernels' code costs nothing
 FA2_D64 = Tiling(128, 128, 4, exp2="exp2f")  # SDPA flash's kernel at d64 (exp2f: its compiled exponential)
 CAUSAL = Problem(4, 8, 512, 64, causal=True)
 
@@ -50,7 +52,7 @@ def test_the_v2_schedule_names_the_code_of_the_kernels_it_knows():
     assert not [op for op in kernel.roles[0].program(kernel.ctas[-1]) if isinstance(op, Code)]
 
 
-def test_streamed_code_costs_nothing_by_default_and_waits_when_its_lines_come_slower():
+def test_streamed_code_costs_nothing_without_a_fetch_model_and_waits_when_its_lines_come_slower():
     default = simulate("v2", CAUSAL, H200, FA2_D64).cycles
     streamed = simulate("v2", CAUSAL, H200.with_overrides({"fetch_model": 1}), FA2_D64).cycles
     free = simulate("v2", CAUSAL, H200.with_overrides({"fetch_model": 1, "icache_fetch_cycles_per_line": 0}),
@@ -84,6 +86,11 @@ def test_fetch_at_the_front_charges_the_ops_that_issue_faster_than_their_lines_c
     full = Problem(4, 8, 512, 64)
     ratio = simulate("v2", full, front, FA2_D64).cycles / simulate("v2", full, H200, FA2_D64).cycles
     assert 1 < ratio < charged / default
+
+
+def test_the_gh100_profiles_fetch_at_the_front_and_the_a100_fetches_nothing():
+    assert H200_DEFAULT.fetch_model == load_profile("h100").fetch_model == 2
+    assert load_profile("a100").fetch_model == 0
 
 
 def test_fetch_at_the_front_leaves_the_decode_kernels_fetch_as_it_was():
