@@ -18,7 +18,8 @@ from flashsim.simulator.api import schedule_options, simulate
 from flashsim.simulator.instructions import lower, lower_gemm, total
 
 RESULTS = Path(__file__).resolve().parents[1] / "experiments" / "results" / "h200"
-H200 = load_profile("h200")
+# without the fetch at the warps' front, which asks for the code and its bookkeeping whatever the issue model
+H200 = load_profile("h200").with_overrides({"fetch_model": 0})
 ISSUE = H200.with_overrides({"issue_model": 1})
 DEPENDENT = H200.with_overrides({"issue_model": 0})  # the dependent stream, which charges no bookkeeping
 PROBLEM = Problem(2, 8, 1024, 128)
@@ -78,6 +79,7 @@ def test_simulate_asks_for_them_with_the_issue_model():
     assert schedule_options(ISSUE) == {"bookkeeping": True}
     assert schedule_options(H200.with_overrides({"issue_model": 2})) == {"bookkeeping": True}
     assert schedule_options(DEPENDENT.with_overrides({"fetch_model": 1})) == {"code": True}
+    assert schedule_options(load_profile("h200")) == {"code": True, "bookkeeping": True}  # fetch_model 2
 
 
 def test_only_the_issue_model_charges_them_and_it_takes_longer():

@@ -107,8 +107,9 @@ def _exp2f_added(issue_model: int) -> tuple[float, float]:
     """(cycles exp2f adds to a softmax-heavy problem, its extra instructions per warp over the K/V loop). The two
     forms run different kernels' code (FA2's and ours), whose prologue and epilogue bookkeeping differ: issued at
     their dependencies' pace those stretches' difference would swamp the exp2f instructions, so here every
-    bookkeeping instruction issues in one cycle."""
-    profile = load_profile("h200").with_overrides([f"issue_model={issue_model}", "bookkeeping_issue_cycles=1"])
+    bookkeeping instruction issues in one cycle, and neither kernel's code is fetched (their sizes differ too)."""
+    profile = load_profile("h200").with_overrides([f"issue_model={issue_model}", "bookkeeping_issue_cycles=1",
+                                                   "fetch_model=0"])
     prob = Problem(1, 33, 512, 64, dtype="bf16")  # 132 blocks of 128 rows: one per SM, four K/V tiles each
     cycles = {
         form: simulate("v2", prob, profile, Tiling(128, 128, 4, exp2=form)).cycles for form in ("approx", "exp2f")

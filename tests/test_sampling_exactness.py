@@ -92,7 +92,7 @@ def test_the_worst_point_was_bistable_until_blocks_took_their_own_share():
     takes 7% longer. With each block on its own half of the SM (block_share_model 1, shipped) the phase costs
     nothing, as measured, and the two runs agree."""
     problem = Problem(32, 16, 512, 128)
-    earlier = {"issue_model": 0, "ldsm_model": 0, "block_share_model": 0, "fill_model": 0}
+    earlier = {"issue_model": 0, "ldsm_model": 0, "block_share_model": 0, "fill_model": 0, "fetch_model": 0}
     for form, apart in ((earlier, lambda r: r > 0.05), ({}, lambda r: abs(r) < 0.01)):
         profile = load_profile("h100").with_overrides(form)
         full = simulate("v2", problem, profile, sms=None).cycles

@@ -15,7 +15,9 @@ from flashsim.hw_profiles import load_profile
 from flashsim.simulator import simulate
 
 RESULTS = Path(__file__).resolve().parents[1] / "experiments" / "results" / "h200" / "session32" / "store-burst"
-H200 = load_profile("h200")
+# the paced bookkeeping alone: with the fetch at the warps' front (the shipped fetch_model 2) its lines come as the
+# warps reach them, and the pacing hides partly under that fetch
+H200 = load_profile("h200").with_overrides({"fetch_model": 0})
 OLD = {"store_path_model": 0, "bookkeeping_issue_cycles": 1}
 
 
