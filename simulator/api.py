@@ -16,7 +16,7 @@ from flashsim.errors import FlashsimError
 
 from .gpu import Gpu, blocks_per_sm
 from .limits import MAX_SIMULATED_STEPS, check_memory, check_work
-from .replay import dispatch_scale
+from .replay import chip_cycles
 from .sampling import head_sample, sample_info
 
 # SMs simulated in the default (sampled) mode; `sms=None` or the chip's count gives the whole-chip run.
@@ -113,14 +113,17 @@ def issue_model_for(rec, profile):
     return profile.with_overrides({"issue_model": int(rec.mma == "mma_sync")})
 
 
-def schedule_options(profile) -> dict:
+def schedule_options(profile, rec=None) -> dict:
     """Build options the profile's model options call for (a record ignores those it does not take): the
     kernels' code stretches for the streamed instruction fetch (fetch_model 1), their bookkeeping
-    instructions for the instruction-issue model (issue_model 1 or 2), the warp-specialised producers' set-up
-    (block_setup_model 1). A profile without those models builds none, and its runs keep their ops (and
-    speed)."""
+    instructions for the instruction-issue model (issue_model 1 or 2) and for the fetch at the warps' front
+    (fetch_model 2, which hides a stretch's lines under them: mma.sync kernels only, since the wgmma kernels
+    name no lines), the warp-specialised producers' set-up (block_setup_model 1). A profile without those
+    models builds none, and its runs keep their ops (and speed). `profile` is the record's own
+    (issue_model_for)."""
+    front = profile.fetch_model == 2 and (rec is None or rec.mma == "mma_sync")
     return {**({"code": True} if profile.fetch_model else {}),
-            **({"bookkeeping": True} if profile.issue_model or profile.fetch_model == 2 else {}),
+            **({"bookkeeping": True} if profile.issue_model or front else {}),
             **({"setup": True} if profile.block_setup_model else {})}
 
 
@@ -200,7 +203,7 @@ def simulate(
         if result is not None:
             return result
     # the schedules that know their kernels' code name its stretches (ir.Code) where a model option uses them
-    schedule = build(algo, problem, t, **{**schedule_options(profile), **options})
+    schedule = build(algo, problem, t, **{**schedule_options(profile, rec), **options})
     wall = time.perf_counter()
     gpu = _machine(profile, problem, schedule, sms, trace, small_whole_chip, rec.kv_outer_loop)
     gpu.kv_head_bytes = 2 * problem.seqlen_k * problem.headdim * problem.elem_bytes
@@ -226,11 +229,11 @@ def simulate(
             fixed = gpu.launch_fixed_cycles()
             k_cycles = fixed + round((k_cycles - fixed) * sample.time_scale)
         if gpu.block_log is not None and kernel is gpu.replay_kernel:  # the chip's dispatch, replayed
-            gpu.replay = dispatch_scale(gpu.block_log, kernel.steps, gpu.sample(kernel), kernel.ctas, gpu.n_sms,
-                                        profile.sm_count, blocks_per_sm(kernel, profile))
+            gpu.replay = chip_cycles(gpu.block_log, kernel.steps, kernel.ctas, profile.sm_count,
+                                     blocks_per_sm(kernel, profile))
             if gpu.replay is not None:
-                fixed = gpu.launch_fixed_cycles()
-                k_cycles = fixed + round((k_cycles - fixed) * gpu.replay["scale"])
+                gpu.replay["sample_cycles"] = k_cycles
+                k_cycles = gpu.launch_fixed_cycles() + round(gpu.replay["cycles"])
             else:  # too few blocks, or costs that do not fit: the sample's own cycles, reported as such
                 gpu.head_sample = replace(gpu.head_sample, replayed=False)
         factor = len(kernel.ctas) / max(1, simulated)  # bytes of the sample -> bytes of the whole grid

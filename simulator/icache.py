@@ -61,17 +61,7 @@ class CodeCache:
         size = min(nbytes, self.capacity)
         self.kept[name] = (size, max(now, arrived))
         self.held += size
-        for other in list(self.kept):  # least recently run first
-            if self.held <= self.capacity:
-                break
-            if other != name:
-                left, at = self.kept[other]
-                take = min(left, self.held - self.capacity)
-                self.held -= take
-                if left > take:
-                    self.kept[other] = (left - take, at)
-                else:
-                    del self.kept[other]
+        self._make_room(name)
         return max(now, arrived)
 
     def front(self, name: str, nbytes: int, now: int) -> int:
@@ -83,6 +73,11 @@ class CodeCache:
         size = min(nbytes, self.capacity)
         self.kept[name] = (size, now)
         self.held += size
+        self._make_room(name)
+        return lines
+
+    def _make_room(self, name: str) -> None:
+        """Drop lines of the stretches run least recently (not `name`'s) until the kept code fits the cache."""
         for other in list(self.kept):  # least recently run first
             if self.held <= self.capacity:
                 break
@@ -94,7 +89,6 @@ class CodeCache:
                     self.kept[other] = (left - take, at)
                 else:
                     del self.kept[other]
-        return lines
 
     def queue(self, lines: float, now: int, cycles_per_line: float) -> int:
         """The cycle the SM's fetch has brought `lines` more lines asked for at `now`, behind its earlier ones."""

@@ -170,8 +170,8 @@ def detail_table(r, overrides: dict[str, str] | None = None):
     sample = r.sim.get("sample")
     if sample:
         replay = sample.get("replay")
-        replayed = (f"; the sample's cycles x {replay['scale']:.3f} for the chip's dispatch (the replay's spread "
-                    f"{100 * replay['spread']:.1f}%)") if replay else ""
+        replayed = (f" with the sample's block costs (spread {100 * replay['spread']:.1f}%), where the sample's own "
+                    f"end gave {replay['sample_cycles']:,} cycles") if replay else ""
         shortcuts.append(f"head sample: {sample['describe']}{replayed}; such samples came within "
                          f"{100 * sample['bound']:.1f}% of --full on the FA2 grid (v2, v3 forward)")
     units = r.sim.get("unit_skip")

@@ -24,8 +24,8 @@ larger) on at most a quarter of the chip. Where none is that cheap (heads longer
 of the chip), it falls back to the nearest share with the chip's wave count and says it is not
 representative. Where the launch interleaves heads in sections and the blocks differ (v3's causal order),
 the sample's cycles are scaled by its share error (`HeadSample.time_scale`); where heads are dealt one after
-another and the blocks differ (v2's causal launch), by the chip's dispatch replayed from the sample's own
-blocks (simulator/replay.py, `HeadSample.replayed`). What none of this sees (the
+another and the blocks differ (v2's causal launch), the chip's cycles are its dispatch replayed with what the
+sample's blocks cost (simulator/replay.py, `HeadSample.replayed`). What none of this sees (the
 bounds below): the L2's write-backs, which cost a sample more than the chip on some short-head points
 (exact when they are free); a sample's fewer slots dealing a head's blocks further apart than the chip's,
 so they find K/V lines landed where the chip's wait for them in flight; and whole-chip runs that are
@@ -74,8 +74,8 @@ class HeadSample:
     # equal blocks, heads one after another, and the chip's waves cut heads (its slots are no whole number of
     # heads): a sample's waves hold whole heads or cut them far more often, and either moves its time (below)
     chip_cuts_heads: bool = False
-    # blocks of unequal length dealt head after head: the sample's cycles scaled by the chip's dispatch
-    # replayed from the sample's own blocks (simulator/replay.py)
+    # blocks of unequal length dealt head after head: the chip's dispatch replayed with what the sample's
+    # blocks cost (simulator/replay.py)
     replayed: bool = False
 
     @property
@@ -218,7 +218,7 @@ BOUNDS = {"scaled by the share": 0.01, "chip's waves cut heads": 0.09, "represen
 
 def sample_info(choice: HeadSample, replay: dict | None = None) -> dict:
     """The sample as the output reports it (--json: sim.sample), with the bound its kind has shown and, where
-    the chip's dispatch was replayed, what the replay fitted and the scale it gave."""
+    the chip's dispatch was replayed, what the replay fitted and the chip's cycles it gave."""
     replayed = {"replay": {k: round(v, 6) if isinstance(v, float) else v for k, v in replay.items()}} if replay else {}
     return {**replayed, "heads": choice.g, "of_heads": choice.groups, "sms": choice.n, "of_sms": choice.sm_count,
             "share_error": round(choice.share_error, 6), "whole_waves": choice.whole_waves,

@@ -7,14 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from flashsim.algorithms import Problem, Tiling
+from flashsim.algorithms import Problem, Tiling, catalog
 from flashsim.algorithms.ir import Code, Gemm, OnlineSoftmax, SyncThreads
 from flashsim.algorithms.schedules import build
 from flashsim.algorithms.schedules.forward_code import BOOKKEEPING
 from flashsim.experiments import bookkeeping
 from flashsim.experiments.fa2_mix import mix
 from flashsim.hw_profiles.loader import load_profile
-from flashsim.simulator.api import schedule_options, simulate
+from flashsim.simulator.api import issue_model_for, schedule_options, simulate
 from flashsim.simulator.instructions import lower, lower_gemm, total
 
 RESULTS = Path(__file__).resolve().parents[1] / "experiments" / "results" / "h200"
@@ -80,6 +80,20 @@ def test_simulate_asks_for_them_with_the_issue_model():
     assert schedule_options(H200.with_overrides({"issue_model": 2})) == {"bookkeeping": True}
     assert schedule_options(DEPENDENT.with_overrides({"fetch_model": 1})) == {"code": True}
     assert schedule_options(load_profile("h200")) == {"code": True, "bookkeeping": True}  # fetch_model 2
+
+
+def test_the_wgmma_kernels_build_none_for_the_fetch_at_the_front():
+    """Their stretches name no lines, so under fetch_model 2 their bookkeeping would only cost the build; the
+    timing is the same without it."""
+    h200 = load_profile("h200")
+    v2, v3 = catalog.get("v2"), catalog.get("v3")
+    assert schedule_options(issue_model_for(v2, h200), v2) == {"code": True, "bookkeeping": True}
+    assert schedule_options(issue_model_for(v3, h200), v3) == {"code": True}
+    problem, tiles = Problem(1, 4, 1024, 128, causal=True), Tiling(128, 176, 12, stages=2)
+    kernel = build("v3", problem, tiles, bookkeeping=True).kernels[0]
+    assert any(isinstance(op, Code) and op.issue for op in kernel.roles[1].program(kernel.ctas[0]))
+    built = simulate("v3", problem, h200, tiles, sms=None).cycles
+    assert simulate("v3", problem, h200, tiles, sms=None, options={"bookkeeping": True}).cycles == built
 
 
 def test_only_the_issue_model_charges_them_and_it_takes_longer():
