@@ -18,10 +18,13 @@ simulated once more from an empty L2 for them.
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import io
 import json
 import math
 import os
+import tokenize
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
@@ -81,8 +84,47 @@ def model_fingerprint(root: Path | None = None) -> str:
     inputs = [root / "experiments" / name for name in INPUT_SOURCES]
     for path in paths + [p for p in inputs if p.is_file()]:
         h.update(str(path.relative_to(root)).encode())
-        h.update(path.read_bytes())
+        h.update(code_of(path.read_bytes()))
     return h.hexdigest()[:16]
+
+
+def code_of(source: bytes) -> bytes:
+    """A module's source less its comments, docstrings and blank lines, so that a change to what the code says
+    of itself stales no prediction. Comments are the tokenizer's and docstrings the syntax tree's, both located
+    by position in the text, which is what is hashed: the same on every Python version (their token streams and
+    tree dumps differ). Source that does not parse is hashed whole."""
+    text = source.decode("utf-8", errors="surrogateescape")
+    lines = text.splitlines(keepends=True)
+    try:
+        tree = ast.parse(text)
+        comments = [(t.start, t.end) for t in tokenize.generate_tokens(io.StringIO(text).readline)
+                    if t.type == tokenize.COMMENT]
+    except (SyntaxError, tokenize.TokenError, ValueError):
+        return source
+    def chars(row: int, byte_col: int) -> tuple[int, int]:  # the tree counts columns in UTF-8 bytes
+        return row, len(lines[row - 1].encode("utf-8", errors="surrogateescape")[:byte_col].decode(errors="replace"))
+
+    docstrings = [(chars(doc.lineno, doc.col_offset), chars(doc.end_lineno, doc.end_col_offset))
+                  for doc in _docstrings(tree)]
+    starts = [0]  # offset of each line's first character (lines count from 1, columns in characters)
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    cut = sorted((starts[a[0] - 1] + a[1], starts[b[0] - 1] + b[1]) for a, b in comments + docstrings)
+    kept, at = [], 0
+    for lo, hi in cut:
+        kept.append(text[at:max(at, lo)])
+        at = max(at, hi)
+    kept.append(text[at:])
+    code = "\n".join(line.rstrip() for line in "".join(kept).splitlines() if line.strip())
+    return code.encode("utf-8", errors="surrogateescape")
+
+
+def _docstrings(tree: ast.AST) -> list[ast.expr]:
+    """The docstring expressions of a module and of its classes and functions."""
+    owners = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    return [node.body[0].value for node in ast.walk(tree) if isinstance(node, owners) and node.body
+            and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
+            and isinstance(node.body[0].value.value, str)]
 
 
 def _pending(rows: list[dict], hw: str, overrides: list[str], cached: dict, journal: Journal | None,

@@ -32,6 +32,11 @@ WHOLE_CHIP_OPS = 400_000
 # more slots), and the whole chip costs 3-12 s of CPU (the FA2 grid's N=512 points and causal N=1024,
 # experiments/results/sampling-exactness.json), what the largest samples cost.
 WHOLE_CHIP_WORK = 128 * 128
+# Equal blocks (not causal) run whole-chip up to this many times as many block steps. Their chip runs its waves in
+# lockstep, and where its waves cut heads no sample has its rate of cut heads (a sample's waves are smaller, so
+# they cut heads either never or more often): up to 4x that work, samples came up to 4.6% from --full (5 of the
+# FA2 grid's 20 such points more than 2%), past it 0.9% at most; the whole chip costs 6-20 s of CPU there.
+LOCKSTEP_WORK_FACTOR = 4
 # Below this utilisation of its busiest unit a run is called latency-bound.
 LATENCY_BOUND_BELOW = 0.5
 
@@ -431,7 +436,7 @@ def _machine(profile, problem: Problem, schedule, sms: int | None, trace, small_
     # they own (every splits-th), so its grid of many short-looking blocks is no grid of little work
     block_steps = steps * -(-problem.seqlen_q // (t.block_m * t.splits)) if kv_outer_loop else steps
     work = len(kernel.ctas) * (block_steps / 2 if problem.causal else block_steps)
-    if small_whole_chip and many_waves and work <= WHOLE_CHIP_WORK:
+    if small_whole_chip and many_waves and work <= WHOLE_CHIP_WORK * (1 if problem.causal else LOCKSTEP_WORK_FACTOR):
         return Gpu(profile, None, trace)
     choice = head_sample(groups, profile.sm_count, sms, len(kernel.ctas) // groups, blocks_per_sm(kernel, profile),
                          _section(kernel.ctas, of), steps / 2 if problem.causal else steps, problem.causal)

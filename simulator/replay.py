@@ -14,9 +14,8 @@ own pace, then its steps at 1 / (1 + share (m - 1)) of a lone block's pace with 
 the next block in launch order takes the slot a block frees) replays the chip's launch with those costs
 (`chip_cycles`), which gives the chip's cycles. Which block a freed slot takes near the end decides whether
 the last long blocks run alone or shared, so the replay is run with each block's cost moved a little and
-averaged. Against --full on the FA2 grid's 24 such points it came within 1.5% (session 48); the sample's
-own end, scaled by the ratio of the two replays (the earlier rule, which stretched the fixed part too), came
-within 3.7%.
+averaged. Against --full on the FA2 grid's 24 such points it came within 1.9%; the sample's own end, scaled
+by the ratio of the two replays (the earlier rule, which stretched the fixed part too), came within 3.7%.
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ MIN_BLOCKS = 8
 MIN_STEP_CYCLES = 1.0
 # The fluid replay of a launch whose blocks end at nearly the same time is chaotic (which block a freed slot
 # takes decides whether the last long blocks run alone or shared): it is run JITTER_RUNS times with each
-# block's work moved by up to JITTER, and the ratios averaged.
+# block's work moved by up to JITTER, and the ends averaged.
 JITTER_RUNS = 8
 JITTER = 0.01
 EPS = 1e-6  # cycles: a part left smaller than this is done

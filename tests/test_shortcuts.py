@@ -115,8 +115,9 @@ NO_PINGPONG = {"pingpong": False}
     ],
 )
 def test_periodic_skip_is_exact(algo, problem, profile, sms, options):
-    fast = simulate(algo, problem, profile, sms=sms, options=options)
-    plain = simulate(algo, problem, profile, sms=sms, extrapolate=False, options=options)
+    # (the third is a lockstep grid the default runs whole-chip, api.LOCKSTEP_WORK_FACTOR: its sample is tested)
+    fast = simulate(algo, problem, profile, sms=sms, options=options, small_whole_chip=False)
+    plain = simulate(algo, problem, profile, sms=sms, extrapolate=False, options=options, small_whole_chip=False)
     assert fast.sim["blocks_extrapolated"] > 0 and plain.sim["blocks_extrapolated"] == 0
     _same(fast, plain)
 
@@ -226,9 +227,9 @@ def test_periodic_skip_within_a_hair_where_the_l2_state_differs(monkeypatch):
     validation grid 3 of 60 runs whose L2 evicts come out within 0.04% of the plain run (this is one, on
     the 8-SM sample of 16 heads that the sample selection takes when it does not grow)."""
     monkeypatch.setattr(sampling, "SHARE_TOLERANCE", -1.0)  # no sample is representative: no growing
-    problem = Problem(8, 32, 2048, 64)
-    fast = simulate("v2", problem, H200)
-    plain = simulate("v2", problem, H200, extrapolate=False)
+    problem = Problem(8, 32, 2048, 64)  # a lockstep grid the default runs whole-chip: its sample is tested
+    fast = simulate("v2", problem, H200, small_whole_chip=False)
+    plain = simulate("v2", problem, H200, extrapolate=False, small_whole_chip=False)
     assert fast.sim["blocks_extrapolated"] > 0
     assert fast.cycles == pytest.approx(plain.cycles, rel=1e-3)
     for key in ("hbm_read", "l2_read", "l2_write"):

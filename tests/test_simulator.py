@@ -106,10 +106,11 @@ def test_a_few_wave_sample_ends_its_last_wave_as_deep_as_the_chip():
 
 
 def test_a_few_wave_sample_follows_the_chip_to_its_last_wave():
-    """End to end (h200 v2, 3 x 14 heads of 2k at d128, 672 blocks): the default sample's cycles within 1% of the
-    whole chip's (15% short with the sample whose last wave held one block an SM)."""
+    """End to end (h200 v2, 3 x 14 heads of 2k at d128, 672 blocks): the sample's cycles within 1% of the whole
+    chip's (15% short with the sample whose last wave held one block an SM). The default runs this grid
+    whole-chip (api.LOCKSTEP_WORK_FACTOR); the sample it would take is asked for here."""
     problem = Problem(3, 14, 2048, 128)
-    sampled = simulate("v2", problem, H200)
+    sampled = simulate("v2", problem, H200, small_whole_chip=False)
     whole = simulate("v2", problem, H200, sms=None)
     assert sampled.sim["sms_simulated"] == 19
     assert sampled.cycles == pytest.approx(whole.cycles, rel=0.01)
@@ -146,7 +147,8 @@ def test_chip_waves_that_cut_heads_are_a_kind_of_their_own():
 
 def test_grids_of_little_work_run_whole_chip():
     """At most WHOLE_CHIP_WORK block steps (128 x 128: 512 heads of 4 blocks of 8 K/V steps) run on the whole
-    chip whatever their wave count (here 7.8 waves); twice that work is sampled."""
+    chip whatever their wave count (here 7.8 waves), and equal blocks (not causal) up to LOCKSTEP_WORK_FACTOR
+    times that; past those, a grid is sampled."""
     from flashsim.algorithms.schedules import build
     from flashsim.algorithms.tiling import resolve_tiling
 
@@ -155,16 +157,18 @@ def test_grids_of_little_work_run_whole_chip():
 
     assert machine(Problem(32, 16, 512, 128)).n_sms == H100.sm_count
     assert machine(Problem(32, 16, 512, 128, causal=True)).n_sms == H100.sm_count
-    assert machine(Problem(32, 16, 1024, 128)).n_sms < H100.sm_count
+    assert machine(Problem(32, 16, 1024, 128, causal=True)).n_sms < H100.sm_count  # twice the work
+    assert machine(Problem(32, 16, 1024, 128)).n_sms == H100.sm_count  # 4x, equal blocks
+    assert machine(Problem(32, 16, 2048, 128)).n_sms < H100.sm_count  # 16x
 
 
 def test_the_sample_and_its_bound_are_reported(capsys):
-    p = Problem(8, 16, 2048, 128)
+    p = Problem(16, 16, 2048, 128)
     r = simulate("v2", p, H100)
     sample = r.sim["sample"]
-    assert sample["sms"] == r.sim["sms_simulated"] < H100.sm_count and sample["of_heads"] == 128
+    assert sample["sms"] == r.sim["sms_simulated"] < H100.sm_count and sample["of_heads"] == 256
     assert sample["representative"] and sample["bound"] > 0
-    assert cli.main(["simulate", "--algo", "v2", "--hw", "h100", "-b", "8", "--heads", "16", "-n", "2048",
+    assert cli.main(["simulate", "--algo", "v2", "--hw", "h100", "-b", "16", "--heads", "16", "-n", "2048",
                      "-d", "128"]) == 0
     assert "head sample: " in capsys.readouterr().out
     assert simulate("v2", p, H100, sms=None).sim.get("sample") is None

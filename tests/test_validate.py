@@ -456,6 +456,28 @@ def test_compare_predicts_again_a_kernel_measured_with_other_tiles(tmp_path: Pat
     assert [job[0] for job in timed] == ["v2"] and timed[0][2]["block_m"] == 64
 
 
+def test_the_model_fingerprint_ignores_what_the_code_says_of_itself(tmp_path: Path) -> None:
+    """Comments, docstrings and blank lines stale no prediction; code does, a '#' inside a string included."""
+    for pkg in validate_compare.MODEL_SOURCES:
+        (tmp_path / pkg).mkdir()
+    module = tmp_path / "simulator" / "a.py"
+    source = 'def f(a):\n    """Costs \u00b5s."""\n    return a + 1  # one more\n\nS = "#x"\n'
+    module.write_text(source, encoding="utf-8")
+    before = validate_compare.model_fingerprint(tmp_path)
+    for said in (source.replace("one more", "the next"), source.replace("Costs \u00b5s.", "Costs.\n\n    More."),
+                 "# a new header\n\n" + source.replace("  # one more", "")):
+        module.write_text(said, encoding="utf-8")
+        assert validate_compare.model_fingerprint(tmp_path) == before, said
+    for changed in (source.replace("a + 1", "a + 2"), source.replace('"#x"', '"#y"'),
+                    source.replace("    return", "    b = 0\n    return")):
+        module.write_text(changed, encoding="utf-8")
+        assert validate_compare.model_fingerprint(tmp_path) != before, changed
+    module.write_text("def broken(:\n")  # what does not parse is hashed whole
+    broken = validate_compare.model_fingerprint(tmp_path)
+    module.write_text("def broken(:  # a comment\n")
+    assert validate_compare.model_fingerprint(tmp_path) != broken
+
+
 def test_model_fingerprint_follows_the_sources(tmp_path: Path) -> None:
     for pkg in validate_compare.MODEL_SOURCES:
         (tmp_path / pkg).mkdir()
