@@ -2,9 +2,10 @@
 algorithm, problem and the tiles its kernel ran), and the simulation job a row becomes (the profile, the
 units an implementation runs on, the L2 it starts from).
 
-This module and the model's sources (algorithms/, simulator/, hw_profiles/) decide every prediction: their
-hash is the model fingerprint a report and a prediction journal carry (validate_compare.model_fingerprint), so
-that a change to either predicts everything again, and a change to how reports are made does not.
+This module and the model's sources (algorithms/, simulator/, hw_profiles/) decide every prediction: the hash
+of their code (comments and docstrings left out) is the model fingerprint a report and a prediction journal
+carry (validate_compare.model_fingerprint), so that a change to either's code predicts everything again, and a
+change to how reports are made, or to what the code says of itself, does not.
 """
 
 from __future__ import annotations
