@@ -69,6 +69,25 @@ def test_the_fa2_grids_small_points_run_whole_chip_by_default():
                for k in lockstep)
 
 
+# One FA2-grid point of each kind of sample the default still takes, on each profile's kind of chip (the
+# committed table has all 120 within 2%; these run again here, the whole chip included).
+SAMPLED_KINDS = [
+    ("h100", "v2", Problem(8, 16, 2048, 128, causal=True), "dispatch replayed"),
+    ("a100", "v2", Problem(8, 16, 2048, 128, causal=True), "dispatch replayed"),
+    ("h200", "v3", Problem(4, 16, 4096, 128, causal=True), "scaled by the share"),
+    ("h200", "v3", Problem(2, 16, 8192, 128), "chip's waves cut heads"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("hw,algo,problem,kind", SAMPLED_KINDS, ids=lambda v: getattr(v, "describe", lambda: v)())
+def test_default_runs_stay_within_two_percent_of_the_whole_chip(hw, algo, problem, kind):
+    profile = load_profile(hw)
+    default = simulate(algo, problem, profile)
+    assert default.sim["sample"]["kind"] == kind
+    assert default.cycles == pytest.approx(simulate(algo, problem, profile, sms=None).cycles, rel=0.02)
+
+
 @pytest.mark.slow
 def test_a_lockstep_chip_lies_between_its_samples():
     """h100 v3 B=16 H=16 N=1024 d128: 8-block heads, so the chip's 132 slots cut a head every wave. A sample
