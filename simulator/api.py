@@ -35,7 +35,8 @@ WHOLE_CHIP_WORK = 128 * 128
 # Equal blocks (not causal) run whole-chip up to this many times as many block steps. Their chip runs its waves in
 # lockstep, and where its waves cut heads no sample has its rate of cut heads (a sample's waves are smaller, so
 # they cut heads either never or more often): up to 4x that work, samples came up to 4.6% from --full (5 of the
-# FA2 grid's 20 such points more than 2%), past it 0.9% at most; the whole chip costs 6-20 s of CPU there.
+# FA2 grid's 20 such points more than 2%), past it 0.9% at most; the whole chip costs 6-22 s of CPU there
+# (the lent machine's cores), the samples 0.3-4 s.
 LOCKSTEP_WORK_FACTOR = 4
 # Below this utilisation of its busiest unit a run is called latency-bound.
 LATENCY_BOUND_BELOW = 0.5
