@@ -44,7 +44,7 @@ SAMPLED_OFF = {
     "h200 v2 B=32 H=32 N=512 d=64 bf16 causal",  # -2.9%: likewise
     "h100 v3 B=16 H=16 N=1024 d=128 bf16",  # +4.0%: the chip's waves cut heads (below)
 }
-# ... and those (run 242's table) more than 2% off --full among the equal-block grids of up to
+# ... and those (run 244's table) more than 2% off --full among the equal-block grids of up to
 # LOCKSTEP_WORK_FACTOR times that work, which the default runs whole-chip since.
 LOCKSTEP_OFF = {
     "h100 v3 B=8 H=16 N=2048 d=128 bf16",  # +4.6%: the chip's waves cut heads
