@@ -54,14 +54,16 @@ STALE = {
 }
 
 
-def taken_with(fingerprint: str | None) -> str:
+def taken_with(fingerprint: str | None, simulation: bool = False) -> str:
     """Whether a result stamped with this model fingerprint is the installed model's: "current", "earlier
-    model" (its sources have changed since) or "unknown" (no fingerprint)."""
-    from .validate_compare import model_fingerprint
+    model" (its sources have changed since) or "unknown" (no fingerprint). simulation: the result is of
+    simulations alone (the shortcut table), stamped with the simulation fingerprint."""
+    from .validate_compare import model_fingerprint, simulation_fingerprint
 
     if not fingerprint:
         return "unknown"
-    return "current" if fingerprint == model_fingerprint() else "earlier model"
+    return "current" if fingerprint == (simulation_fingerprint() if simulation else model_fingerprint()) \
+        else "earlier model"
 
 
 def model_status(report: dict) -> str:
@@ -290,7 +292,13 @@ def shortcuts(path: Path = SHORTCUTS_FILE) -> dict | None:
             "worst_cycles": max((abs(r["rel_diff_cycles"]) for r in rows), default=0.0),
             "worst_bytes": max((r["worst_rel_diff_bytes"] for r in rows), default=0.0),
             "bytes_equal": sum(bool(r["bytes_equal"]) for r in rows),
-            "predicted_with": taken_with(data.get("provenance", {}).get("model_fingerprint"))}
+            "predicted_with": taken_with(stamp(data.get("provenance", {})), simulation=True)}
+
+
+def stamp(provenance: dict) -> str | None:
+    """The simulation fingerprint a table of simulations was taken with (files from before the simulation and
+    model fingerprints were told apart carry it as model_fingerprint)."""
+    return provenance.get("simulation_fingerprint", provenance.get("model_fingerprint"))
 
 
 def render_shortcuts(info: dict, console=None) -> None:

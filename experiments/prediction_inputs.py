@@ -3,9 +3,11 @@ algorithm, problem and the tiles its kernel ran), and the simulation job a row b
 units an implementation runs on, the L2 it starts from).
 
 This module and the model's sources (algorithms/, simulator/, hw_profiles/) decide every prediction: the hash
-of their code (comments and docstrings left out) is the model fingerprint a report and a prediction journal
-carry (validate_compare.model_fingerprint), so that a change to either's code predicts everything again, and a
-change to how reports are made, or to what the code says of itself, does not.
+of their code (comments and docstrings left out) is the model fingerprint a report carries, and the same hash
+less what only assembles a library's call around its kernels (simulator/calls.py) is the simulation fingerprint
+a prediction journal carries (validate_compare), so that a change to either's code predicts everything again, a
+change to the call work only re-assembles the reports, and a change to how reports are made, or to what the code
+says of itself, does neither.
 """
 
 from __future__ import annotations

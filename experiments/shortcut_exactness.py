@@ -29,6 +29,8 @@ from flashsim.errors import FlashsimError
 from flashsim.hw_profiles import load_profile
 from flashsim.simulator import simulate
 
+from . import accuracy
+
 # Largest relative difference from the plain run accepted, in cycles and in every byte count: shortcuts
 # taken within a tolerance (the unit skip, the evicting loop skip) may differ by up to this much.
 BOUND = 5e-3
@@ -106,9 +108,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="take the plain runs' answers from earlier outputs of this command or plain-runs files "
                     "(rows of the same problem), taken with this model")
     args = ap.parse_args(argv)
-    from .validate_compare import model_fingerprint
+    from .validate_compare import simulation_fingerprint
 
-    fingerprint = model_fingerprint()
+    fingerprint = simulation_fingerprint()
     try:
         known = _plain_answers(args.plain_from, fingerprint)
     except FlashsimError as exc:
@@ -125,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
               f"bytes {'equal' if row['bytes_equal'] else row['bytes_diff']}, "
               f"{row['ops']:,} of {row['plain_ops']:,} ops", flush=True)
     out = {"provenance": {"date": date.today().isoformat(), "python": platform.python_version(),
-                          "model_fingerprint": fingerprint,
+                          "simulation_fingerprint": fingerprint,
                           "command": "python3 -m flashsim.experiments.shortcut_exactness "
                           + " ".join(argv if argv is not None else sys.argv[1:])},
            "rows": rows}
@@ -142,7 +144,7 @@ def _plain_answers(paths: list[str], fingerprint: str) -> dict:
             data = json.loads(Path(path).read_text())
         except (OSError, json.JSONDecodeError) as exc:
             raise FlashsimError(f"cannot read --plain-from {path}: {exc}") from None
-        taken = data.get("provenance", {}).get("model_fingerprint")
+        taken = accuracy.stamp(data.get("provenance", {}))
         if taken != fingerprint:
             which = f"model {taken}" if taken else "an unrecorded model"
             raise FlashsimError(f"--plain-from {path} holds plain runs of {which}, not of this one ({fingerprint}): "

@@ -54,8 +54,10 @@ QUANTITIES = {
 L2_STARTS = {True: "flushed", False: "empty"}
 
 
-def profile_fingerprint(profile) -> str:
-    text = json.dumps({"name": profile.name, "params": profile.params, "swaps": SIM_SWAPS}, sort_keys=True)
+def profile_fingerprint(profile, simulation: bool = False) -> str:
+    """A hash of the profile's numbers (simulation: of those a simulation reads, less CALL_PARAMS)."""
+    params = {k: v for k, v in profile.params.items() if not (simulation and k in CALL_PARAMS)}
+    text = json.dumps({"name": profile.name, "params": params, "swaps": SIM_SWAPS}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -71,20 +73,42 @@ PRESENTATION = frozenset({
 })
 # ... and the code that turns a measurement into the simulator's inputs (the tiles each kernel ran)
 INPUT_SOURCES = ("prediction_inputs.py", "validate_impls.py")
+# The model's part that no simulation runs: what a library's call puts on the GPU beside the simulated kernels
+# (simulator/calls.py), added to each simulation's time when a report is made, and the profile numbers only it
+# reads. A change to them re-assembles every report from the simulations it holds, in seconds; the
+# simulations (journals, reports' rows, the shortcut and sampling tables) carry the simulation fingerprint.
+CALL_SOURCES = frozenset({"simulator/calls.py"})
+CALL_PARAMS = frozenset({"memset_busy_s"})
+PROFILE_SOURCE = "hw_profiles/profile.py"  # where each parameter is declared (a field a line)
 
 
 def model_fingerprint(root: Path | None = None) -> str:
     """A hash of the model's Python sources (schedules, interpreters, simulator, profile loader; not their
     PRESENTATION modules) and of the experiments' modules that make its inputs from a measurement
     (INPUT_SOURCES); not of how reports are made, which predicts nothing."""
+    return _fingerprint(root, frozenset())
+
+
+def simulation_fingerprint(root: Path | None = None) -> str:
+    """model_fingerprint less the CALL_SOURCES and the profile's declarations of the CALL_PARAMS: the code a
+    simulation runs (what a journal and the shortcut and sampling tables depend on)."""
+    return _fingerprint(root, CALL_SOURCES, CALL_PARAMS)
+
+
+def _fingerprint(root: Path | None, leave_out: frozenset, params_out: frozenset = frozenset()) -> str:
     root = root or Path(__file__).resolve().parents[1]
     h = hashlib.sha256()
     paths = [p for pkg in MODEL_SOURCES for p in sorted((root / pkg).rglob("*.py"))
-             if p.relative_to(root).as_posix() not in PRESENTATION]
+             if p.relative_to(root).as_posix() not in PRESENTATION | leave_out]
     inputs = [root / "experiments" / name for name in INPUT_SOURCES]
     for path in paths + [p for p in inputs if p.is_file()]:
-        h.update(str(path.relative_to(root)).encode())
-        h.update(code_of(path.read_bytes()))
+        rel = path.relative_to(root).as_posix()
+        code = code_of(path.read_bytes())
+        if rel == PROFILE_SOURCE and params_out:
+            code = b"\n".join(line for line in code.split(b"\n")
+                              if line.split(b":")[0].strip().decode(errors="replace") not in params_out)
+        h.update(rel.encode())
+        h.update(code)
     return h.hexdigest()[:16]
 
 
@@ -229,7 +253,7 @@ def journal_sets(out_dir: Path, sets, hw: str = "h200", overrides: list[str] | N
     from flashsim.hw_profiles import load_profile
 
     profile = load_profile(hw, overrides or [])
-    fingerprint = profile_fingerprint(profile)
+    fingerprint = profile_fingerprint(profile, simulation=True)
     jobs = jobs or max(1, min(8, (os.cpu_count() or 1)))
     wanted: dict[str, tuple] = {}  # job key -> job args
     journals: dict[str, list[Journal]] = {}  # job key -> the journals that want it
@@ -275,10 +299,11 @@ def _run_all(jobs_args: list, jobs: int):
 
 class Journal:
     """Simulations finished by a comparison still running (or interrupted), one JSON line each, valid only for
-    the profile and model that made them; the finished report replaces it."""
+    the profile numbers and simulation code that made them (fingerprint: profile_fingerprint(simulation=True));
+    the finished report replaces it."""
 
     def __init__(self, path: Path, fingerprint: str):
-        self.path, self.stamp = path, {"profile": fingerprint, "model": model_fingerprint()}
+        self.path, self.stamp = path, {"profile": fingerprint, "model": simulation_fingerprint()}
 
     @classmethod
     def of_set(cls, out_dir: Path, data_set: DataSet, fingerprint: str) -> Journal:
@@ -314,23 +339,54 @@ def _work(job_args: tuple) -> float:
 
 
 def _cached(path: Path, fingerprint: str, l2_start: str) -> dict:
-    """(impl, config_id, tiling) -> prediction fields from an earlier report made with the same profile,
-    model and L2 start (a kernel re-measured with other tiles is predicted again)."""
+    """(impl, config_id, tiling) -> the simulation's prediction fields from an earlier report whose simulations
+    ran with the same profile numbers (fingerprint: profile_fingerprint(simulation=True)), simulation code and L2
+    start (a kernel re-measured with other tiles is predicted again). Its call work (simulator/calls.py) is taken
+    off: the report being made adds its own. A report from before the two fingerprints were told apart carries
+    only the model's, which then covered the same code and numbers as a simulation's."""
     if not path.is_file():
         return {}
     try:
         old = json.loads(path.read_text())
     except json.JSONDecodeError:
         return {}
-    if (old.get("profile", {}).get("fingerprint") != fingerprint or old.get("model_fingerprint") != model_fingerprint()
+    prof = old.get("profile", {})
+    if (prof.get("simulation_fingerprint", prof.get("fingerprint")) != fingerprint
+            or old.get("simulation_fingerprint", old.get("model_fingerprint")) != simulation_fingerprint()
             or old.get("l2_start", "empty") != l2_start):
         return {}
     out = {}
     for r in old.get("rows", []):
         fields = {k: r[k] for k in ("predicted", "sim") if k in r}
         if "predicted" in fields:  # a refused prediction is tried again
+            sim = dict(fields.get("sim") or {})
+            simulated = sim.pop("simulated", None)  # the simulation's own times, before the call's work
+            if simulated:
+                fields = {"predicted": {**fields["predicted"], **simulated}, "sim": sim}
             out[_cache_key(r)] = fields
     return out
+
+
+def add_call_work(rows: list[dict], profile) -> None:
+    """Add to each forward row's simulated time what its library's call launches beside the kernels
+    (simulator/calls.py): row["call"] names the pieces, row["sim"]["simulated"] keeps the simulation's own
+    times, row["predicted"] holds the sum."""
+    from flashsim.simulator.calls import call_busy_s
+
+    from .validate_impls import IMPLS
+
+    for row in rows:
+        impl = IMPLS.get(row["impl"])
+        if "predicted" not in row or impl is None or row["algo"] != impl.algo:
+            continue
+        pieces = call_busy_s(impl.launch, profile)
+        if not pieces:
+            continue
+        extra = sum(pieces.values())
+        pred = row["predicted"]
+        row.setdefault("sim", {})["simulated"] = {q: pred[q] for q in ("time_s", "kernel_time_s")}
+        row["predicted"] = {**pred, "time_s": pred["time_s"] + extra, "kernel_time_s": pred["kernel_time_s"] + extra}
+        row["call"] = pieces
 
 
 def _cache_key(row: dict) -> tuple:
@@ -354,7 +410,7 @@ def compare(out_dir: Path, measured: Path, hw: str = "h200", overrides: list[str
     if not records:
         raise FlashsimError(f"no measurements in {measured}; run `flashsim validate` on a GPU first")
     profile = load_profile(hw, overrides or [])
-    fingerprint = profile_fingerprint(profile)
+    fingerprint = profile_fingerprint(profile, simulation=True)
     rows = rows_from(records, o_store)
     jobs = jobs or max(1, min(8, (os.cpu_count() or 1)))
     json_path, md_path, png_path = (out_dir / f"{data_set.stem}{ext}" for ext in (".json", ".md", ".png"))
@@ -368,6 +424,7 @@ def compare(out_dir: Path, measured: Path, hw: str = "h200", overrides: list[str
             "writes the report from it" if not filled else f"validate: {data_set.name}: nothing to simulate, "
             f"{json_path.name} holds this model's predictions")
         return None
+    add_call_work(rows, profile)
     scored = [r for r in rows if r.get("predicted")]
     summary = summarize_groups(scored, "impl", QUANTITIES)
     by_algo = summarize_groups(scored, "algo", QUANTITIES)
@@ -380,8 +437,10 @@ def compare(out_dir: Path, measured: Path, hw: str = "h200", overrides: list[str
             "sessions": [{k: r.get(k) for k in ("date", "command", "driver", "torch")} for r in sessions],
             "compared": {"date": today(), "command": command},
         },
-        "profile": {"name": profile.name, "hw": _display(hw), "fingerprint": fingerprint},
+        "profile": {"name": profile.name, "hw": _display(hw), "fingerprint": profile_fingerprint(profile),
+                    "simulation_fingerprint": fingerprint},
         "model_fingerprint": model_fingerprint(),
+        "simulation_fingerprint": simulation_fingerprint(),
         "l2_start": l2_start,
         "quantities": {q: {"label": lab, "unit": unit} for q, (lab, _, unit, _) in QUANTITIES.items()},
         "impl_algo": {r["impl"]: r["algo"] for r in rows},

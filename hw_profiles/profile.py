@@ -219,6 +219,9 @@ class Profile:
     fetch_model: int = _p(int)
     # a launch's GPU busy time beyond its blocks' span: the kernel's start, the first dispatch, its end
     kernel_busy_overhead_s: float = _p(float)
+    # GPU busy time of a small memset (a few bytes) that a library's call launches beside its kernels
+    # (simulator/calls.py); no simulation reads it
+    memset_busy_s: float = _p(float)
     # Hopper only
     wgmma_fp16_flops_per_clk_per_sm: float | None = _p(float, "wgmma")
     wgmma_bf16_flops_per_clk_per_sm: float | None = _p(float, "wgmma")

@@ -213,13 +213,19 @@ def test_accuracy_says_how_far_the_shortcuts_come_from_the_plain_run_and_with_wh
     """The shortcut comparison is read back with its worst differences, and marked current only while the
     installed model is the one that took it."""
     from flashsim.experiments import accuracy
-    from flashsim.experiments.validate_compare import model_fingerprint
+    from flashsim.experiments.validate_compare import model_fingerprint, simulation_fingerprint
 
     rows = [{"rel_diff_cycles": -0.002, "worst_rel_diff_bytes": 0.0, "bytes_equal": True},
             {"rel_diff_cycles": 0.0, "worst_rel_diff_bytes": 1e-6, "bytes_equal": False}]
     path = tmp_path / "shortcut-exactness.json"
-    for taken, status in ((model_fingerprint(), "current"), ("0123456789abcdef", "earlier model"), (None, "unknown")):
-        path.write_text(json.dumps({"provenance": {"model_fingerprint": taken} if taken else {}, "rows": rows}))
+    # a table of simulations goes by the simulation fingerprint (older files carry it as model_fingerprint)
+    cases = [({"simulation_fingerprint": simulation_fingerprint()}, "current"),
+             ({"model_fingerprint": simulation_fingerprint()}, "current"),
+             ({"simulation_fingerprint": "0123456789abcdef"}, "earlier model"), ({}, "unknown")]
+    if model_fingerprint() != simulation_fingerprint():
+        cases.append(({"simulation_fingerprint": model_fingerprint()}, "earlier model"))
+    for provenance, status in cases:
+        path.write_text(json.dumps({"provenance": provenance, "rows": rows}))
         info = accuracy.shortcuts(path)
         assert info["predicted_with"] == status
         assert (info["problems"], info["worst_cycles"], info["worst_bytes"], info["bytes_equal"]) == (2, 0.002, 1e-6, 1)
