@@ -228,10 +228,20 @@ def gpu_calls(fn: Callable[[], object], flush: Callable[[], None], calls: int = 
 def gpu_work(fn: Callable[[], object], flush: Callable[[], None], calls: int = 3) -> tuple[list[float], list[str]]:
     """GPU busy time per call: the summed durations of the work one call launches (gpu_calls). Unlike CUDA
     events around the call it leaves out host time between launches. Also the first call's work names."""
-    calls_work = gpu_calls(fn, flush, calls)
-    busy = [sum(e.time_range.elapsed_us() for e in work) * 1e-6 for work in calls_work if work]
-    names = [e.name[:160] for e in calls_work[0]] if calls_work else []
+    busy, names, _ = gpu_parts(fn, flush, calls)
     return busy, names
+
+
+def gpu_parts(fn: Callable[[], object], flush: Callable[[], None],
+              calls: int = 3) -> tuple[list[float], list[str], list[float]]:
+    """gpu_work, and each piece of the call's work (kernels, memsets, copies, in launch order) timed on its own:
+    the median over the calls that launched the first call's pieces, in seconds."""
+    calls_work = [w for w in gpu_calls(fn, flush, calls) if w]
+    busy = [sum(e.time_range.elapsed_us() for e in work) * 1e-6 for work in calls_work]
+    names = [e.name[:160] for e in calls_work[0]] if calls_work else []
+    alike = [w for w in calls_work if [e.name[:160] for e in w] == names]
+    parts = [statistics.median(w[i].time_range.elapsed_us() for w in alike) * 1e-6 for i in range(len(names))]
+    return busy, names, parts
 
 
 def rel_err(out, ref) -> float:
@@ -422,14 +432,16 @@ def _measure_one(impl: Impl, cfg: Config, q, k, v, ref, flush, opts: SweepOption
             samples = time_call(fn, flush, opts.min_reps, opts.max_reps, opts.budget_s)
             clocks = [clock()] if clock else []  # the SM clock the profiled calls start at (make_clock_probe)
             try:
-                busy, names = gpu_work(fn, flush)
+                busy, names, parts = gpu_parts(fn, flush)
             except Exception as exc:  # the profiler is an extra; the event timing stands without it
-                busy, names = [], [f"(profiler failed: {type(exc).__name__})"]
+                busy, names, parts = [], [f"(profiler failed: {type(exc).__name__})"], []
             if clock:
                 clocks.append(clock())
                 rec["sm_clock_ghz"] = [round(c, 4) for c in clocks]  # before and after the profiled calls
             if busy:
                 rec.update(kernel_time_s=statistics.median(busy), kernels_per_call=len(names))
+                # each piece's busy time (a library's memset beside its kernel: simulator/calls.py)
+                rec["parts"] = [[n, t] for n, t in zip(names, parts, strict=True)]
             if profile_it:
                 rec["launched"] = names
     except Exception as exc:  # a refused, missing or failing kernel is a result, and the sweep goes on

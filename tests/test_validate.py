@@ -685,3 +685,20 @@ def test_the_profile_fingerprint_of_a_simulation_leaves_out_the_call_numbers() -
     fp = validate_compare.profile_fingerprint
     assert fp(memset, simulation=True) == fp(base, simulation=True) and fp(memset) != fp(base)
     assert fp(clock, simulation=True) != fp(base, simulation=True)
+
+
+def test_a_calls_pieces_are_timed_each_on_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """validate records every piece of a call's GPU work (a library's memset beside its kernel): the median of
+    each piece over the calls that launched the same pieces; the busy time stays their sum per call."""
+    from types import SimpleNamespace
+
+    def ev(name, us):
+        return SimpleNamespace(name=name, time_range=SimpleNamespace(elapsed_us=lambda us=us: us))
+
+    calls = [[ev("Memset (Device)", 0.7), ev("fprop", 10.0)], [ev("Memset (Device)", 0.8), ev("fprop", 12.0)],
+             [ev("Memset (Device)", 0.9), ev("fprop", 11.0)], [ev("other", 50.0)]]
+    monkeypatch.setattr(validate, "gpu_calls", lambda fn, flush, n: calls)
+    busy, names, parts = validate.gpu_parts(lambda: None, lambda: None)
+    assert busy == pytest.approx([10.7e-6, 12.8e-6, 11.9e-6, 50e-6])
+    assert names == ["Memset (Device)", "fprop"] and parts == pytest.approx([0.8e-6, 11e-6])
+    assert validate.gpu_work(lambda: None, lambda: None) == (busy, names)
