@@ -70,6 +70,7 @@ PRESENTATION = frozenset({
     "algorithms/cli_args.py", "algorithms/commands.py", "algorithms/explain.py", "simulator/advise.py",
     "simulator/animate.py", "simulator/commands.py", "simulator/guide_commands.py", "simulator/progress.py",
     "simulator/report.py", "simulator/result_cache.py", "simulator/runner.py", "hw_profiles/commands.py",
+    "simulator/sdpa_launch.py",
 })
 # ... and the code that turns a measurement into the simulator's inputs (the tiles each kernel ran)
 INPUT_SOURCES = ("prediction_inputs.py", "validate_impls.py")

@@ -31,6 +31,7 @@ from flashsim.hw_profiles.loader import load_profile
 
 from .limits import MAX_SIMULATED_STEPS
 from .runner import run_many
+from .sdpa_launch import BACKENDS
 
 FA2_SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 TRACE_EVENT_LIMIT = 300_000
@@ -136,7 +137,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--max-steps", type=int, default=MAX_SIMULATED_STEPS,
                    help="refuse runs that would interpret more tile steps, one Q block meeting one K/V block "
                    f"(default {MAX_SIMULATED_STEPS:,}, about five minutes; 0: no limit)")
-    p.set_defaults(func=_cmd_simulate)
+    p.add_argument("--sdpa", choices=BACKENDS, default=None,
+                   help="predict PyTorch SDPA's backend instead, as validation does: flash (FA2's kernel: the v2 "
+                   "schedule on FA2's tiles, split rule and exponential) or cudnn (cuDNN's Hopper kernel: the v3 "
+                   "schedule on its tiles and compiled head dims, plus the memset each call launches); it "
+                   "picks the schedule and the tiles itself")
+    p.set_defaults(func=_cmd_simulate, algo=None)  # no --algo: v2, or the schedule --sdpa runs
 
     p = subparsers.add_parser("compare", help="several algorithms and/or profiles side by side")
     p.add_argument(
@@ -247,6 +253,9 @@ def _cmd_simulate(args) -> int:
     from .runner import pass_algos, simulate_pass
 
     profile = profile_from_args(args)
+    if args.sdpa:
+        return _simulate_sdpa(args, profile)
+    args.algo = args.algo or "v2"
     problem = problem_from_args(args)
     algos = pass_algos(args.algo, args.pass_)
     tiling = None
@@ -268,6 +277,49 @@ def _cmd_simulate(args) -> int:
         from .report import detail_table  # the table's module only where a table is printed
 
         _console().print(detail_table(result, overridden(profile)))
+    return 0
+
+
+def _simulate_sdpa(args, profile) -> int:
+    """simulate --sdpa: the backend's kernel under its own launch rule, and its call's other GPU work."""
+    from flashsim.algorithms.cli_args import switched_off
+    from flashsim.algorithms.tiling import Tiling
+
+    from .progress import RunProgress
+    from .runner import simulate_pass
+    from .sdpa_launch import sdpa_run, with_call_work
+
+    if args.pass_ != "fwd":
+        raise FlashsimError("--sdpa predicts the forward call (its backward kernels are not modelled as launched)")
+    if tiling_overridden(args) or switched_off(args):
+        raise FlashsimError("--sdpa runs the backend's own tiles and build: leave out the tile and ablation options")
+    args.algo = args.algo or ("v2" if args.sdpa == "flash" else "v3")
+    problem = problem_from_args(args)
+    algo, run_problem, tiling, launch = sdpa_run(args.sdpa, problem, profile)
+    if args.algo != algo:
+        raise FlashsimError(f"--sdpa {args.sdpa} runs the {algo} schedule, not --algo {args.algo}: leave out --algo")
+    if args.max_steps < 0:
+        raise FlashsimError(f"--max-steps must be 0 (no limit) or positive, got {args.max_steps}")
+    label = f"SDPA {args.sdpa} ({algo}) {problem.describe()}"
+    with RunProgress(label, enabled=not args.json) as progress:
+        result = simulate_pass(algo, run_problem, profile, "fwd", Tiling(**tiling), sms=_sms(args, profile),
+                               extrapolate=args.extrapolate, drift_skip=args.drift_skip,
+                               max_steps=args.max_steps or None, max_events=_max_events(args), progress=progress)
+    result = with_call_work(result, problem, launch, profile)
+    if args.json:
+        _print_json({**result.as_dict(), **({"hw_overrides": overridden(profile)} if overridden(profile) else {})})
+    else:
+        from .report import detail_table
+
+        console = _console()
+        console.print(detail_table(result, overridden(profile)))
+        call = result.sim["sdpa"]["call"]
+        console.print(f"SDPA {args.sdpa}: the {algo} schedule on the kernel's tiles"
+                      + (f" at head dim {launch['kernel_headdim']} (the kernel it is compiled for)"
+                         if launch["kernel_headdim"] != problem.headdim else "")
+                      + ("; its call also launches " + ", ".join(f"{k.removesuffix('_s')} {v * 1e6:.2f} us"
+                                                                   for k, v in call.items()) if call else ""),
+                      soft_wrap=True, markup=False)
     return 0
 
 

@@ -1,0 +1,52 @@
+"""`flashsim simulate --sdpa flash|cudnn`: what PyTorch's SDPA backend would take for a problem, predicted the way
+validation predicts its measurements.
+
+The backend's kernel runs one of the simulator's schedules under the library's own launch rule
+(experiments/validate_impls.IMPLS, simulator/sdpa.py): SDPA flash is FA2's kernel (the v2 schedule with FA2's
+tiles, its split-KV rule and the exponential PyTorch's build computes); SDPA cuDNN is cuDNN's Hopper kernel (the
+v3 schedule on its tiles, at the head dim it is compiled for: a d96 problem runs its d128 kernel). The call's
+other GPU work is added after the run (simulator/calls.py: cuDNN's 4-byte memset). tests/test_sdpa_launch.py
+holds this to validation's own prediction of the same shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from flashsim.errors import FlashsimError
+
+BACKENDS = ("flash", "cudnn")
+
+
+def sdpa_run(backend: str, problem, profile) -> tuple[str, object, dict, dict]:
+    """(schedule, problem the kernel runs, tiling dict, what the answer records of the launch) for `backend`."""
+    from flashsim.algorithms.tiling import resolve_tiling
+    from flashsim.experiments.validate_impls import IMPLS, launch_rule
+
+    from .sdpa import fa2_tiling
+
+    impl = IMPLS[f"sdpa-{backend}"]
+    algo = impl.algo
+    if problem.dtype not in ("bf16", "fp16"):
+        raise FlashsimError(f"SDPA's {backend} backend takes bf16 or fp16, not {problem.dtype}")
+    run_problem = problem
+    if impl.launch == "fa2":
+        tiling = fa2_tiling(problem, profile)
+    else:
+        tiling, kernel_d = launch_rule(impl, algo, problem.headdim)
+        run_problem = replace(problem, headdim=kernel_d)
+        tiling = tiling or resolve_tiling(algo, run_problem, profile).as_dict()
+    tiling = {**tiling, **({"exp2": impl.exp2} if impl.exp2 else {})}
+    launch = {"backend": backend, "schedule": algo, "kernel_headdim": run_problem.headdim,
+              "launch_rule": impl.launch}
+    return algo, run_problem, tiling, launch
+
+
+def with_call_work(result, problem, launch: dict, profile):
+    """The kernel's result as the call's: the problem asked, and the call's other GPU work added to its times."""
+    from .calls import call_busy_s
+
+    pieces = call_busy_s(launch["launch_rule"], profile)
+    extra = sum(pieces.values())
+    return replace(result, problem=problem, time_s=result.time_s + extra, kernel_time_s=result.kernel_time_s + extra,
+                   sim={**result.sim, "sdpa": {**launch, "call": pieces}})

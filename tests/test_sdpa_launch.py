@@ -1,0 +1,67 @@
+"""`flashsim simulate --sdpa`: PyTorch SDPA's backends predicted from the command line exactly as validation
+predicts their measurements (the same launch rule, the same call work)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from flashsim import cli
+from flashsim.experiments.prediction_inputs import ran_tiling, simulate_job
+from flashsim.experiments.validate_compare import add_call_work
+from flashsim.hw_profiles import load_profile
+
+pytest.importorskip("simpy")
+
+H200 = load_profile("h200")
+
+
+def _validation(impl: str, algo: str, config: dict) -> dict:
+    """What validation predicts for a measurement of `impl` on `config` (prediction_inputs + the call work)."""
+    rec = {"impl": impl, "algo": algo, "config": config, "tiling": None}
+    tiling = ran_tiling(rec)
+    problem = dict(config)
+    if impl == "sdpa-cudnn":
+        problem["headdim"] = {96: 128}.get(config["headdim"], config["headdim"])
+    row = {"impl": impl, "algo": algo, **simulate_job((algo, problem, tiling, "h200", [], {}, False, True))}
+    add_call_work([row], H200)
+    return row
+
+
+def _cli(capsys, backend: str, config: dict) -> dict:
+    argv = ["simulate", "--hw", "h200", "--sdpa", backend, "--full", "--json", "--batch", str(config["batch"]),
+            "--heads", str(config["heads"]), "--seqlen", str(config["seqlen_q"]), "--headdim", str(config["headdim"])]
+    assert cli.main(argv + (["--causal"] if config["causal"] else [])) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize(("backend", "impl", "algo", "config"), [
+    ("cudnn", "sdpa-cudnn", "v3", {"batch": 2, "heads": 12, "seqlen_q": 128, "seqlen_k": 128, "headdim": 96,
+                                   "causal": False, "dtype": "bf16"}),
+    ("flash", "sdpa-flash", "v2", {"batch": 1, "heads": 8, "seqlen_q": 1024, "seqlen_k": 1024, "headdim": 128,
+                                   "causal": True, "dtype": "bf16"}),
+])
+def test_the_command_line_predicts_an_sdpa_call_as_validation_does(capsys, backend, impl, algo, config) -> None:
+    got = _cli(capsys, backend, config)
+    want = _validation(impl, algo, config)
+    assert got["kernel_time_s"] == want["predicted"]["kernel_time_s"]
+    assert got["problem"]["headdim"] == config["headdim"]  # the problem asked, whatever head dim the kernel runs
+    assert got["sim"]["sdpa"]["call"] == want.get("call", {})
+    if backend == "cudnn":
+        assert got["sim"]["sdpa"]["kernel_headdim"] == 128 and got["sim"]["sdpa"]["call"]["memset_s"] > 0
+        assert got["tiling"]["block_m"] == 128 and got["tiling"]["block_n"] == 128
+    else:
+        assert got["tiling"]["exp2"] == "exp2f" and "call" not in want
+
+
+@pytest.mark.parametrize("extra", [["--algo", "v1"], ["--block-m", "64"], ["--pass", "bwd"], ["--dtype", "fp32"]])
+def test_sdpa_refuses_what_the_backend_does_not_take_in_one_line(capsys, extra) -> None:
+    assert cli.main(["simulate", "--sdpa", "flash", "--seqlen", "256", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "flashsim: error:" in err
+
+
+def test_without_sdpa_simulate_still_runs_v2_by_default(capsys) -> None:
+    assert cli.main(["simulate", "--seqlen", "256", "--batch", "1", "--heads", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["algo"] == "v2" and "sdpa" not in out["sim"]
