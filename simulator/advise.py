@@ -67,6 +67,23 @@ def _side_kernels(kernels: dict[str, float]) -> str:
     return "; ".join(side)
 
 
+def _sdpa_time(backend: str, problem: Problem, profile, sms: int, best_s: float) -> dict:
+    """SDPA's pick predicted as `simulate --sdpa` does (simulator/sdpa_launch.py): its time, TFLOP/s and its
+    time over the best algorithm's; {} where the simulator refuses the call."""
+    from flashsim.algorithms.tiling import Tiling
+
+    from .api import simulate
+    from .sdpa_launch import sdpa_run, with_call_work
+
+    try:
+        algo, run_problem, tiling, launch = sdpa_run(backend, problem, profile)
+        result = with_call_work(simulate(algo, run_problem, profile, Tiling(**tiling), sms=sms), problem, launch,
+                                profile)
+    except FlashsimError:
+        return {}
+    return {"time_s": result.time_s, "tflops": result.tflops, "vs_best": result.time_s / best_s}
+
+
 def advise(profile, seqlen: int, headdim: int, dtype: str = "bf16", causal: bool = False, decode: bool = False,
            train: bool = False, batch: int = 4, heads: int = 16, sms: int | None = None) -> dict:
     """Every algorithm's simulated forward time on `profile` (fastest first), with reasons; the best one that
@@ -121,6 +138,9 @@ def advise(profile, seqlen: int, headdim: int, dtype: str = "bf16", causal: bool
     rows.sort(key=lambda r: (order[r["status"]], r["time_s"] or 0.0))
     notes = [n for n, on in ((TRAIN_NOTE, train), (DECODE_NOTE, decode)) if on]
     sdpa = sdpa_backend(profile.compute_capability, dtype, headdim)
+    if sdpa["backend"] in ("flash", "cudnn") and not decode:
+        sdpa.update(_sdpa_time(sdpa["backend"], Problem(batch, heads, seqlen, headdim, causal=causal, dtype=dtype),
+                               profile, sms or DEFAULT_SAMPLE_SMS, best["time_s"]))
     return {"hw": profile.name, "seqlen": seqlen, "headdim": headdim, "dtype": dtype, "causal": causal,
             "decode": decode, "train": train, "batch": batch, "heads": heads, "best": best["algo"],
             "ranking": rows, "sdpa": sdpa, "notes": notes}
@@ -172,7 +192,9 @@ def _cmd_advise(args) -> int:
     sdpa = report["sdpa"]
     picked = sdpa["backend"] or "none"
     tried = ", ".join(sdpa["order"])
-    console.print(f"PyTorch SDPA would pick: [bold]{picked}[/bold] (tries {tried}"
+    predicted = (f", predicted {sdpa['time_s'] * 1e6:,.1f} us, {sdpa['vs_best']:.2f}x the time of {report['best']}"
+                 if sdpa.get("time_s") else "")
+    console.print(f"PyTorch SDPA would pick: [bold]{picked}[/bold]{predicted} (tries {tried}"
                   + "".join(f"; {k}: {v}" for k, v in sdpa["skipped"].items()) + ")")
     for note in report["notes"]:
         console.print(f"[yellow]note: {note}[/yellow]")

@@ -41,6 +41,10 @@ def test_a100_says_why_v3_cannot_run_and_marks_training_forward_only(capsys):
     assert report["notes"] == [TRAIN_NOTE]
     times = [r["time_s"] for r in report["ranking"] if r["status"] == "ok"]
     assert times == sorted(times) and report["best"] == report["ranking"][0]["algo"]
+    # SDPA picks FA2 on an A100: its time as `simulate --sdpa flash` predicts it, beside the best algorithm's
+    sdpa = report["sdpa"]
+    assert sdpa["backend"] == "flash" and sdpa["time_s"] > 0
+    assert sdpa["vs_best"] == pytest.approx(sdpa["time_s"] / times[0])
 
 
 def test_fp32_and_fp8_inputs_leave_only_what_takes_them():
@@ -50,7 +54,7 @@ def test_fp32_and_fp8_inputs_leave_only_what_takes_them():
     others = [r for r in fp32["ranking"] if r["algo"] != "standard"]
     assert all(r["status"] == "unavailable" and "16-bit" in r["reason"] for r in others)
     fp8 = advise(h100, 512, 64, "fp8", batch=1, heads=4)
-    assert fp8["best"] == "v3-fp8" and fp8["sdpa"]["backend"] is None
+    assert fp8["best"] == "v3-fp8" and fp8["sdpa"]["backend"] is None and "time_s" not in fp8["sdpa"]
 
 
 def test_decode_is_memory_bound_and_says_no_decode_schedule():
