@@ -524,6 +524,11 @@ def markdown(report: dict) -> str:
         f"![predicted vs measured]({report['plot']})",
         "",
     ]
+    calls = sorted({(r["impl"], k, v) for r in report.get("rows", []) for k, v in (r.get("call") or {}).items()})
+    if calls:  # what a library's call launches beside its kernel, added to the simulated time (simulator/calls.py)
+        out += ["Beside its simulated kernel each call of " + "; ".join(
+            f"{impl} launches a {piece.removesuffix('_s')} of {t * 1e6:.2f} us" for impl, piece, t in calls)
+            + " (GPU busy time, `simulator/calls.py`), added to its predicted times.", ""]
     for q, (label, *_) in QUANTITIES.items():
         lines = [
             f"{impl} | {report['impl_algo'][impl]} | {s[q]['n']} | {_fmt(s[q]['mape'])} | {_fmt(s[q]['max_err'])} | "
