@@ -29,6 +29,9 @@ def sdpa_run(backend: str, problem, profile) -> tuple[str, object, dict, dict]:
     algo = impl.algo
     if problem.dtype not in ("bf16", "fp16"):
         raise FlashsimError(f"SDPA's {backend} backend takes bf16 or fp16, not {problem.dtype}")
+    if impl.launch == "cudnn-sm90" and not str(profile.compute_capability).startswith("9."):
+        raise FlashsimError(f"the cuDNN kernel modelled is its Hopper one (sm_90); {profile.name} is compute "
+                            f"capability {profile.compute_capability}")
     run_problem = problem
     if impl.launch == "fa2":
         tiling = fa2_tiling(problem, profile)

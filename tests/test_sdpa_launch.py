@@ -61,6 +61,12 @@ def test_sdpa_refuses_what_the_backend_does_not_take_in_one_line(capsys, extra) 
     assert err.count("\n") == 1 and "flashsim: error:" in err
 
 
+def test_cudnn_is_its_hopper_kernel(capsys) -> None:
+    assert cli.main(["simulate", "--sdpa", "cudnn", "--hw", "a100", "--seqlen", "256"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Hopper" in err and "a100" in err
+
+
 def test_without_sdpa_simulate_still_runs_v2_by_default(capsys) -> None:
     assert cli.main(["simulate", "--seqlen", "256", "--batch", "1", "--heads", "2", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
