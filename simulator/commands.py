@@ -155,6 +155,9 @@ def register(subparsers: Any) -> None:
         "--pass bwd maps them to their backward)",
     )
     p.add_argument("--hws", nargs="+", default=None, metavar="NAME|PATH", help="profiles to compare (default: --hw)")
+    p.add_argument("--sdpa", nargs="+", choices=BACKENDS, default=[], metavar="BACKEND",
+                   help="add PyTorch SDPA's backends (flash, cudnn) as validation predicts them, beside the "
+                   "algorithms (forward only)")
     add_pass_arg(p)
     add_problem_args(p)
     add_splits_arg(p)
@@ -362,6 +365,11 @@ def _cmd_compare(args) -> int:
                 # a backward takes the switches its record has (none of V3's ablation switches today)
                 opts = {k: v for k, v in switches.items() if k in catalog.get(algo).options}
                 jobs.append((algo, problem_from_args(args, algo), profile, args.splits, opts))
+        for backend in args.sdpa:
+            if args.pass_ != "fwd":
+                raise FlashsimError("--sdpa compares forward calls: use it with --pass fwd")
+            algo = "v2" if backend == "flash" else "v3"
+            jobs.append((algo, problem_from_args(args, algo), profile, None, {"sdpa": backend}))
     results, skipped = run_many(jobs, lambda prof: _sms(args, prof), args.json, "compare", args.extrapolate,
                                 _jobs(args), args.dask, _max_events(args), args.cache) if jobs else ([], [])
     results = combine_runs(results, args.pass_)

@@ -81,6 +81,11 @@ def simulate_task(task: tuple):
 
     algo, problem, profile, sms, extrapolate, max_events, splits, options = task
     try:
+        if options and "sdpa" in options:  # PyTorch SDPA's backend under its own launch rule (compare --sdpa)
+            from .sdpa_launch import sdpa_result
+
+            return sdpa_result(options["sdpa"], problem, profile, sms=sms, extrapolate=extrapolate,
+                               max_events=max_events)
         tiling = None if splits is None else resolve_tiling(algo, problem, profile, splits=splits)
         return simulate(algo, problem, profile, tiling, sms=sms, extrapolate=extrapolate, max_events=max_events,
                         options=options)

@@ -53,3 +53,16 @@ def with_call_work(result, problem, launch: dict, profile):
     extra = sum(pieces.values())
     return replace(result, problem=problem, time_s=result.time_s + extra, kernel_time_s=result.kernel_time_s + extra,
                    sim={**result.sim, "sdpa": {**launch, "call": pieces}})
+
+
+def sdpa_result(backend: str, problem, profile, **kwargs):
+    """The call's result (with_call_work) of SDPA's `backend` on `problem`, named sdpa-BACKEND; kwargs go to
+    simulate (sms, extrapolate, max_events)."""
+    from flashsim.algorithms.tiling import Tiling
+
+    from .api import simulate
+
+    algo, run_problem, tiling, launch = sdpa_run(backend, problem, profile)
+    result = with_call_work(simulate(algo, run_problem, profile, Tiling(**tiling), **kwargs), problem, launch,
+                            profile)
+    return replace(result, algo=f"sdpa-{backend}")

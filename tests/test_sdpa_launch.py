@@ -71,3 +71,19 @@ def test_without_sdpa_simulate_still_runs_v2_by_default(capsys) -> None:
     assert cli.main(["simulate", "--seqlen", "256", "--batch", "1", "--heads", "2", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["algo"] == "v2" and "sdpa" not in out["sim"]
+
+
+def test_compare_puts_the_sdpa_backends_beside_the_algorithms(capsys, tmp_path) -> None:
+    shape = ["--hw", "h200", "--batch", "1", "--heads", "4", "--seqlen", "512", "--headdim", "128", "--json"]
+    assert cli.main(["compare", "--algos", "v3", "--sdpa", "cudnn", "flash", "--no-cache", "--jobs", "1",
+                     "--out", str(tmp_path), *shape]) == 0
+    rows = {r["algo"]: r for r in json.loads(capsys.readouterr().out)["results"]}
+    assert set(rows) == {"v3", "sdpa-cudnn", "sdpa-flash"}
+    assert cli.main(["simulate", "--sdpa", "cudnn", *shape]) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert rows["sdpa-cudnn"]["kernel_time_s"] == alone["kernel_time_s"]
+    assert rows["sdpa-cudnn"]["sim"]["sdpa"]["call"] == alone["sim"]["sdpa"]["call"]
+    assert cli.main(["compare", "--algos", "v3", "--sdpa", "flash", "--pass", "bwd", "--out", str(tmp_path),
+                     *shape]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--sdpa compares forward calls" in err
