@@ -186,6 +186,8 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--algos", nargs="+", choices=ALGORITHMS, default=["v2", "v3"], metavar="ALGO",
                    help=f"algorithms to sweep, of {', '.join(ALGORITHMS)} (default: v2 v3)")
+    p.add_argument("--sdpa", nargs="+", choices=BACKENDS, default=[], metavar="BACKEND",
+                   help="add PyTorch SDPA's backends (flash, cudnn) as validation predicts them (forward only)")
     p.add_argument("--seqlens", nargs="+", type=int, default=list(FA2_SEQLENS), metavar="N",
                    help=f"sequence lengths (default: {' '.join(map(str, FA2_SEQLENS))})")
     p.add_argument("--headdims", nargs="+", type=int, default=[64, 128], metavar="D",
@@ -421,6 +423,12 @@ def _cmd_sweep(args) -> int:
     if args.csv:
         check_writable(args.csv)
     jobs = [(algo, prob, profile) for algo, prob in grid]
+    if args.sdpa and args.pass_ != "fwd":
+        raise FlashsimError("--sdpa sweeps forward calls: use it with --pass fwd")
+    for backend in args.sdpa:  # each backend's call on the same grid (the schedule it runs picks the dtype)
+        algo = "v2" if backend == "flash" else "v3"
+        jobs += [(algo, prob, profile, None, {"sdpa": backend})
+                 for _, prob in fa2_grid(args.seqlens, args.headdims, args.causal, [algo], args.batch, args.heads)]
     results, skipped = run_many(jobs, lambda prof: _sms(args, prof), args.json, "sweep", args.extrapolate,
                                 _jobs(args), args.dask, _max_events(args), args.cache) if jobs else ([], [])
     results = combine_runs(results, args.pass_)

@@ -87,3 +87,14 @@ def test_compare_puts_the_sdpa_backends_beside_the_algorithms(capsys, tmp_path) 
                      *shape]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--sdpa compares forward calls" in err
+
+
+def test_sweep_adds_the_sdpa_backends_on_the_same_grid(capsys, tmp_path) -> None:
+    assert cli.main(["sweep", "--hw", "h200", "--algos", "v2", "--sdpa", "flash", "--seqlens", "512",
+                     "--headdims", "64", "--causal", "on", "--batch", "1", "--heads", "4", "--no-cache", "--jobs",
+                     "1", "--json", "--out", str(tmp_path)]) == 0
+    rows = {r["algo"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert set(rows) == {"v2", "sdpa-flash"}
+    # FA2's kernel: v2's tiles with PyTorch's unfused exponential, so a little slower than our v2
+    assert rows["sdpa-flash"]["time_s"] > rows["v2"]["time_s"]
+    assert (rows["sdpa-flash"]["seqlen"], rows["sdpa-flash"]["causal"]) == (512, True)
