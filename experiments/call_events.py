@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 from .busy_protocol import cases
+from .sdpa_launches import trace_events
 from .validate import FLUSH_KERNEL, make_clock_probe, make_flush
 from .validate_impls import impl_context, make_call
 
@@ -46,15 +45,8 @@ def _trace(fn, prepare, calls: int) -> list[dict]:
                 prepare()
                 fn()
             torch.cuda.synchronize()
-    fd, path = tempfile.mkstemp(suffix=".json")
-    os.close(fd)
-    try:
-        prof.export_chrome_trace(path)
-        events = json.loads(Path(path).read_text()).get("traceEvents", [])
-    finally:
-        os.unlink(path)
     out = [{"name": e.get("name", ""), "cat": e.get("cat"), "ts": e.get("ts", 0), "us": e.get("dur", 0),
-            "bytes": (e.get("args") or {}).get("bytes")} for e in events if e.get("cat") in GPU_CATS]
+            "bytes": (e.get("args") or {}).get("bytes")} for e in trace_events(prof) if e.get("cat") in GPU_CATS]
     return sorted(out, key=lambda e: e["ts"])
 
 

@@ -24,9 +24,20 @@ BACKENDS = {"sdpa-cudnn": "CUDNN_ATTENTION", "sdpa-flash": "FLASH_ATTENTION"}
 CUDNN_TILE = re.compile(r"knob_(\d+)_(\d+)x(\d+)x(\d+)_(\d+)x(\d+)x(\d+)")
 
 
-def _kernel_events(trace_path: str) -> list[dict]:
-    with open(trace_path) as f:
-        events = json.load(f).get("traceEvents", [])
+def trace_events(prof) -> list[dict]:
+    """The raw events of a finished torch.profiler run (its Chrome trace, which carries each kernel's launch
+    geometry and each memset's bytes)."""
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            return json.load(f).get("traceEvents", [])
+    finally:
+        os.unlink(path)
+
+
+def _kernel_events(events: list[dict]) -> list[dict]:
     out = []
     for e in events:
         if e.get("cat") != "kernel":
@@ -59,13 +70,7 @@ def launches(cfg, backend: str) -> list[dict]:
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             call()
             torch.cuda.synchronize()
-    fd, path = tempfile.mkstemp(suffix=".json")
-    os.close(fd)
-    try:
-        prof.export_chrome_trace(path)
-        return _kernel_events(path)
-    finally:
-        os.unlink(path)
+    return _kernel_events(trace_events(prof))
 
 
 def measure(grid: str, impls: list[str]) -> list[dict]:

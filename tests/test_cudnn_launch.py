@@ -93,15 +93,13 @@ def test_comparison_runs_cudnn_rows_with_its_launch():
     assert "sim_headdim" not in rows["v3", 96] and _problem_args(rows["v3", 96]["config"])["headdim"] == 96
 
 
-def test_trace_reading(tmp_path):
+def test_trace_reading():
     trace = {"traceEvents": [
         {"cat": "kernel", "name": NAME.format(d=128), "dur": 12.5,
          "args": {"grid": [132, 1, 1], "block": [384, 1, 1], "shared memory": 232448, "registers per thread": 168}},
         {"cat": "cuda_runtime", "name": "cudaLaunchKernel"},
     ]}  # fmt: skip
-    path = tmp_path / "trace.json"
-    path.write_text(json.dumps(trace))
-    events = _kernel_events(str(path))
+    events = _kernel_events(trace["traceEvents"])
     assert len(events) == 1 and events[0]["block"] == [384, 1, 1] and events[0]["dynamic_smem_bytes"] == 232448
     text = summary([{"impl": "sdpa-cudnn", "kernels": events}, {"impl": "sdpa-cudnn", "kernels": events}])
     assert text.startswith("   2  sdpa-cudnn  block [384, 1, 1]  smem 232448  regs 168")
