@@ -62,9 +62,11 @@ def cudnn_sm90_headdim(headdim: int) -> int:
 
 
 def cudnn_sm90_tiling(headdim: int) -> dict | None:
-    """cuDNN's tiles for this head dim as a Tiling dict, None where the development sets saw too few shapes
-    to say (d256: one). Its K/V ring holds 3 stages in 227 KB because the output is staged in Q's buffer;
-    v3's schedule stages it apart, so 3 stages do not fit there: the model runs 2."""
+    """cuDNN's tiles for this head dim as a Tiling dict; None at d256, where v3's own tiles run. Its K/V ring
+    holds 3 stages in 227 KB because the output is staged in Q's buffer; v3's schedule stages it apart, so 3
+    stages do not fit there: the model runs 2. Its d256 kernel's SASS (experiments/results/h200/session50/) shows
+    128 x 128 tiles with one K and one V buffer; v3's schedule on those comes out slower still than on its own
+    (docs/MODEL.md, What a library's call launches), so d256 keeps v3's tiles until the wgmma cycles are right."""
     if cudnn_sm90_headdim(headdim) > 128:
         return None
     return {**CUDNN_SM90_TILE, "stages": 2}
