@@ -2,9 +2,8 @@
 
 A run is deterministic: its result follows from the model's code, the profile's numbers and the run's own
 arguments (algorithm, problem, sampled SMs, shortcuts, event limit, splits, build options). The key hashes all
-three, the code through the simulation fingerprint (experiments/validate_compare.py: the model's code less what
-only assembles a library's call around its kernels), so an edit to the model or a `--set` gives new keys and
-never an old answer.
+three, the code through the model fingerprint (experiments/validate_compare.py; it covers the call work that
+`--sdpa` runs add, too), so an edit to the model or a `--set` gives new keys and never an old answer.
 Runs that were refused or stopped at their event limit are not kept.
 
 The cache lives in $FLASHSIM_CACHE_DIR, else ~/.cache/flashsim/results: one pickled result per file, written
@@ -32,9 +31,9 @@ def cache_dir() -> Path:
 
 @functools.cache
 def _model() -> str:
-    from flashsim.experiments.validate_compare import simulation_fingerprint
+    from flashsim.experiments.validate_compare import model_fingerprint
 
-    return simulation_fingerprint()
+    return model_fingerprint()
 
 
 def key(task: tuple) -> str:
