@@ -385,7 +385,8 @@ def add_call_work(rows: list[dict], profile) -> None:
             continue
         extra = sum(pieces.values())
         pred = row["predicted"]
-        row.setdefault("sim", {})["simulated"] = {q: pred[q] for q in ("time_s", "kernel_time_s")}
+        # a copy: rows that share a simulation share its result's dicts
+        row["sim"] = {**row.get("sim", {}), "simulated": {q: pred[q] for q in ("time_s", "kernel_time_s")}}
         row["predicted"] = {**pred, "time_s": pred["time_s"] + extra, "kernel_time_s": pred["kernel_time_s"] + extra}
         row["call"] = pieces
 
