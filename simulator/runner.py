@@ -92,7 +92,8 @@ def simulate_task(task: tuple):
     except EventLimitReached:
         raise
     except FlashsimError as exc:
-        return {"algo": algo, "hw": profile.name, "problem": problem.as_dict(), "reason": str(exc)}
+        name = f"sdpa-{options['sdpa']}" if options and "sdpa" in options else algo
+        return {"algo": name, "hw": profile.name, "problem": problem.as_dict(), "reason": str(exc)}
 
 
 def simulate_pass(algo: str, problem, profile, pass_: str = "fwd", tiling=None, progress=None, **kwargs):
