@@ -1,6 +1,6 @@
 """What a causal kernel's masked K/V steps cost beyond the model's charge, read off the development sets.
 
-    python3 -m flashsim.experiments.masked_steps [--impls sdpa-flash v2] [--min-share 0.2] [--json]
+    python3 -m flashsim.experiments.masked_steps [--impls sdpa-flash v2] [--min-share 0.2] [--count fa2] [--json]
     python3 -m flashsim.experiments.masked_steps --orders ORDERS.json --tiles S=2,4,8,1 PV=2,8,4,0 [--hw h200]
 
 The first form: if a kernel's masked step costs (1 + x) unmasked steps where the model charges (1 + x_model),
@@ -30,9 +30,21 @@ from flashsim.errors import FlashsimError
 from .accuracy import SIDE_BY_SIDE, load
 from .adoption_rule import DEV_SETS, RESULTS
 
+COUNTS = ("geometry", "fa2")
 
-def masked_share(problem: dict, block_m: int, block_n: int) -> float:
-    """The share of a causal problem's K/V steps (Q block x K/V block pairs visited) whose tile needs a mask."""
+
+def fa2_masking_steps(seqlen_q: int, seqlen_k: int, block_m: int, block_n: int) -> int:
+    """The K/V steps a causal FA2 block runs through its masking code, counted back from the diagonal, as its
+    source counts them (`n_masking_steps` in flash_fwd_kernel.h): ceil(block_m / block_n), one more where the
+    lengths are not multiples of the tiles (its Is_even_MN=false instantiation)."""
+    even = seqlen_q % block_m == 0 and seqlen_k % block_n == 0
+    return -(-block_m // block_n) + (0 if even else 1)
+
+
+def masked_share(problem: dict, block_m: int, block_n: int, count: str = "geometry") -> float:
+    """The share of a causal problem's K/V steps (Q block x K/V block pairs visited) that are masked steps:
+    those whose tile needs a mask (count "geometry", what the model masks) or those FA2 runs through its masking
+    code (count "fa2", fa2_masking_steps)."""
     from flashsim.algorithms.parts import kv_block_count, tile_mask
     from flashsim.algorithms.problem import Problem
 
@@ -43,11 +55,14 @@ def masked_share(problem: dict, block_m: int, block_n: int) -> float:
         for row0 in range(0, ps.seqlen_q, block_m):
             n = kv_block_count(ps, row0, block_m, block_n)
             steps += n
-            masked += sum(1 for j in range(n) if tile_mask(ps, row0, j * block_n, block_m, block_n) is not None)
+            if count == "fa2":
+                masked += min(n, fa2_masking_steps(ps.seqlen_q, ps.seqlen_k, block_m, block_n))
+            else:
+                masked += sum(1 for j in range(n) if tile_mask(ps, row0, j * block_n, block_m, block_n) is not None)
     return masked / steps if steps else 0.0
 
 
-def rows(impls: list[str]) -> list[dict]:
+def rows(impls: list[str], count: str = "geometry") -> list[dict]:
     """Each predicted and measured causal development row of `impls`: set, config id, head dim, tiles (those its
     prediction ran), masked share, error and the estimate."""
     from .prediction_inputs import problem_args
@@ -60,7 +75,8 @@ def rows(impls: list[str]) -> list[dict]:
                     and (r.get("predicted") or {}).get(SIDE_BY_SIDE) and (r.get("sim") or {}).get("tiling")):
                 continue
             tiles = r["sim"]["tiling"]
-            share = masked_share(problem_args(r["config"], r.get("sim_headdim")), tiles["block_m"], tiles["block_n"])
+            share = masked_share(problem_args(r["config"], r.get("sim_headdim")), tiles["block_m"], tiles["block_n"],
+                                 count)
             err = r["predicted"][SIDE_BY_SIDE] / r["measured"][SIDE_BY_SIDE] - 1
             out.append({"set": ds.name, "config_id": r["config_id"], "impl": r["impl"],
                         "headdim": r["config"]["headdim"], "tile": f"{tiles['block_m']}x{tiles['block_n']}",
@@ -143,8 +159,9 @@ def _replay_report(args) -> int:
 
 
 def _table_report(args) -> int:
-    table = rows(args.impls)
-    result = {"rows": table, "summary": summary(table, args.min_share), "min_share": args.min_share}
+    table = rows(args.impls, args.count)
+    result = {"rows": table, "summary": summary(table, args.min_share), "min_share": args.min_share,
+              "count": args.count}
     if args.json:
         print(json.dumps(result, indent=1))
         return 0
@@ -166,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--impls", nargs="+", default=["sdpa-flash", "v2"])
     ap.add_argument("--min-share", type=float, default=0.2)
+    ap.add_argument("--count", choices=COUNTS, default="geometry",
+                    help="which steps are masked: those whose tile needs a mask (geometry, the model's) or those "
+                    "FA2 runs through its masking code (fa2: its source's n_masking_steps)")
     ap.add_argument("--orders", help="sass_orders --gemms output of one kernel's SASS")
     ap.add_argument("--tiles", nargs="+", default=["S=2,4,8,1", "PV=2,8,4,0"])
     ap.add_argument("--hw", default="h200")

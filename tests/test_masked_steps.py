@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from flashsim.experiments.masked_steps import main, masked_share, rows
+from flashsim.experiments.masked_steps import fa2_masking_steps, main, masked_share, rows
 
 ORDERS = Path(__file__).resolve().parents[1] / "experiments/results/h200/fa2-sass/fa2-causal-d128-gemm-orders.json"
 
@@ -22,6 +22,17 @@ def test_masked_share_counts_the_diagonal_tiles():
     assert masked_share(_problem(256), 128, 64) == pytest.approx(4 / 6)
     assert masked_share(_problem(4096), 128, 64) == pytest.approx(64 / sum(2 * (i + 1) for i in range(32)))
     assert masked_share(_problem(256, causal=False), 128, 128) == 0.0
+
+
+def test_fa2_counts_its_masking_steps_as_its_source_does():
+    """ceil(block_m / block_n) steps through the masking code, one more where the lengths are not multiples of
+    the tiles; a block with fewer steps masks them all."""
+    assert fa2_masking_steps(3072, 3072, 128, 128) == 1 and fa2_masking_steps(3000, 3000, 128, 128) == 2
+    assert fa2_masking_steps(3072, 3072, 128, 64) == 2 and fa2_masking_steps(3000, 3000, 128, 64) == 3
+    # even lengths: the geometry's count; N 200 (odd): Q blocks of 1 and 2 steps, FA2 masks all 3, the geometry 2
+    assert masked_share(_problem(256), 128, 128, "fa2") == masked_share(_problem(256), 128, 128)
+    assert masked_share(_problem(200), 128, 128, "fa2") == pytest.approx(3 / 3)
+    assert masked_share(_problem(200), 128, 128) == pytest.approx(2 / 3)
 
 
 def test_a_long_cache_masks_a_smaller_share():
