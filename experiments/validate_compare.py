@@ -76,8 +76,8 @@ PRESENTATION = frozenset({
 INPUT_SOURCES = ("prediction_inputs.py", "validate_impls.py")
 # The model's part that no simulation runs: what a library's call puts on the GPU beside the simulated kernels
 # (simulator/calls.py), added to each simulation's time when a report is made, and the profile numbers only it
-# reads. A change to them re-assembles every report from the simulations it holds, in seconds; the
-# simulations (journals, reports' rows, the shortcut and sampling tables) carry the simulation fingerprint.
+# reads. A change to them re-assembles every report from the simulations it holds, in seconds; what holds
+# simulations alone (journals, the shortcut table) carries the simulation fingerprint, a report both.
 CALL_SOURCES = frozenset({"simulator/calls.py"})
 CALL_PARAMS = frozenset({"memset_busy_s"})
 PROFILE_SOURCE = "hw_profiles/profile.py"  # where each parameter is declared (a field a line)
@@ -92,7 +92,7 @@ def model_fingerprint(root: Path | None = None) -> str:
 
 def simulation_fingerprint(root: Path | None = None) -> str:
     """model_fingerprint less the CALL_SOURCES and the profile's declarations of the CALL_PARAMS: the code a
-    simulation runs (what a journal and the shortcut and sampling tables depend on)."""
+    simulation runs (what a journal and the shortcut table depend on)."""
     return _fingerprint(root, CALL_SOURCES, CALL_PARAMS)
 
 
