@@ -68,6 +68,20 @@ def cases(config_ids, impl_names):
         torch.cuda.empty_cache()
 
 
+def warm_up(fn) -> str | None:
+    """Three calls before any is timed; the first line of the error of a backend that refuses the shape (SDPA
+    flash: causal Nq != Nk), or None."""
+    import torch
+
+    try:
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+    except RuntimeError as exc:
+        return str(exc).splitlines()[0]
+    return None
+
+
 def protocols(cp, gpu) -> dict:
     """Each protocol's `prepare`, run before every call (the write flush kernel also marks where calls start)."""
     import torch
@@ -124,7 +138,7 @@ def main(argv=None) -> int:
     ap.add_argument("--protocols", default="", help="comma-separated subset (default: all)")
     ap.add_argument("--out", default="experiments/results/h200/busy-protocol.json")
     args = ap.parse_args(argv)
-    import torch
+    import torch  # noqa: F401 (torch before CuPy, as the calls were timed so far)
 
     from .calibrate_gpu import argv_tail, provenance, read_gpu, require_gpu
 
@@ -136,12 +150,9 @@ def main(argv=None) -> int:
     for config_id, cfg, q, k, v, name, impl in cases(args.configs, args.impls.split(",")):
         with impl_context(impl):
             fn = make_call(impl, q, k, v, cfg)
-            try:
-                for _ in range(3):
-                    fn()
-                torch.cuda.synchronize()
-            except RuntimeError as exc:  # a backend that refuses the shape (SDPA flash: causal Nq != Nk)
-                rows.append({"impl": name, "config_id": config_id, "skipped": str(exc).splitlines()[0]})
+            refused = warm_up(fn)
+            if refused:
+                rows.append({"impl": name, "config_id": config_id, "skipped": refused})
                 continue
             for proto, prep in preps.items():
                 if args.protocols and proto not in args.protocols.split(","):

@@ -21,7 +21,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from .busy_protocol import cases
+from .busy_protocol import cases, warm_up
 from .sdpa_launches import trace_events
 from .validate import FLUSH_KERNEL, make_clock_probe, make_flush
 from .validate_impls import impl_context, make_call
@@ -105,7 +105,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     impls = args.impls.split(",")
     configs = list(dict.fromkeys([*args.configs, *report_ids(args.from_report, impls)]))
-    import torch
+    import torch  # noqa: F401 (torch before CuPy, as the calls were timed so far)
 
     from .calibrate_gpu import argv_tail, provenance, read_gpu, require_gpu
 
@@ -119,12 +119,9 @@ def main(argv=None) -> int:
     for config_id, _cfg, q, k, v, name, impl in cases(configs, impls):
         with impl_context(impl):
             fn = make_call(impl, q, k, v, _cfg)
-            try:
-                for _ in range(3):
-                    fn()
-                torch.cuda.synchronize()
-            except RuntimeError as exc:  # a backend that refuses the shape
-                rows.append({"impl": name, "config_id": config_id, "skipped": str(exc).splitlines()[0]})
+            refused = warm_up(fn)
+            if refused:
+                rows.append({"impl": name, "config_id": config_id, "skipped": refused})
                 continue
             before = clock()
             work = per_call(_trace(fn, flush, args.calls))
