@@ -29,9 +29,52 @@ LINES = {
     ("fa2", 64, 128, 128, 4, False): (233, 205, 57),
     ("fa2", 64, 128, 128, 4, True): (273, 203, 58),
     ("fa2", 128, 128, 64, 4, False): (191, 150, 75),
+    ("fa2", 96, 128, 64, 4, False): (144, 123, 62),
+    ("fa2", 96, 128, 64, 4, True): (311, 123, 62),
     ("fa2", 128, 128, 64, 4, True): (418, 149, 76),
     ("fa2", 256, 64, 64, 4, False): (172, 111, 70),
+    ("fa2", 256, 64, 64, 4, True): (363, 110, 71),
 }
+# FA2's Is_even_MN = false instantiation, which it launches where a length is not a multiple of its tiles (or
+# the batch is variable-length, or the head dim is over 128: there it is the only one): a larger binary, its
+# masking steps and bound checks compiled in. Lines as LINES, of the causal and non-causal kernels at N 3000
+# (experiments/results/h100/session50/fa2-odd/, session51/fa2-masking/; the d256 kernel's are LINES' own).
+ODD_LINES = {
+    ("fa2", 64, 128, 128, 4, False): (295, 205, 72),
+    ("fa2", 64, 128, 128, 4, True): (609, 202, 71),
+    ("fa2", 96, 128, 64, 4, False): (185, 123, 71),
+    ("fa2", 96, 128, 64, 4, True): (477, 123, 70),
+    ("fa2", 128, 128, 64, 4, False): (239, 145, 90),
+    ("fa2", 128, 128, 64, 4, True): (723, 145, 90),
+}
+# What the odd instantiation's prologue (its peeled first step) issues beyond the even one's, per warp, less
+# the mask's lowered instructions where only the odd one masks that step (the non-causal bound check):
+# `python3 -m flashsim.experiments.ncu_regions --steps` of the same shapes at N 3000 against N 3072 (causal)
+# or N 4096 (non-causal; experiments/results/h200/fa2-sass/, session20/fa2-d96/).
+ODD_PROLOGUE_ISSUE = {
+    ("fa2", 64, 128, 128, 4, False): 106.0,
+    ("fa2", 64, 128, 128, 4, True): 378.0,
+    ("fa2", 96, 128, 64, 4, False): 129.0,
+    ("fa2", 96, 128, 64, 4, True): 164.0,
+    ("fa2", 128, 128, 64, 4, False): 179.0,
+    ("fa2", 128, 128, 64, 4, True): 284.0,
+}
+# FA2's masking steps after the peeled one (its source's n_masking_steps: ceil(block_m / block_n) on causal
+# blocks, one more in the odd instantiation) run the masked loop's own code, whose register moves and spills
+# (279-368 MOVs and tens of local loads and stores a step, against a few in a loop pass) the lowering of a masked
+# step does not count: (kernel, head dim, block_m, block_n, warps, even) -> warp instructions per warp per such
+# step, the step's executed instructions less a loop pass's and the lowered mask's (MASK_OPS_PER_ELEMENT a
+# score), from the `--steps` tables above (d128 odd: the mean of steps 2 and 3, 501 and 631). FA2's d96 masking
+# steps issue 35-38 fewer than that lowering counts (its masks take 2 instructions a score, not 3): nothing added.
+MASKING_ISSUE = {
+    ("fa2", 64, 128, 128, 4, False): 253.0,
+    ("fa2", 128, 128, 64, 4, True): 332.0,
+    ("fa2", 128, 128, 64, 4, False): 566.0,
+    ("fa2", 256, 64, 64, 4, False): 337.0,
+}
+# Kernels whose source fixes how many of a causal block's last K/V steps run its masking code, mask needed or
+# not: kernel -> (block_m, block_n, even) -> steps.
+MASKING_STEPS = {"fa2": lambda bm, bn, even: -(-bm // bn) + (0 if even else 1)}
 # (kernel, head dim, block_m, block_n, warps) -> bookkeeping warp instructions per warp: (prologue, one pass of
 # the K/V loop, epilogue); `python3 -m flashsim.experiments.bookkeeping` over Nsight Compute's executed counts of
 # the development shapes' non-causal runs (bf16, N 4096): experiments/results/h200/fa2-sass/ (d64, d128),
@@ -75,26 +118,43 @@ PEELED = {"fa2"}
 
 
 def forward_code(kernel: str, d: int, bm: int, bn: int, warps: int, causal: bool, lines: bool = True,
-                 bookkeeping: bool = False) -> dict | None:
+                 bookkeeping: bool = False, even: bool = True) -> dict | None:
     """{stretch: Code} of a forward kernel and {"peeled": whether its prologue runs the first K/V step}, or
     None where neither asked part is known: its lines (`lines`, for the instruction fetch) and its bookkeeping
     instructions (`bookkeeping`, for the issue model). A causal kernel whose mask is its own code (MASK) has a
-    "mask" stretch too, which its masked steps run, and its loop stretch holds the rest."""
-    sizes = LINES.get((kernel, d, bm, bn, warps, causal)) if lines else None
+    "mask" stretch too, which its masked steps run, and its loop stretch holds the rest. `even`: whether FA2
+    runs its Is_even_MN instantiation (fa2_even); the other one's lines and prologue are its own
+    (ODD_LINES, ODD_PROLOGUE_ISSUE), and a causal kernel's masking steps after the first carry what they
+    issue beyond a masked step's lowering, as a stretch of no lines ("masking", MASKING_ISSUE)."""
+    key = (kernel, d, bm, bn, warps, causal)
+    sizes = ((None if even else ODD_LINES.get(key)) or LINES.get(key)) if lines else None
     issued = BOOKKEEPING.get((kernel, d, bm, bn, warps)) if bookkeeping else None
     if sizes is None and issued is None:
         return None
-    name = f"{kernel} d{d} {bm}x{bn}w{warps}{' causal' if causal else ''}"
+    if issued and not even:
+        issued = (issued[0] + ODD_PROLOGUE_ISSUE.get(key, 0.0), *issued[1:])
+    name = f"{kernel} d{d} {bm}x{bn}w{warps}{' causal' if causal else ''}{'' if even else ' odd'}"
     code = {s: Code(f"{name} {s}", (sizes[i] if sizes else 0) * LINE_BYTES, streamed=True,
                     issue=issued[i] if issued else 0.0, warps=warps,
                     alone=s == "epilogue" or (s == "prologue" and kernel not in PEELED))
             for i, s in enumerate(STRETCHES)}
+    masking = MASKING_ISSUE.get((kernel, d, bm, bn, warps, even)) if causal and issued else None
+    if masking:
+        code["masking"] = Code(f"{name} masking", 0, streamed=True, issue=masking, warps=warps)
     mask = mask_code(kernel, d, bm, bn, warps) if causal and sizes else None
     if mask is not None:  # the causal loop's lines less the mask's, which masked steps run as their own
         loop = code["loop"]
         code["loop"] = Code(loop.name, loop.nbytes - mask.nbytes, streamed=True, issue=loop.issue, warps=warps)
     code["peeled"] = kernel in PEELED
     return code
+
+
+def fa2_even(p, bm: int, bn: int) -> bool:
+    """Whether FA2 launches its Is_even_MN instantiation for problem p on block_m x block_n tiles: lengths that
+    are multiples of the tiles, no cu_seqlens (a variable-length batch), and a head dim of at most 128 (above
+    it FA2 compiles only the other one)."""
+    return (not p.varlen and p.headdim <= 128 and isinstance(p.seqlen_q, int)
+            and p.seqlen_q % bm == 0 and p.seqlen_k % bn == 0)
 
 
 def mask_code(kernel: str, d: int, bm: int, bn: int, warps: int) -> Code | None:

@@ -22,6 +22,7 @@ from ..ir import (
     Gemm,
     Kernel,
     Load,
+    Mask,
     OnlineSoftmax,
     Role,
     Schedule,
@@ -44,7 +45,7 @@ from ..splitkv import (
     workspace_bytes,
     workspace_shapes,
 )
-from .forward_code import forward_code, mask_code
+from .forward_code import MASKING_STEPS, fa2_even, forward_code, mask_code
 
 if TYPE_CHECKING:  # the closed forms are imported where used: a simulation needs none
     from .. import closed_form as cf
@@ -116,8 +117,12 @@ def build(p: Problem, t: Tiling, instr: str = "mma_sync", code: bool = False, bo
     sync, qk, pv = SyncThreads(), Gemm(*s_args, trans_b=True), Gemm(*pv_args, accumulate=True)
     # the stretches of the kernel's code its warps run (exp2f: SDPA's flash kernel, else ours), where known
     kernel_code = "fa2" if t.exp2 == "exp2f" else "flashsim"
-    code = forward_code(kernel_code, d, bm, bn, w, p.causal, code, bookkeeping) \
+    even = kernel_code != "fa2" or fa2_even(p, bm, bn)
+    code = forward_code(kernel_code, d, bm, bn, w, p.causal, code, bookkeeping, even) \
         if (code or bookkeeping) and splits == 1 else None
+    # the causal steps the kernel runs its masking code on, counted from a block's last (FA2: its source's count)
+    masking = MASKING_STEPS[kernel_code](bm, bn, even) if p.causal and splits == 1 and kernel_code in MASKING_STEPS \
+        else 0
     # a masked step's own code (its fetch paces it the first time an SM runs it), named whatever is asked
     mask_stretch = mask_code(kernel_code, d, bm, bn, w) if p.causal and splits == 1 else None
     unmasked = OnlineSoftmax("S", "P", "m", "l", bm, bn, p.scale, None, dt, acc="acc", acc_cols=d, warps=w,
@@ -131,16 +136,21 @@ def build(p: Problem, t: Tiling, instr: str = "mma_sync", code: bool = False, bo
         if ps.causal:
             visible = min(visible, row0 + causal_offset(ps.causal_align, ps.seqlen_q, ps.seqlen_k) + 1)
         # blocks whose tiles need no mask share the list (a mask depends on the block's rows)
-        key = None if (first + n) * bn > visible else ("loop", first, n)
+        key = None if (first + n) * bn > visible or masking else ("loop", first, n)
         ops = for_head(b, h).get(key)
         if ops is not None:
             return ops
         ops = []
+        masking_from = n - min(n, masking)
         for jj in range(n):
             col0 = (first + jj) * bn
             mask = None if col0 + bn <= visible else tile_mask(ps, row0, col0, bm, bn)
+            if mask is None and jj >= masking_from:  # masking code on a tile that needs none: it hides nothing
+                mask = Mask(row0, col0, ps.seqlen_q, ps.seqlen_k, ps.causal, ps.causal_align)
             if code and (jj or not code["peeled"]):
                 ops.append(code["loop"])
+            if code and "masking" in code and jj > masking_from:  # a masking step after the peeled one
+                ops.append(code["masking"])
             ops += (wait("k", jj + 1), sync, kv_load(ps, "V", b, h, col0), qk)
             if mask is not None and mask_stretch is not None:
                 ops.append(mask_stretch)  # after S, as in the kernel
