@@ -37,14 +37,15 @@ def fa2_masking_steps(seqlen_q: int, seqlen_k: int, block_m: int, block_n: int) 
     """The K/V steps a causal FA2 block runs through its masking code, counted back from the diagonal, as its
     source counts them (`n_masking_steps` in flash_fwd_kernel.h): ceil(block_m / block_n), one more where the
     lengths are not multiples of the tiles (its Is_even_MN=false instantiation)."""
-    even = seqlen_q % block_m == 0 and seqlen_k % block_n == 0
-    return -(-block_m // block_n) + (0 if even else 1)
+    from flashsim.algorithms.schedules.forward_code import MASKING_STEPS
+
+    return MASKING_STEPS["fa2"](block_m, block_n, seqlen_q % block_m == 0 and seqlen_k % block_n == 0)
 
 
 def masked_share(problem: dict, block_m: int, block_n: int, count: str = "geometry") -> float:
     """The share of a causal problem's K/V steps (Q block x K/V block pairs visited) that are masked steps:
-    those whose tile needs a mask (count "geometry", what the model masks) or those FA2 runs through its masking
-    code (count "fa2", fa2_masking_steps)."""
+    those whose tile needs a mask (count "geometry", what our v2 masks) or those FA2 runs through its masking
+    code (count "fa2", fa2_masking_steps: what the model runs SDPA flash's kernel with since session 51)."""
     from flashsim.algorithms.parts import kv_block_count, tile_mask
     from flashsim.algorithms.problem import Problem
 
