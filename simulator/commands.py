@@ -292,7 +292,7 @@ def _simulate_sdpa(args, profile) -> int:
 
     from .progress import RunProgress
     from .runner import simulate_pass
-    from .sdpa_launch import sdpa_run, with_call_work
+    from .sdpa_launch import launch_note, sdpa_run, with_call_work
 
     if args.pass_ != "fwd":
         raise FlashsimError("--sdpa predicts the forward call (its backward kernels are not modelled as launched)")
@@ -322,6 +322,7 @@ def _simulate_sdpa(args, profile) -> int:
         console.print(f"SDPA {args.sdpa}: the {algo} schedule on the kernel's tiles"
                       + (f" at head dim {launch['kernel_headdim']} (the kernel it is compiled for)"
                          if launch["kernel_headdim"] != problem.headdim else "")
+                      + launch_note(launch)
                       + ("; its call also launches " + ", ".join(f"{k.removesuffix('_s')} {v * 1e6:.2f} us"
                                                                    for k, v in call.items()) if call else ""),
                       soft_wrap=True, markup=False)

@@ -42,7 +42,39 @@ def sdpa_run(backend: str, problem, profile) -> tuple[str, object, dict, dict]:
     tiling = {**tiling, **({"exp2": impl.exp2} if impl.exp2 else {})}
     launch = {"backend": backend, "schedule": algo, "kernel_headdim": run_problem.headdim,
               "launch_rule": impl.launch}
+    if impl.launch == "fa2" and tiling.get("splits", 1) == 1:
+        launch.update(fa2_instantiation(problem, tiling["block_m"], tiling["block_n"]))
     return algo, run_problem, tiling, launch
+
+
+def fa2_instantiation(problem, bm: int, bn: int) -> dict:
+    """Which of FA2's two forward kernels the launch runs, why, and (causal) how many of a block's last K/V steps
+    run its masking code: what the v2 schedule runs SDPA flash with (algorithms/schedules/forward_code.py)."""
+    from flashsim.algorithms.schedules.forward_code import MASKING_STEPS, fa2_even
+
+    even = fa2_even(problem, bm, bn)
+    if even:
+        why = f"the lengths are multiples of its {bm} x {bn} tiles"
+    elif problem.varlen:
+        why = "a variable-length batch"
+    elif problem.headdim > 128:
+        why = "over d128 FA2 compiles only this one"
+    else:
+        why = f"the lengths are not multiples of its {bm} x {bn} tiles"
+    out = {"fa2_kernel": "even" if even else "odd", "fa2_kernel_why": why}
+    if problem.causal:
+        out["masking_steps"] = MASKING_STEPS["fa2"](bm, bn, even)
+    return out
+
+
+def launch_note(launch: dict) -> str:
+    """What the answer says of FA2's kernel, for the command line ('' for other launches)."""
+    if "fa2_kernel" not in launch:
+        return ""
+    kind = "its Is_even_MN kernel" if launch["fa2_kernel"] == "even" else "its odd-length kernel, a binary of its own"
+    steps = launch.get("masking_steps")
+    return (f"; FA2 runs {kind} ({launch['fa2_kernel_why']})"
+            + (f", masking the last {steps} K/V steps of each causal block" if steps else ""))
 
 
 def with_call_work(result, problem, launch: dict, profile):

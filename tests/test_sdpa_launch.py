@@ -54,6 +54,21 @@ def test_the_command_line_predicts_an_sdpa_call_as_validation_does(capsys, backe
         assert got["tiling"]["exp2"] == "exp2f" and "call" not in want
 
 
+@pytest.mark.parametrize(("args", "kernel", "steps"), [
+    (["--seqlen", "1024", "--headdim", "128", "--causal"], "even", 2),  # 128 x 64 tiles
+    (["--seqlen", "1000", "--headdim", "128", "--causal"], "odd", 3),
+    (["--seqlen", "1024", "--headdim", "256"], "odd", None),  # over d128 FA2 has only the odd kernel
+])
+def test_the_answer_says_which_fa2_kernel_runs(capsys, args, kernel, steps) -> None:
+    argv = ["simulate", "--hw", "h200", "--sdpa", "flash", "--batch", "4", "--heads", "16", *args]  # no split-KV
+    assert cli.main([*argv, "--json"]) == 0
+    launch = json.loads(capsys.readouterr().out)["sim"]["sdpa"]
+    assert launch["fa2_kernel"] == kernel and launch.get("masking_steps") == steps
+    assert cli.main(argv) == 0
+    note = capsys.readouterr().out.split("SDPA flash:")[1]
+    assert ("odd-length kernel" in note) == (kernel == "odd") and (f"last {steps} K/V steps" in note) == bool(steps)
+
+
 @pytest.mark.parametrize("extra", [["--algo", "v1"], ["--block-m", "64"], ["--pass", "bwd"], ["--dtype", "fp32"]])
 def test_sdpa_refuses_what_the_backend_does_not_take_in_one_line(capsys, extra) -> None:
     assert cli.main(["simulate", "--sdpa", "flash", "--seqlen", "256", *extra]) == 2
