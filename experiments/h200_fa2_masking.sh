@@ -6,10 +6,7 @@
 # (`experiments.code_lines`) and each step's instructions (`experiments.ncu_regions`). Run from the repository
 # root with simpy's wheel in .whl/. Everything comes back in $OUT/results.tgz.
 set -uo pipefail
-OUT=${OUT:-out}
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
-source experiments/device_env.sh
+source experiments/device_env.sh  # $OUT made and absolute there
 source experiments/device_steps.sh
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" >> "$OUT/gpu.txt"
 ncu_configs "flash_fwd_kernel" "$MMA_SYNC_COUNTS" "sdpa-flash 64 3000 0 3 32" "sdpa-flash 128 3000 0 3 16" \
