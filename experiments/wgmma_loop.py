@@ -11,11 +11,16 @@ FA2 grid's: 4 x 2048 / D), two views:
     at least once per K/V block, in code order, with their stall samples.
 FA3's intra-warpgroup pipelining shows as an S GEMM committed before the P V of the block before, then
 DEPBAR.LE 0x1; a serial loop waits (0x0) after each GEMM.
+With --phases, a third: the loop cut at its synchronisation points (GEMM waits, named barriers, mbarrier waits
+and arrivals), each phase's instructions and its share of the loop's stall samples, and from the kernel's
+elapsed cycles (its -details file beside it) the cycles a consumer warp spends in each phase per K/V block:
+where the elementwise work's real pace shows (instructions per phase over its cycles).
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import re
 import sys
 from collections import Counter
@@ -77,7 +82,78 @@ def loop_order(source: list, per_block: int) -> list[tuple[str, int, int]]:
     return keep
 
 
-def report(path: Path, batch: int | None, heads: int | None) -> str:
+SYNC_POINTS = ("WARPGROUP.DEPBAR", "BAR.SYNC", "BAR.ARV", "SYNCS.PHASECHK", "SYNCS.ARRIVE")
+DETAIL = re.compile(r"^\s*(Elapsed Cycles|Grid Size|Block Size|# SMs|Block Limit [A-Za-z ]+?)\s{2,}"
+                    r"(?:[A-Za-z/]+\s+)?([\d,.]+)\s*$")
+
+
+def loop_phases(source: list) -> list[tuple[int, Counter, int]]:
+    """The loop's lines (executed as often as its most executed HGMMA, within 10%) cut before each
+    synchronisation point: (instructions, instructions by opcode, stall samples) per phase, in code order."""
+    top = max((e for s, e, _ in source if opcode(s) == "HGMMA"), default=0)
+    phases: list[list] = []
+    for sass, executed, samples in source:
+        if not top or not 0.9 * top <= executed <= 1.1 * top:
+            continue
+        text = PREDICATE.sub("", sass)
+        # a barrier's predicated twin (the other consumer's) stays in the phase its first opened
+        twin = phases and phases[-1][0] == 1 and text.split()[0] == phases[-1][3]
+        if not phases or (text.startswith(SYNC_POINTS) and not twin):
+            phases.append([0, Counter(), 0, text.split()[0]])
+        phases[-1][0] += 1
+        phases[-1][1][opcode(sass)] += 1
+        phases[-1][2] += samples
+    return [tuple(p[:3]) for p in phases]
+
+
+def kernel_details(path: Path) -> dict[str, float]:
+    """Elapsed cycles, grid size, SMs and the tightest block limit from the -details file beside a -sass file."""
+    stem = path.name.replace("-sass.txt.gz", "").replace("-sass.txt", "")
+    for name in (f"{stem}-details.txt.gz", f"{stem}-details.txt"):
+        found = path.with_name(name)
+        if found.is_file():
+            data = found.read_bytes()
+            text = (gzip.decompress(data) if name.endswith(".gz") else data).decode(errors="replace")
+            out: dict[str, float] = {}
+            for line in text.splitlines():
+                m = DETAIL.match(line)
+                if m:
+                    key = "Block Limit" if m[1].startswith("Block Limit") else m[1]
+                    value = float(m[2].replace(",", ""))
+                    out[key] = min(out.get(key, value), value)
+            return out
+    return {}
+
+
+def phases_report(path: Path, source: list) -> list[str]:
+    """The --phases view: a table of the loop's phases with their cycles per K/V block of a consumer warp."""
+    phases = loop_phases(source)
+    top = max((e for s, e, _ in source if opcode(s) == "HGMMA"), default=0)
+    samples = sum(p[2] for p in phases)
+    info = kernel_details(path)
+    per_block = warp_blocks = None
+    if phases and samples and {"Elapsed Cycles", "Grid Size", "Block Size", "# SMs", "Block Limit"} <= info.keys():
+        # consumer warps resident at once: the blocks that fit, each with all but its producer warpgroup
+        resident = min(info["Grid Size"], info["# SMs"] * info["Block Limit"]) * (info["Block Size"] // 32 - 4)
+        warp_blocks = top / resident  # K/V blocks each resident consumer warp runs over the kernel
+        per_block = info["Elapsed Cycles"] / warp_blocks
+    lines = ["", "The loop's phases, cut at each synchronisation point (per consumer warp and K/V block):", ""]
+    if per_block:
+        lines += [f"{per_block:,.0f} cycles per K/V block if the loop filled the consumers' time (elapsed cycles "
+                  f"{info['Elapsed Cycles']:,.0f}, {warp_blocks:,.1f} K/V blocks per resident consumer warp, the "
+                  "producer warpgroup left out); each phase's share of the loop's stall samples:", ""]
+    lines += ["| phase | instructions | most frequent | samples | share | cycles | cycles / instruction |",
+              "|---:|---:|---|---:|---:|---:|---:|"]
+    for i, (n, ops, s) in enumerate(phases):
+        share = s / samples if samples else 0.0
+        cyc = f"{share * per_block:,.0f}" if per_block else ""
+        cpi = f"{share * per_block / n:.1f}" if per_block else ""
+        most = ", ".join(f"{op} {k}" for op, k in ops.most_common(4))
+        lines.append(f"| {i} | {n} | {most} | {s:,} | {share:.1%} | {cyc} | {cpi} |")
+    return lines
+
+
+def report(path: Path, batch: int | None, heads: int | None, phases: bool = False) -> str:
     m = NAME.search(path.name)
     if not m:
         raise SystemExit(f"wgmma_loop: {path.name} is not named ncu-IMPL-dD-nN-cC-sass.txt")
@@ -91,7 +167,10 @@ def report(path: Path, batch: int | None, heads: int | None) -> str:
     most = max((e for s, e, _ in source if opcode(s) == "HGMMA"), default=0)
     lines += ["", "The loop's GEMM commits, waits and named barriers (executed / stall samples):", "", "```"]
     lines += [f"{e:>10,} {s:>7,}  {sass}" for sass, e, s in loop_order(source, max(1, most // 2))]
-    return "\n".join(lines + ["```", ""])
+    lines.append("```")
+    if phases:
+        lines += phases_report(path, source)
+    return "\n".join(lines + [""])
 
 
 def main(argv=None) -> int:
@@ -99,12 +178,14 @@ def main(argv=None) -> int:
     ap.add_argument("files", nargs="+", type=Path)
     ap.add_argument("--batch", type=int, default=None)
     ap.add_argument("--heads", type=int, default=None)
+    ap.add_argument("--phases", action="store_true", help="the loop cut at its synchronisation points, with "
+                    "each phase's cycles per K/V block (needs the -details file beside each -sass file)")
     args = ap.parse_args(argv)
     for path in args.files:
         if not path.is_file():
             print(f"wgmma_loop: no such file: {path}", file=sys.stderr)
             return 2
-        print(report(path, args.batch, args.heads))
+        print(report(path, args.batch, args.heads, args.phases))
     return 0
 
 

@@ -97,3 +97,35 @@ def test_only_the_issue_model_asks_for_the_stretches():
     with_code = codes(build("v3", p, t, bookkeeping=True))
     assert codes(build("v3", p, t)) == 0 and with_code > 0 and with_code % 8 == 0  # one per consumer and K/V block
     assert codes(build("v3", p, Tiling(128, 64, 12, 2), bookkeeping=True)) == 0  # a kernel not measured
+
+
+def _phases(path: Path) -> list[tuple[int, dict, int]]:
+    return wgmma_loop.loop_phases(wgmma_loop.read_source(path))
+
+
+@pytest.mark.parametrize("shape", ["d64-n4096-c0", "d128-n4096-c0"])
+def test_cudnn_row_max_comes_before_the_turn_and_the_exponentials_under_it(shape):
+    phases = _phases(RUN / f"ncu-sdpa-cudnn-{shape}-sass.txt.gz")
+    row_max = next(i for i, (_, ops, _) in enumerate(phases) if ops.get("FMNMX", 0) >= 60)
+    exps = next(i for i, (_, ops, _) in enumerate(phases) if ops.get("MUFU", 0) >= 60)
+    assert row_max < exps
+    assert phases[exps][1].get("BAR", 0) >= 1  # the phase opens with the turn's barrier
+    assert all(ops.get("HGMMA", 0) == 0 for _, ops, _ in phases[row_max:exps + 1])  # no GEMM in between
+
+
+def test_phase_cycles_come_from_the_kernels_elapsed_cycles():
+    path = RUN / "ncu-sdpa-cudnn-d128-n4096-c0-sass.txt.gz"
+    info = wgmma_loop.kernel_details(path)
+    assert info["Elapsed Cycles"] == 1_399_818 and info["Grid Size"] == 132 and info["Block Size"] == 384
+    text = "\n".join(wgmma_loop.phases_report(path, wgmma_loop.read_source(path)))
+    assert "2,819 cycles per K/V block" in text  # 1,399,818 cycles over 496.5 blocks per consumer warp
+    shares = [p[2] for p in _phases(path)]
+    assert sum(shares) > 0
+
+
+def test_phases_without_details_give_no_cycles(tmp_path):
+    src = RUN / "ncu-sdpa-cudnn-d64-n4096-c0-sass.txt.gz"
+    copy = tmp_path / src.name
+    copy.write_bytes(src.read_bytes())
+    text = "\n".join(wgmma_loop.phases_report(copy, wgmma_loop.read_source(copy)))
+    assert "cycles per K/V block if" not in text and "| 0 |" in text
