@@ -51,7 +51,8 @@ def add_tiling_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--pipeline", choices=PIPELINE_FORMS, default=None,
                    help="v3, v3-fp8: how each consumer orders its GEMMs and softmax: overlap (FA3's intra-warpgroup "
                         "pipelining, the default) or serial (cuDNN's Hopper kernel: each GEMM waited for at once, "
-                        "the ping-pong turn at P V only, one Q buffer)")
+                        "the ping-pong turn held through the softmax, K then V loaded, one Q buffer; --stages 1 for "
+                        "its one K and one V buffer)")
     add_splits_arg(g)
     g.add_argument("--paper-tiles", action="store_true",
                    help="v1: Algorithm 1's blocks Bc = M/4d, Br = min(Bc, d) instead of the released kernel's")

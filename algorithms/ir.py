@@ -189,9 +189,10 @@ EXP2F_EXTRA_PER_EXP = 3  # the range test and the two FMULs (the unfused product
 O_STORE_FORMS = ("tma", "fragments")
 # How a warp-specialized kernel's consumer orders its GEMMs and softmax: "overlap": FA3's intra-warpgroup
 # pipelining (S_j is issued with P_j-1 V_j-1 and the softmax of S_j runs while P_j-1 V_j-1 does; the ping-pong
-# turn covers both GEMMs); "serial": cuDNN's Hopper kernel (its SASS, experiments/results/h200/session21/):
-# S_j issued and waited for at once, its softmax, then P_j V_j issued within the ping-pong turn and waited for
-# at once before S_j+1; one Q buffer, refilled once the consumers have left the tile's K/V loop.
+# turn covers both GEMMs); "serial": cuDNN's Hopper kernel (its SASS, experiments/results/h200/session21/ and
+# session52/): S_j issued and waited for at once, its softmax and O's rescale within the ping-pong turn, then
+# P_j V_j issued and waited for at once before S_j+1; the producer loads K_j then V_j; one Q buffer, refilled
+# once the consumers have left the tile's K/V loop.
 PIPELINE_FORMS = ("overlap", "serial")
 
 

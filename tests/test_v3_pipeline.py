@@ -1,6 +1,7 @@
 """V3's consumer order (Tiling.pipeline): FA3's overlapped loop and cuDNN's serial one compute the same
-attention from the same bytes; the serial one waits for each GEMM before its next op and passes the ping-pong
-turn at P V only; only v3 and v3-fp8 take it, and time is what it changes."""
+attention from the same bytes; the serial one waits for each GEMM before its next op, holds the ping-pong turn
+through the softmax and passes it before P V, and its producer loads K_j then V_j (cuDNN's SASS); only v3 and
+v3-fp8 take it, and time is what it changes."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def _consumer(tiling: Tiling, c: int = 0) -> list:
     return list(next(r for r in kernel.roles if r.name == f"consumer{c}").program((0, 0, 0)))
 
 
-def test_serial_waits_for_each_gemm_and_passes_the_turn_at_pv():
+def test_serial_waits_for_each_gemm_and_holds_the_turn_through_the_softmax():
     ops = _consumer(Tiling(128, 32, 12, 2, pipeline="serial"))
     gemms = [i for i, op in enumerate(ops) if isinstance(op, Gemm)]
     assert [ops[i].dst for i in gemms] == ["S", "acc"] * 6  # S_j, then P_j V_j, for each of the 6 K/V blocks
@@ -52,10 +53,13 @@ def test_serial_waits_for_each_gemm_and_passes_the_turn_at_pv():
     assert Rescale not in [type(op) for op in ops[gemms[0]:gemms[1]]]
     between = [type(op) for op in ops[gemms[2]:gemms[3]]]
     assert OnlineSoftmax in between and Rescale in between
-    # the ping-pong turn is waited for right before each P V, and passed right after it: 6 of each
+    # cuDNN's SASS (experiments/results/h200/session52/): the turn is taken once V_j has landed, right before the
+    # softmax, and passed right before P_j V_j: 6 of each
+    softmaxes = [i for i, op in enumerate(ops) if isinstance(op, OnlineSoftmax)]
     turn_waits = [i for i, op in enumerate(ops) if isinstance(op, Wait) and op.barrier.startswith("turn")]
     passes = [i for i, op in enumerate(ops) if isinstance(op, Arrive) and op.barrier.startswith("turn")]
-    assert [i + 1 for i in turn_waits] == gemms[1::2] and [i - 1 for i in passes] == gemms[1::2]
+    assert [i + 1 for i in turn_waits] == softmaxes and [i + 1 for i in passes] == gemms[1::2]
+    assert all(isinstance(ops[i - 1], Wait) and ops[i - 1].barrier.startswith("fullV") for i in turn_waits)
     # FA3's loop issues S_j+1 before P_j V_j is waited for
     fa3 = _consumer(Tiling(128, 32, 12, 2))
     g = [i for i, op in enumerate(fa3) if isinstance(op, Gemm)]
@@ -88,3 +92,31 @@ def test_cli_takes_pipeline_for_v3_only(capsys):
     argv = ["simulate", "--algo", "v3", "-n", "1024", "-b", "1", "--pipeline", "serial", "--no-warp-specialization"]
     assert cli.main(argv) == 2
     assert "takes no --no-warp-specialization" in capsys.readouterr().err
+
+
+def _producer(tiling: Tiling) -> list:
+    kernel = build("v3", _problem(False), tiling).kernels[0]
+    return list(next(r for r in kernel.roles if r.name == "producer").program((0, 0, 0)))
+
+
+def test_serial_producer_loads_k_then_v_of_each_block():
+    from flashsim.algorithms.ir import Load
+
+    def order(tiling):
+        return [op.src.tensor + str(op.src.row // 32) for op in _producer(tiling)
+                if isinstance(op, Load) and op.src.tensor in ("K", "V")]
+
+    # cuDNN's: K_j, V_j, K_j+1, ...; FA3's: K_0, then K_j+1 before V_j
+    assert order(Tiling(128, 32, 12, 2, pipeline="serial"))[:6] == ["K0", "V0", "K1", "V1", "K2", "V2"]
+    assert order(Tiling(128, 32, 12, 2))[:6] == ["K0", "K1", "V0", "K2", "V1", "K3"]
+
+
+def test_serial_runs_on_one_k_and_one_v_buffer():
+    p, x = _problem(True, "fp32"), _inputs()
+    one = build("v3", p, Tiling(128, 32, 12, 1, pipeline="serial"))
+    assert (run_numeric(one, x)["O"].double() - _reference(x, True)).abs().max() < 1e-5
+    hw = load_profile("h200")
+    q = Problem(1, 8, 1024, 256)
+    with pytest.raises(FlashsimError, match="at least 2 K/V stages"):  # FA3's S_j+1 overlaps P_j V_j
+        simulate("v3", q, hw, Tiling(128, 128, 12, 1))
+    assert simulate("v3", q, hw, Tiling(128, 128, 12, 1, pipeline="serial")).cycles > 0

@@ -135,9 +135,9 @@ def register_budget(t: Tiling, profile) -> tuple[int, int]:
 
 
 def check_tiling(p: Problem, t: Tiling, algo: str = "v3") -> None:
-    if t.stages < 2:
-        raise FlashsimError(f"{algo} needs at least 2 K/V stages (QK^T of block j overlaps PV of block j-1), "
-                            f"got {t.stages}")
+    if t.stages < (1 if t.pipeline == "serial" else 2):
+        raise FlashsimError(f"{algo} needs at least 2 K/V stages (QK^T of block j overlaps PV of block j-1; "
+                            f"--pipeline serial runs on 1), got {t.stages}")
     consumers = t.block_m // WG_ROWS
     if t.warps != warps_for(t.block_m):
         raise FlashsimError(f"{algo} with block_m={t.block_m} runs {consumers} consumer warpgroups and one "
@@ -185,7 +185,7 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
     # Q buffer's release (the consumers' last S GEMMs of the tile that used it last) and the ring's slots, so
     # the next tile's Q and first K/V blocks load under the current tile's last PV GEMM and epilogue.
     carried = persistent and splits == 1 and warp_specialization and pingpong and intra_overlap
-    # cuDNN's order (Tiling.pipeline): each GEMM waited for at once, the turn passed at each P V only
+    # cuDNN's order (Tiling.pipeline): each GEMM waited for at once, the turn held through each softmax
     serial = t.pipeline == "serial"
     if serial and not warp_specialization:
         raise FlashsimError("--pipeline serial is cuDNN's warp-specialized loop (a producer warpgroup loads K and V); "
@@ -281,6 +281,9 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
         b, hk, ring = cta[0], cta[1] // p.group, at.kv_blocks
         phase = (ring - first) % stages
         k, v = head_loads(k_src, "K", b, hk, phase), head_loads(v_src, "V", b, hk, phase)
+        if serial:  # cuDNN's producer: K_j then V_j, each once its slot is released (its SASS, session 50)
+            return list(zip(empties["K"].slice(ring, ring + n), k.slice(first, first + n),
+                            empties["V"].slice(ring, ring + n), v.slice(first, first + n), strict=True))
         # per step: (empty K wait, K_j+1, empty V wait, V_j), the last step without K
         steps = list(zip(empties["K"].slice(ring + 1, ring + n) + [()], k.slice(first + 1, first + n) + [()],
                          empties["V"].slice(ring, ring + n), v.slice(first, first + n), strict=True))
@@ -327,9 +330,10 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
     def serial_loop(c, ring, t0, pingponged, pass_op, qk_ops, pv_ops, s_done, o_done, empty_k, empty_v, rescale,
                     softmax, unmasked, n):
         """A tile's K/V loop in cuDNN's order (Tiling.pipeline "serial"): per block j, S_j issued and waited
-        for, K_j's slot released, the softmax, O rescaled (from the second block on: before it O holds
-        nothing), then P_j V_j issued in the consumer's ping-pong turn and waited for, V_j's slot released.
-        One list, column by column, as the overlapped loop."""
+        for, K_j's slot released; once V_j has landed the consumer takes its ping-pong turn for the softmax
+        and O's rescale (from the second block on: before it O holds nothing), passes it, then issues P_j V_j
+        and waits for it, V_j's slot released (cuDNN's SASS: experiments/results/h200/session52/). One list,
+        column by column, as the overlapped loop."""
         def slot(by_slot):
             return periodic(lambda j: by_slot[(ring + j) % stages], 0, n, stages)
 
@@ -337,10 +341,13 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
             return [op] * n
 
         pvs = periodic(lambda j: pv_ops[j % 2][(ring + j) % stages], 0, n, 2 * stages)
-        pv = [turn_waits[c].slice(t0, t0 + n), pvs, same(pass_op)] if pingponged else [pvs]
         softmaxes = periodic(softmax, 0, unmasked, 2) + [softmax(j) for j in range(unmasked, n)]
-        columns = [fulls["K"].slice(ring, ring + n), slot(qk_ops), same(s_done), slot(empty_k), softmaxes,
-                   [None, *same(rescale)[1:]], fulls["V"].slice(ring, ring + n), *pv, same(o_done), slot(empty_v)]
+        # the turn guards the softmax and O's rescale: taken once V_j has landed, passed before P_j V_j
+        turn = [turn_waits[c].slice(t0, t0 + n)] if pingponged else []
+        passed = [same(pass_op)] if pingponged else []
+        columns = [fulls["K"].slice(ring, ring + n), slot(qk_ops), same(s_done), slot(empty_k),
+                   fulls["V"].slice(ring, ring + n), *turn, softmaxes, [None, *same(rescale)[1:]], *passed, pvs,
+                   same(o_done), slot(empty_v)]
         if step_code is not None:
             columns.insert(0, same(step_code))
         head = [column[0] for column in columns if column[0] is not None]
