@@ -319,7 +319,8 @@ def _simulate_sdpa(args, profile) -> int:
         console = _console()
         console.print(detail_table(result, overridden(profile)))
         call = result.sim["sdpa"]["call"]
-        console.print(f"SDPA {args.sdpa}: the {algo} schedule on the kernel's tiles"
+        tiles = "its own tiles" if "stand_in_tiles" in launch else "the kernel's tiles"
+        console.print(f"SDPA {args.sdpa}: the {algo} schedule on {tiles}"
                       + (f" at head dim {launch['kernel_headdim']} (the kernel it is compiled for)"
                          if launch["kernel_headdim"] != problem.headdim else "")
                       + launch_note(launch)
