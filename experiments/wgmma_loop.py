@@ -107,7 +107,8 @@ def loop_phases(source: list) -> list[tuple[int, Counter, int]]:
 
 
 def kernel_details(path: Path) -> dict[str, float]:
-    """Elapsed cycles, grid size, SMs and the tightest block limit from the -details file beside a -sass file."""
+    """Elapsed cycles, grid and block size, SMs and the tightest block limit from the -details file beside a
+    -sass file ({} when there is none)."""
     stem = path.name.replace("-sass.txt.gz", "").replace("-sass.txt", "")
     for name in (f"{stem}-details.txt.gz", f"{stem}-details.txt"):
         found = path.with_name(name)
