@@ -39,7 +39,8 @@ from pathlib import Path
 SUB_PARTITIONS = 132 * 4  # H200: 132 SMs of 4
 
 
-def _text(path: str) -> str:
+def read_text(path: str) -> str:
+    """A committed Nsight Compute page, gzipped or not."""
     data = Path(path).read_bytes()
     return gzip.decompress(data).decode() if path.endswith(".gz") else data.decode()
 
@@ -81,8 +82,8 @@ def _body(text: str) -> tuple[list[tuple[str, int, Counter]], int]:
 
 
 def regions(details: str, sass: str) -> dict:
-    warps, active, per_scheduler = _details(_text(details))
-    body, most = _body(_text(sass))
+    warps, active, per_scheduler = _details(read_text(details))
+    body, most = _body(read_text(sass))
     step = active * per_scheduler * SUB_PARTITIONS / most  # cycles per warp and K/V block
     total = sum(s for _, s, _ in body)
     ops = [op for op, _, _ in body]
@@ -128,9 +129,9 @@ def sections(details: str, sass: str, least: float = 0.01) -> dict:
     """Runs of consecutive instructions executed equally often (within 2%), each with its instructions, how
     often a warp runs it, HMMA / MUFU / LDSM counts and its cycles per warp (its share of the stall samples
     times a warp's life); runs under `least` of the samples are folded into the next."""
-    warps, active, per_scheduler = _details(_text(details))
+    warps, active, per_scheduler = _details(read_text(details))
     life = active * per_scheduler * SUB_PARTITIONS / warps  # cycles a warp lives, on average
-    instrs = [i for i in _instructions(_text(sass)) if i[1]]
+    instrs = [i for i in _instructions(read_text(sass)) if i[1]]
     total = sum(i[2] for i in instrs) or 1
     runs: list[list] = []
     for ins in instrs:
@@ -170,7 +171,7 @@ def steps(sass: str, products: int) -> list[dict]:
     prologue), then one pass of the loop (the instructions executed most often, with those of it a block's
     last pass skips): per piece its instructions and counts of STEP_KINDS (one warp's), and its warp-stall
     samples over all warps for one run of it (the loop's divided by its passes), in all and on its products."""
-    instrs = [i for i in _instructions(_text(sass)) if i[1]]
+    instrs = [i for i in _instructions(read_text(sass)) if i[1]]
     most = max(i[1] for i in instrs if i[0] == "HMMA")
     once = instrs[0][1]  # the kernel's first instruction: every warp runs it once
     first_loop = next(k for k, i in enumerate(instrs) if i[1] > 1.5 * once)

@@ -20,13 +20,13 @@ where the elementwise work's real pace shows (instructions per phase over its cy
 from __future__ import annotations
 
 import argparse
-import gzip
 import re
 import sys
 from collections import Counter
 from pathlib import Path
 
 from .fa2_mix import source_page
+from .ncu_regions import read_text
 
 NAME = re.compile(r"ncu-(?P<impl>.+)-d(?P<d>\d+)-n(?P<n>\d+)-c(?P<c>[01])-sass")
 PREDICATE = re.compile(r"^@!?U?P[T\d]+\s+")
@@ -113,10 +113,8 @@ def kernel_details(path: Path) -> dict[str, float]:
     for name in (f"{stem}-details.txt.gz", f"{stem}-details.txt"):
         found = path.with_name(name)
         if found.is_file():
-            data = found.read_bytes()
-            text = (gzip.decompress(data) if name.endswith(".gz") else data).decode(errors="replace")
             out: dict[str, float] = {}
-            for line in text.splitlines():
+            for line in read_text(str(found)).splitlines():
                 m = DETAIL.match(line)
                 if m:
                     key = "Block Limit" if m[1].startswith("Block Limit") else m[1]
