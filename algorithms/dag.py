@@ -37,6 +37,7 @@ from .ir import (
     Rescale,
     RescaleMerge,
     RowDot,
+    RowMax,
     RowSoftmax,
     SoftmaxGrad,
     Store,
@@ -61,7 +62,10 @@ def reads_writes(op) -> tuple[tuple[str, ...], tuple[str, ...]]:
         return reads, (op.dst,)
     if isinstance(op, OnlineSoftmax):
         acc = (op.acc,) if op.acc and not op.corr else ()
-        return (op.s, op.m, op.l, *acc), (op.p, op.m, op.l, *((op.corr,) if op.corr else acc))
+        ahead = (op.max_in,) if op.max_in else ()
+        return (op.s, op.m, op.l, *acc, *ahead), (op.p, op.m, op.l, *((op.corr,) if op.corr else acc))
+    if isinstance(op, RowMax):
+        return (op.s, op.m), (op.s, op.out)
     if isinstance(op, Rescale):
         return (op.acc, op.corr), (op.acc,)
     if isinstance(op, RescaleMerge):

@@ -190,9 +190,11 @@ O_STORE_FORMS = ("tma", "fragments")
 # How a warp-specialized kernel's consumer orders its GEMMs and softmax: "overlap": FA3's intra-warpgroup
 # pipelining (S_j is issued with P_j-1 V_j-1 and the softmax of S_j runs while P_j-1 V_j-1 does; the ping-pong
 # turn covers both GEMMs); "serial": cuDNN's Hopper kernel (its SASS, experiments/results/h200/session21/ and
-# session52/): S_j issued and waited for at once, its softmax and O's rescale within the ping-pong turn, then
-# P_j V_j issued and waited for at once before S_j+1; the producer loads K_j then V_j; one Q buffer, refilled
-# once the consumers have left the tile's K/V loop.
+# session52/): S_j issued and waited for at once, its row max (RowMax) taken, then its softmax and O's rescale
+# within the ping-pong turn, then P_j V_j issued and waited for at once before S_j+1; the producer loads K_j then
+# V_j; one Q buffer, refilled once the consumers have left the tile's K/V loop. Its code issues the softmax's
+# rows interleaved (2.5-2.8 cycles an instruction under the turn, against 3.9-4.4 for our v3's dependent
+# stream), so the instruction-issue model times it (simulator/api.py, issue_model_for).
 PIPELINE_FORMS = ("overlap", "serial")
 
 
@@ -222,6 +224,13 @@ class OnlineSoftmax:
     cross_warp: int = 1
     warps: int = 1
     exp2: str = "approx"  # the compiled form of the exponential (EXP2_FORMS)
+    # the new running max, taken ahead by a RowMax into this register (which also masked S): the op then
+    # computes only what follows the max ("online" mode, no mask of its own)
+    max_in: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_in is not None and (self.mode != "online" or self.mask is not None):
+            raise ValueError("an online softmax after a RowMax takes no mask and runs in 'online' mode")
 
     @property
     def exps(self) -> int:
@@ -231,8 +240,8 @@ class OnlineSoftmax:
     def alu_flops(self) -> int:
         # scale, max, subtract, sum per element; a masked tile adds a bound compare, a causal compare and a
         # select per element (2 ISETP + 1 FSEL in the SASS of our v2 kernel); rescale of l and acc per row;
-        # exp2f's range test and scalings per exponential.
-        per_elem = 4 + (MASK_OPS_PER_ELEMENT if self.mask is not None else 0)
+        # exp2f's range test and scalings per exponential. After a RowMax, the max and mask are its.
+        per_elem = (3 if self.max_in else 4) + (MASK_OPS_PER_ELEMENT if self.mask is not None else 0)
         return per_elem * self.rows * self.cols + self.rows * (2 + self.acc_cols) + self.exp2_ops
 
     @property
@@ -240,6 +249,31 @@ class OnlineSoftmax:
         """The ops the exp2f form adds (none for approx): independent per element, no row's chain waits on
         them, so the timing issues them apart from the dependent stream."""
         return EXP2F_EXTRA_PER_EXP * self.exps if self.exp2 == "exp2f" else 0
+
+
+@dataclass(frozen=True, slots=True)
+class RowMax:
+    """The first part of an online softmax taken on its own: S's hidden keys set to -inf in place, then
+    out <- max(m, rowmax(scale * S)) per row. cuDNN's Hopper kernel takes it before its ping-pong turn and the
+    rest of the softmax (an OnlineSoftmax with max_in = out) within it (PIPELINE_FORMS "serial")."""
+
+    s: str
+    m: str
+    out: str
+    rows: int
+    cols: int
+    scale: float
+    mask: Mask | None
+    warps: int = 1
+
+    @property
+    def exps(self) -> int:
+        return 0
+
+    @property
+    def alu_flops(self) -> int:
+        # the max per element, with the mask's compares and select where the tile has one
+        return (1 + (MASK_OPS_PER_ELEMENT if self.mask is not None else 0)) * self.rows * self.cols
 
 
 @dataclass(frozen=True, slots=True)
@@ -594,9 +628,9 @@ class SoftmaxGrad:
 
 
 Op = (
-    Load | Store | Gemm | GemmWait | OnlineSoftmax | Rescale | RescaleMerge | WarpReduce | Normalize | MergeSplits
-    | RowSoftmax | Quantize | Fill | Arrive | Wait | SyncThreads | Code | BlockSetup | AtomicAdd | StoreShared | RowDot
-    | LseExp | SoftmaxGrad
+    Load | Store | Gemm | GemmWait | OnlineSoftmax | RowMax | Rescale | RescaleMerge | WarpReduce | Normalize
+    | MergeSplits | RowSoftmax | Quantize | Fill | Arrive | Wait | SyncThreads | Code | BlockSetup | AtomicAdd
+    | StoreShared | RowDot | LseExp | SoftmaxGrad
 )
 
 

@@ -34,6 +34,7 @@ from .ir import (
     Rescale,
     RescaleMerge,
     RowDot,
+    RowMax,
     RowSoftmax,
     Schedule,
     SoftmaxGrad,
@@ -192,6 +193,10 @@ class _Cta:
             self._gemm(op, regs)
         elif isinstance(op, OnlineSoftmax):
             self._online_softmax(op, regs)
+        elif isinstance(op, RowMax):
+            s = _masked(regs[op.s], op.mask)
+            regs[op.s] = s
+            regs[op.out] = torch.maximum(regs[op.m][: s.shape[0]], (s * op.scale).amax(1, keepdim=True))
         elif isinstance(op, Rescale):
             regs[op.acc] = regs[op.acc] * regs[op.corr]
         elif isinstance(op, RescaleMerge):
@@ -277,7 +282,7 @@ class _Cta:
             regs[op.l] = e.sum(1, keepdim=True)
             return
         m_old = regs[op.m][:rows]
-        m_new = torch.maximum(m_old, s.amax(1, keepdim=True))
+        m_new = regs[op.max_in][:rows] if op.max_in else torch.maximum(m_old, s.amax(1, keepdim=True))
         corr = torch.where(torch.isinf(m_new), torch.ones_like(m_new), torch.exp(m_old - m_new))
         e = _exp_shifted(s, m_new)
         regs[op.p] = e

@@ -26,6 +26,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from flashsim.errors import FlashsimError
+from flashsim.hw_profiles import load_profile
 
 from .accuracy import SIDE_BY_SIDE, load
 from .adoption_rule import DEV_SETS, RESULTS, compare, verdict
@@ -42,13 +43,16 @@ def _key(ds, row: dict) -> str:
 def chosen_rows(impls: list[str], causal: bool | None, whole_chip: bool = False) -> list[tuple]:
     """(key, job args, last wall seconds) of the development sets' measured rows of `impls` (causal ones only,
     plain ones only, or both), the longest first; `whole_chip`: each job simulates the whole chip."""
-    from .prediction_inputs import job_args
+    from .prediction_inputs import job_args, ran_tiling
 
     out = []
     for ds in DEV_SETS:
         report = _report(ds)
         flushed = report.get("l2_start", "flushed") != "empty"
-        rows = [r for r in report["rows"] if r["impl"] in impls and (r.get("measured") or {}).get(SIDE_BY_SIDE)
+        # each row's tiles as the tree's launch rules give them (a candidate may change a library's rule: the
+        # report holds the rule of the model that wrote it)
+        rows = [{**r, "tiling": ran_tiling(r)} for r in report["rows"] if r["impl"] in impls
+                and (r.get("measured") or {}).get(SIDE_BY_SIDE)
                 and (causal is None or bool(r["config"].get("causal")) == causal)]
         args, _ = job_args(rows, "h200", [], flushed)
         out += [(_key(ds, r), (*a, whole_chip), (r.get("sim") or {}).get("wall_s", 0))
@@ -57,10 +61,16 @@ def chosen_rows(impls: list[str], causal: bool | None, whole_chip: bool = False)
 
 
 def _predict_one(item: tuple) -> tuple[str, float | None]:
+    """A row's GPU busy time as validation predicts it: the simulation's, plus what the library's call launches
+    beside its kernels (validate_compare.add_call_work: cuDNN's memset)."""
     from .prediction_inputs import simulate_job
+    from .validate_compare import add_call_work
 
     key, args, _ = item
-    return key, (simulate_job(args).get("predicted") or {}).get(SIDE_BY_SIDE)
+    row = {"impl": key.rsplit("|", 1)[1], "algo": args[0], **simulate_job(args)}
+    if "predicted" in row:
+        add_call_work([row], load_profile(args[3], args[4]))
+    return key, (row.get("predicted") or {}).get(SIDE_BY_SIDE)
 
 
 def predict(impls: list[str], causal: bool | None, jobs: int, log=print,

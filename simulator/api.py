@@ -109,14 +109,17 @@ class SimResult:
         }
 
 
-def issue_model_for(rec, profile):
+def issue_model_for(rec, profile, tiling=None):
     """The profile with the elementwise timing its issue_model picks for this schedule: 2 the
-    instruction-issue model where the schedule's tensor instruction is mma.sync, the dependent
-    stream where it is wgmma, whose asynchronous products and uniform-datapath code the issue model does not
-    yet follow as closely (docs/MODEL.md, Instruction issue); 0 and 1 the one or the other everywhere."""
+    instruction-issue model where the schedule's tensor instruction is mma.sync, or where its tiling runs
+    cuDNN's loop (pipeline "serial"), whose code issues the softmax's rows interleaved, at 2.5-2.8 cycles an
+    instruction (experiments/results/h200/session52/); the dependent stream where it is wgmma in FA3's loop,
+    as our v3's code runs it (3.9-4.4 cycles an instruction there; docs/MODEL.md, Instruction issue); 0 and 1
+    the one or the other everywhere."""
     if profile.issue_model != 2:
         return profile
-    return profile.with_overrides({"issue_model": int(rec.mma == "mma_sync")})
+    serial = tiling is not None and tiling.pipeline == "serial"
+    return profile.with_overrides({"issue_model": int(rec.mma == "mma_sync" or serial)})
 
 
 def schedule_options(profile, rec=None) -> dict:
@@ -188,7 +191,6 @@ def simulate(
     kernels whose roles drift against each other (simulator/loopskip.py, within a tolerance); False: its exact
     premise only."""
     rec = catalog.get(algo)
-    profile = issue_model_for(rec, profile)
     options = dict(options or {})
     unknown = sorted(set(options) - set(rec.options))
     if unknown:
@@ -200,6 +202,7 @@ def simulate(
     if tiling is not None:
         check_fits(algo, problem, tiling, profile)
     t = tiling or resolve_tiling(algo, problem, profile)
+    profile = issue_model_for(rec, profile, t)
     check_memory(algo, problem, t, profile)
     steps = problem.seqlen_k // t.block_n
     probed = extrapolate and rec.probe_outer_steps and not problem.causal and steps >= V1_PROBE_FROM

@@ -319,8 +319,8 @@ def _simulate_sdpa(args, profile) -> int:
         console = _console()
         console.print(detail_table(result, overridden(profile)))
         call = result.sim["sdpa"]["call"]
-        tiles = "its own tiles" if "stand_in_tiles" in launch else "the kernel's tiles"
-        console.print(f"SDPA {args.sdpa}: the {algo} schedule on {tiles}"
+        order = " in the kernel's own loop (GEMMs waited at once)" if tiling.get("pipeline") == "serial" else ""
+        console.print(f"SDPA {args.sdpa}: the {algo} schedule on the kernel's tiles{order}"
                       + (f" at head dim {launch['kernel_headdim']} (the kernel it is compiled for)"
                          if launch["kernel_headdim"] != problem.headdim else "")
                       + launch_note(launch)

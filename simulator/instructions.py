@@ -35,6 +35,7 @@ from flashsim.algorithms.ir import (
     Rescale,
     RescaleMerge,
     RowDot,
+    RowMax,
     RowSoftmax,
     SoftmaxGrad,
     SyncThreads,
@@ -93,21 +94,30 @@ def exp2f_issue(op) -> float:
     return total(c)
 
 
+def _row_max(c: Counter, op) -> None:
+    """The row max of an online softmax (or a RowMax taking it ahead), with the tile's mask."""
+    e, rt, _ = _layout(op.rows, op.cols, op.warps)
+    # one FMNMX per element (the running max is the first operand), then the quad
+    c["fmnmx"] += e + QUAD_STEPS * rt
+    c["shuffle"] += QUAD_STEPS * rt
+    # a row that saw only masked keys keeps max -inf: FSETP + FSEL pick exponent offset 0 instead
+    c["fp32_compare"] += rt
+    c["select"] += rt
+    c["fp32"] += rt  # the scaled max, m * scale: one FMUL per row
+    if op.mask is not None:
+        _mask(c, e)
+
+
 def lower(op) -> Counter:
     """Instructions per warp by class for one tile op (an empty Counter for ops that issue no arithmetic)."""
     c: Counter = Counter()
     kind = type(op)
+    if kind is RowMax or (kind is OnlineSoftmax and not op.max_in):
+        _row_max(c, op)
     if kind is OnlineSoftmax:
         e, rt, per_row = _layout(op.rows, op.cols, op.warps)
-        # row max: one FMNMX per element (the running max is the first operand), then the quad
-        c["fmnmx"] += e + QUAD_STEPS * rt
-        c["shuffle"] += QUAD_STEPS * rt
-        # a row that saw only masked keys keeps max -inf: FSETP + FSEL pick exponent offset 0 instead
-        c["fp32_compare"] += rt
-        c["select"] += rt
-        # exp2 with the softmax scale folded in: one FFMA (s * scale - m * scale) and one MUFU.EX2 per element;
-        # m * scale is one FMUL per row
-        c["fp32"] += e + rt
+        # exp2 with the softmax scale folded in: one FFMA (s * scale - m * scale) and one MUFU.EX2 per element
+        c["fp32"] += e
         c["mufu"] += e
         c["fp32"] += e  # row sum: one FADD per element
         c["convert"] += e / 2  # P packed to 16 bits for the P V product, two elements per F2FP
@@ -119,8 +129,6 @@ def lower(op) -> Counter:
                 c["fp32"] += rt * op.acc_cols / 4  # acc *= corr: one FMUL per accumulator element
         if op.exp2 == "exp2f":
             _exp2f(c, e, e + (rt if op.mode == "online" else 0))
-        if op.mask is not None:
-            _mask(c, e)
         if op.cross_warp > 1:  # split-K: max and sum through shared memory, each behind a barrier
             c["sts"] += 2 * rt
             c["lds"] += 2 * rt * op.cross_warp
@@ -233,6 +241,8 @@ def lower_phases(op) -> list[tuple[Counter, str]]:
     whole = lower(op)
     if type(op) is not OnlineSoftmax:
         return [(whole, "all")]
+    if op.max_in:  # its max taken ahead (RowMax): the exponentials start at once
+        return [(whole, "exp")]
     e, rt, per_row = _layout(op.rows, op.cols, op.warps)
     first: Counter = Counter()
     first["fmnmx"] += per_row + QUAD_STEPS
@@ -300,7 +310,7 @@ def chain_cycles(op, fp32_latency: float, mufu_latency: float, shfl_latency: flo
     are independent and overlap). A reduction over n elements per thread is a chain of n / 2 + 1
     instructions (pairs combined, then folded into the running value, as our kernels write it)."""
     kind = type(op)
-    if kind not in (OnlineSoftmax, Normalize, LseExp, SoftmaxGrad, RowDot, RowSoftmax, Rescale, RescaleMerge,
+    if kind not in (OnlineSoftmax, RowMax, Normalize, LseExp, SoftmaxGrad, RowDot, RowSoftmax, Rescale, RescaleMerge,
                     MergeSplits, Quantize):
         return 0.0
     if kind is Quantize and op.chunks:
@@ -313,11 +323,15 @@ def chain_cycles(op, fp32_latency: float, mufu_latency: float, shfl_latency: flo
     _, _, per_row = _layout(op.rows, op.cols, op.warps)
     reduce = (per_row / 2 + 1) * fp32_latency
     quad = QUAD_STEPS * (shfl_latency + fp32_latency)
+    # max, quad max, scaled max (FMUL) and the -inf guard (FSEL)
+    row_max = reduce + quad + 3 * fp32_latency
+    if kind is RowMax:
+        return row_max
     if kind is OnlineSoftmax:
-        # max, quad max, scaled max (FMUL) and the -inf guard (FSEL), exponent (FFMA), exp2, row sum, l update;
-        # exp2f adds the unfused FADD, the range test and the FMULs before and after the exp2
+        # (the row max unless taken ahead) exponent (FFMA), exp2, row sum, l update; exp2f adds the unfused
+        # FADD, the range test and the FMULs before and after the exp2
         extra = 4 * fp32_latency if op.exp2 == "exp2f" else 0.0
-        return reduce + quad + 3 * fp32_latency + mufu_latency + reduce + fp32_latency + extra
+        return (0.0 if op.max_in else row_max) + mufu_latency + reduce + fp32_latency + extra
     if kind is RowSoftmax:
         return op.passes * (reduce + quad + fp32_latency + mufu_latency + reduce + quad) + fp32_latency
     if kind in (Normalize, MergeSplits):

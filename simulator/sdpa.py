@@ -49,9 +49,10 @@ def _cudnn(major: int, dtype: str, headdim: int) -> str | None:
 # at most one block per SM that walks the tiles (persistent), 384 threads (a producer warpgroup and two
 # consumers of 64 query rows each), tiles of 128 query and 128 key rows, and kernels compiled for head dims
 # 64, 128 and 256 only: a head dim of 96 runs the d128 kernel, so its products and its shared-memory tiles
-# are those of d128. Its consumers wait for each GEMM at once (Tiling pipeline "serial", seen in its SASS,
-# experiments/results/h200/session21/cudnn-sass/); validation runs FA3's order, with which the default
-# elementwise model's excess on the softmax stays hidden (docs/MODEL.md, cuDNN as it launches).
+# are those of d128. Its consumers wait for each GEMM at once and take the row max before the ping-pong turn
+# (Tiling pipeline "serial", seen in its SASS: experiments/results/h200/session21/cudnn-sass/ and session52/).
+# Validation runs that loop at d256 only: at d64 and d128 it comes out 20-46% slow on the development sets'
+# short loops, where FA3's order stands within their errors (docs/MODEL.md, cuDNN as it launches).
 CUDNN_SM90_HEADDIMS = (64, 128, 256)
 CUDNN_SM90_TILE = {"block_m": 128, "block_n": 128, "warps": 12}
 
@@ -61,14 +62,13 @@ def cudnn_sm90_headdim(headdim: int) -> int:
     return next((d for d in CUDNN_SM90_HEADDIMS if d >= headdim), headdim)
 
 
-def cudnn_sm90_tiling(headdim: int) -> dict | None:
-    """cuDNN's tiles for this head dim as a Tiling dict; None at d256, where v3's own tiles run. Its K/V ring
-    holds 3 stages in 227 KB because the output is staged in Q's buffer; v3's schedule stages it apart, so 3
-    stages do not fit there: the model runs 2. Its d256 kernel's SASS (experiments/results/h200/session50/) shows
-    128 x 128 tiles with one K and one V buffer; v3's schedule on those comes out slower still than on its own
-    (docs/MODEL.md, What a library's call launches), so d256 keeps v3's tiles until the wgmma cycles are right."""
+def cudnn_sm90_tiling(headdim: int) -> dict:
+    """cuDNN's tiles for this head dim as a Tiling dict. Its K/V ring holds 3 stages in 227 KB at d64 and d128
+    because the output is staged in Q's buffer; v3's schedule stages it apart, so 3 stages do not fit there:
+    the model runs 2, in FA3's order. At d256 its SASS (experiments/results/h200/session50/) shows one K and one
+    V buffer, which the model runs in the kernel's own order (pipeline "serial"; session 53's adoption)."""
     if cudnn_sm90_headdim(headdim) > 128:
-        return None
+        return {**CUDNN_SM90_TILE, "stages": 1, "pipeline": "serial"}
     return {**CUDNN_SM90_TILE, "stages": 2}
 
 

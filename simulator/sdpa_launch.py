@@ -16,12 +16,6 @@ from dataclasses import replace
 from flashsim.errors import FlashsimError
 
 BACKENDS = ("flash", "cudnn")
-# What the answer says where cuDNN's d256 kernel runs on tiles not its own (simulator/sdpa.cudnn_sm90_tiling)
-STAND_IN = ("cuDNN's d256 kernel runs 128 x 128 tiles with one K and one V buffer, which the model does not yet "
-            "run right: on the development set these stand-ins come out up to 30% slow (docs/MODEL.md, cuDNN as it "
-            "launches)")
-
-
 def sdpa_run(backend: str, problem, profile) -> tuple[str, object, dict, dict]:
     """(schedule, problem the kernel runs, tiling dict, what the answer records of the launch) for `backend`."""
     from flashsim.algorithms.tiling import resolve_tiling
@@ -42,13 +36,10 @@ def sdpa_run(backend: str, problem, profile) -> tuple[str, object, dict, dict]:
     else:
         tiling, kernel_d = launch_rule(impl, algo, problem.headdim)
         run_problem = replace(problem, headdim=kernel_d)
-        own = tiling is None  # cuDNN's d256 kernel: the schedule's own tiles stand in for the kernel's
         tiling = tiling or resolve_tiling(algo, run_problem, profile).as_dict()
     tiling = {**tiling, **({"exp2": impl.exp2} if impl.exp2 else {})}
     launch = {"backend": backend, "schedule": algo, "kernel_headdim": run_problem.headdim,
               "launch_rule": impl.launch}
-    if impl.launch == "cudnn-sm90" and own:
-        launch["stand_in_tiles"] = STAND_IN
     if impl.launch == "fa2" and tiling.get("splits", 1) == 1:
         launch.update(fa2_instantiation(problem, tiling["block_m"], tiling["block_n"]))
     return algo, run_problem, tiling, launch
@@ -75,10 +66,7 @@ def fa2_instantiation(problem, bm: int, bn: int) -> dict:
 
 
 def launch_note(launch: dict) -> str:
-    """What the answer says of FA2's kernel or of cuDNN's stand-in tiles, for the command line ('' for other
-    launches)."""
-    if "stand_in_tiles" in launch:
-        return "; " + launch["stand_in_tiles"]
+    """What the answer says of FA2's kernel, for the command line ('' for other launches)."""
     if "fa2_kernel" not in launch:
         return ""
     kind = "its Is_even_MN kernel" if launch["fa2_kernel"] == "even" else "its odd-length kernel, a binary of its own"

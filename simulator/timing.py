@@ -30,6 +30,7 @@ from flashsim.algorithms.ir import (
     Rescale,
     RescaleMerge,
     RowDot,
+    RowMax,
     RowSoftmax,
     SoftmaxGrad,
     Store,
@@ -56,7 +57,8 @@ from .loopskip import HISTORY, signatures, take
 
 OPERAND_BYTES = {"fp8": 1, "fp16": 2, "bf16": 2, "fp32": 4}
 _ELEMENTWISE = frozenset(
-    (OnlineSoftmax, Normalize, Rescale, RescaleMerge, RowSoftmax, Quantize, MergeSplits, RowDot, LseExp, SoftmaxGrad)
+    (OnlineSoftmax, RowMax, Normalize, Rescale, RescaleMerge, RowSoftmax, Quantize, MergeSplits, RowDot, LseExp,
+     SoftmaxGrad)
 )
 
 

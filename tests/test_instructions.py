@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from flashsim.algorithms.ir import Gemm, OnlineSoftmax, Rescale, SyncThreads, Wait
+from flashsim.algorithms.ir import Gemm, Mask, OnlineSoftmax, Rescale, RowMax, SyncThreads, Wait
 from flashsim.algorithms.mapping import Tiling
 from flashsim.algorithms.problem import Problem
 from flashsim.algorithms.schedules import v2, v3
@@ -150,3 +150,23 @@ def test_chain_grows_with_the_row_and_its_latencies():
     assert chain_cycles(op, 4.0, 28.0, 24.0) - short == pytest.approx(10.0)  # one exp2 on the chain
     assert chain_cycles(op, 4.0, 18.0, 34.0) - short == pytest.approx(2 * 10.0)  # two shuffles
     assert instructions.per_pipe(lower(op))["mufu"] == 64 + 4
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_a_row_max_taken_ahead_splits_the_softmax_without_changing_it(masked):
+    """cuDNN's loop takes the row max (and the mask) before its turn and the rest of the softmax within it: the
+    two ops issue the one op's instructions and ALU work between them, the first phase being the max's."""
+    mask = Mask(0, 0, 100, 100, True) if masked else None
+    whole = OnlineSoftmax("S", "P", "m", "l", 64, 128, 0.1, mask, "bf16", acc="acc", acc_cols=128, corr="c",
+                          warps=4)
+    ahead = RowMax("S", "m", "mx", 64, 128, 0.1, mask, warps=4)
+    rest = OnlineSoftmax("S", "P", "m", "l", 64, 128, 0.1, None, "bf16", acc="acc", acc_cols=128, corr="c",
+                         warps=4, max_in="mx")
+    assert lower(ahead) + lower(rest) == lower(whole)
+    assert lower(ahead)["fmnmx"] > 0 and "fmnmx" not in lower(rest) and "mufu" not in lower(ahead)
+    assert ahead.alu_flops + rest.alu_flops == whole.alu_flops and rest.exps == whole.exps
+    lat = (4.0, 18.0, 30.0)
+    assert chain_cycles(ahead, *lat) + chain_cycles(rest, *lat) == pytest.approx(chain_cycles(whole, *lat))
+    assert [name for _, name in instructions.lower_phases(rest)] == ["exp"]
+    with pytest.raises(ValueError):
+        OnlineSoftmax("S", "P", "m", "l", 64, 128, 0.1, mask or Mask(0, 0, 10, 10, True), "bf16", max_in="mx")

@@ -76,14 +76,17 @@ def test_issue_model_takes_zero_one_or_two():
 
 
 def test_issue_model_two_picks_by_tensor_instruction():
-    """2: the issue model for mma.sync schedules, the dependent stream for wgmma ones."""
-    from flashsim.algorithms import catalog
+    """2: the issue model for mma.sync schedules and cuDNN's loop (whose code issues its softmax rows
+    interleaved), the dependent stream for wgmma ones in FA3's loop."""
+    from flashsim.algorithms import Tiling, catalog
     from flashsim.simulator.api import issue_model_for
 
     auto = H200.with_overrides(["issue_model=2"])
     assert issue_model_for(catalog.get("v2"), auto).issue_model == 1
     assert issue_model_for(catalog.get("v2-bwd"), auto).issue_model == 1
     assert issue_model_for(catalog.get("v3"), auto).issue_model == 0
+    assert issue_model_for(catalog.get("v3"), auto, Tiling(128, 128, 12, 2)).issue_model == 0
+    assert issue_model_for(catalog.get("v3"), auto, Tiling(128, 128, 12, 1, pipeline="serial")).issue_model == 1
     dependent = H200.with_overrides(["issue_model=0"])
     assert issue_model_for(catalog.get("v3"), dependent) is dependent
 

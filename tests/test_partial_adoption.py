@@ -66,3 +66,21 @@ def test_whole_chip_jobs_simulate_every_sm_and_plain_ones_the_default_sample(mon
     for job in whole + plain:
         assert "stop here" in simulate_job(job)["predict_error"]
     assert asked == [None, None, "default", "default"]
+
+
+def test_rows_take_the_trees_launch_rule_and_the_calls_other_work(monkeypatch):
+    """A candidate may change a library's launch rule: each row runs the tiles that rule gives now, not those its
+    report recorded; and a row's prediction is the call's, as validation makes it (cuDNN's memset added)."""
+    import flashsim.experiments.prediction_inputs as pi
+    from flashsim.experiments.validate_impls import IMPLS, launch_rule
+    from flashsim.hw_profiles import load_profile
+    from flashsim.simulator.calls import call_busy_s
+
+    rows = pa.chosen_rows(["sdpa-cudnn"], None)
+    assert len(rows) >= 100
+    for _key, args, _ in rows:
+        assert args[2] == launch_rule(IMPLS["sdpa-cudnn"], "v3", args[1]["headdim"])[0]
+    monkeypatch.setattr(pi, "simulate_job", lambda job: {"predicted": {"time_s": 1e-5, SIDE_BY_SIDE: 1e-5}})
+    memset = sum(call_busy_s("cudnn-sm90", load_profile("h200")).values())
+    assert memset > 0
+    assert pa._predict_one(rows[0])[1] == 1e-5 + memset

@@ -82,16 +82,18 @@ def test_cudnn_is_its_hopper_kernel(capsys) -> None:
     assert err.count("\n") == 1 and "Hopper" in err and "a100" in err
 
 
-def test_cudnn_d256_says_its_tiles_stand_in_for_the_kernels(capsys) -> None:
+def test_cudnn_d256_runs_the_kernels_tiles_in_its_own_loop(capsys) -> None:
     base = ["simulate", "--sdpa", "cudnn", "--hw", "h200", "--batch", "1", "--heads", "2", "--seqlen", "512"]
     assert cli.main([*base, "--headdim", "256"]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "on its own tiles" in out and "128 x 128 tiles with one K and one V buffer" in out
+    assert "on the kernel's tiles in the kernel's own loop" in out and "stand" not in out
     assert cli.main([*base, "--headdim", "256", "--json"]) == 0
-    assert "one K and one V buffer" in json.loads(capsys.readouterr().out)["sim"]["sdpa"]["stand_in_tiles"]
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["tiling"]["pipeline"] == "serial" and doc["tiling"]["stages"] == 1
+    assert "stand_in_tiles" not in doc["sim"]["sdpa"]
     assert cli.main([*base, "--headdim", "128"]) == 0
     out = capsys.readouterr().out
-    assert "on the kernel's tiles" in out and "stand" not in out
+    assert "on the kernel's tiles" in out and "own loop" not in out
 
 
 def test_without_sdpa_simulate_still_runs_v2_by_default(capsys) -> None:

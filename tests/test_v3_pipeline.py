@@ -10,7 +10,7 @@ import torch
 from flashsim import cli
 from flashsim.algorithms import Problem, Tiling
 from flashsim.algorithms.counting import count_io
-from flashsim.algorithms.ir import Arrive, Gemm, GemmWait, OnlineSoftmax, Rescale, Wait
+from flashsim.algorithms.ir import Arrive, Gemm, GemmWait, OnlineSoftmax, Rescale, RowMax, Wait
 from flashsim.algorithms.numeric import run_numeric
 from flashsim.algorithms.schedules import build
 from flashsim.errors import FlashsimError
@@ -60,6 +60,9 @@ def test_serial_waits_for_each_gemm_and_holds_the_turn_through_the_softmax():
     passes = [i for i, op in enumerate(ops) if isinstance(op, Arrive) and op.barrier.startswith("turn")]
     assert [i + 1 for i in turn_waits] == softmaxes and [i + 1 for i in passes] == gemms[1::2]
     assert all(isinstance(ops[i - 1], Wait) and ops[i - 1].barrier.startswith("fullV") for i in turn_waits)
+    # the row max is taken before V_j's wait and the turn, into the register the softmax then reads
+    assert all(isinstance(ops[i - 2], RowMax) and ops[i - 2].out == ops[i + 1].max_in for i in turn_waits)
+    assert sum(isinstance(op, RowMax) for op in ops) == 6
     # FA3's loop issues S_j+1 before P_j V_j is waited for
     fa3 = _consumer(Tiling(128, 32, 12, 2))
     g = [i for i, op in enumerate(fa3) if isinstance(op, Gemm)]
@@ -76,7 +79,8 @@ def test_tiling_field_round_trip_and_refusals():
 
 
 def test_serial_costs_time_on_the_h200_and_persistent_blocks_run_on():
-    hw = load_profile("h200")
+    # one elementwise model for both loops (the profile's default times cuDNN's code, the serial loop's, apart)
+    hw = load_profile("h200").with_overrides(["issue_model=1"])
     for p in (Problem(2, 8, 2048, 64), Problem(2, 8, 3000, 128, causal=True)):
         overlap = simulate("v3", p, hw, Tiling(128, 128, 12, 2))
         serial = simulate("v3", p, hw, Tiling(128, 128, 12, 2, pipeline="serial"))

@@ -40,6 +40,7 @@ from ..ir import (
     OnlineSoftmax,
     Rescale,
     Role,
+    RowMax,
     Schedule,
     Wait,
     causal_offset,
@@ -330,10 +331,10 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
     def serial_loop(c, ring, t0, pingponged, pass_op, qk_ops, pv_ops, s_done, o_done, empty_k, empty_v, rescale,
                     softmax, unmasked, n):
         """A tile's K/V loop in cuDNN's order (Tiling.pipeline "serial"): per block j, S_j issued and waited
-        for, K_j's slot released; once V_j has landed the consumer takes its ping-pong turn for the softmax
-        and O's rescale (from the second block on: before it O holds nothing), passes it, then issues P_j V_j
-        and waits for it, V_j's slot released (cuDNN's SASS: experiments/results/h200/session52/). One list,
-        column by column, as the overlapped loop."""
+        for, K_j's slot released, S_j's row max taken; once V_j has landed the consumer takes its ping-pong turn
+        for the rest of the softmax and O's rescale (from the second block on: before it O holds nothing),
+        passes it, then issues P_j V_j and waits for it, V_j's slot released (cuDNN's SASS:
+        experiments/results/h200/session52/). One list, column by column, as the overlapped loop."""
         def slot(by_slot):
             return periodic(lambda j: by_slot[(ring + j) % stages], 0, n, stages)
 
@@ -341,11 +342,14 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
             return [op] * n
 
         pvs = periodic(lambda j: pv_ops[j % 2][(ring + j) % stages], 0, n, 2 * stages)
-        softmaxes = periodic(softmax, 0, unmasked, 2) + [softmax(j) for j in range(unmasked, n)]
-        # the turn guards the softmax and O's rescale: taken once V_j has landed, passed before P_j V_j
+        masked = [softmax(j) for j in range(unmasked, n)]  # (row max, rest of the softmax) of each masked block
+        maxes = periodic(lambda j: softmax(j)[0], 0, unmasked, 1) + [ops[0] for ops in masked]
+        softmaxes = periodic(lambda j: softmax(j)[1], 0, unmasked, 2) + [ops[1] for ops in masked]
+        # the turn guards the softmax after its row max and O's rescale: taken once V_j has landed, passed before
+        # P_j V_j
         turn = [turn_waits[c].slice(t0, t0 + n)] if pingponged else []
         passed = [same(pass_op)] if pingponged else []
-        columns = [fulls["K"].slice(ring, ring + n), slot(qk_ops), same(s_done), slot(empty_k),
+        columns = [fulls["K"].slice(ring, ring + n), slot(qk_ops), same(s_done), slot(empty_k), maxes,
                    fulls["V"].slice(ring, ring + n), *turn, softmaxes, [None, *same(rescale)[1:]], *passed, pvs,
                    same(o_done), slot(empty_v)]
         if step_code is not None:
@@ -400,6 +404,7 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
                 visible = min(visible, row0 + causal_offset(p.causal_align, p.seqlen_q, p.seqlen_k) + 1)
 
             def softmax(j):
+                """Block j's online softmax; in cuDNN's loop (serial), its row max and the rest apart."""
                 col0 = (first + j) * bn
                 mask = None if col0 + bn <= visible else tile_mask(p, row0, col0, WG_ROWS, bn)
 
@@ -407,7 +412,18 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
                     return OnlineSoftmax("S", f"P{j % 2}", "m", "l", WG_ROWS, bn, p.scale, mask, dt, acc="acc",
                                          acc_cols=d, corr="corr", warps=4)
 
-                return make() if mask is not None else once((OnlineSoftmax, j % 2), make)
+                def row_max():
+                    return RowMax("S", "m", "mx", WG_ROWS, bn, p.scale, mask, warps=4)
+
+                def rest():
+                    return OnlineSoftmax("S", f"P{j % 2}", "m", "l", WG_ROWS, bn, p.scale, None, dt, acc="acc",
+                                         acc_cols=d, corr="corr", warps=4, max_in="mx")
+
+                if not serial:
+                    return make() if mask is not None else once((OnlineSoftmax, j % 2), make)
+                if mask is not None:
+                    return row_max(), once((OnlineSoftmax, "mx", j % 2), rest)
+                return once((RowMax,), row_max), once((OnlineSoftmax, "mx", j % 2), rest)
 
             if not warp_specialization and (n or splits == 1):
                 yield from load_q(cta, c, at)
