@@ -187,9 +187,9 @@ def simulate(
     then holds hbm_write_flush, the part of hbm_write that is the flush's dirty lines written back.
     start_stagger_cycles: the first block of each SM's odd slots starts that much later (the phase experiment,
     experiments/stagger.py; kernels/v2.cu's start_stagger_cycles).
-    drift_skip: with extrapolate, let the loop skip leave out stretches of one-role kernels whose roles drift
-    against each other (simulator/loopskip.py, within a tolerance; blocks of equal work once they have locked);
-    False: its exact premise only."""
+    drift_skip: with extrapolate, let the loop skip leave out stretches of causal and variable-length one-role
+    kernels whose roles drift against each other (simulator/loopskip.py, within a tolerance); False: its exact
+    premise only."""
     rec = catalog.get(algo)
     options = dict(options or {})
     unknown = sorted(set(options) - set(rec.options))

@@ -35,11 +35,10 @@ class Launch:
             # K/V stream through it, and which lines survive does not hang on the exact order of reads
             # (where they partly fit, a run left 2-4% fewer HBM bytes than its plain run)
             room = gpu.kv_head_bytes * max(gpu.copies.values(), default=1.0)
-            # the drift skip where blocks are one role (a warp-specialised block's roles would have to leave
-            # out alike); where they all do the same work, only once an SM's blocks have locked
-            drift = gpu.drift_skip and len(kernel.roles) == 1 and kernel.carry is None
-            gpu.loop_skip = LoopSkip(gpu, counters, evicting=room > gpu.l2.capacity, drift=drift,
-                                     locked=kernel.uniform)
+            # the drift skip where blocks differ (causal, variable-length: the periodic skip takes uniform
+            # kernels), and blocks are one role (a warp-specialised block's roles would have to leave out alike)
+            drift = gpu.drift_skip and not kernel.uniform and len(kernel.roles) == 1 and kernel.carry is None
+            gpu.loop_skip = LoopSkip(gpu, counters, evicting=room > gpu.l2.capacity, drift=drift)
         items = self.items = gpu.sample(kernel)
         wave = slots * gpu.n_sms
         total = self.total = len(items)

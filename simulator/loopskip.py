@@ -43,24 +43,25 @@ tile ending on one of the 8 sampled SMs changes the roles every 18 marks at most
 roles (one SM's) would leave its traffic out of the ports and the L2 the other SMs share, so it would not be
 the plain run either.
 
-Drift skip (kernels whose blocks are one role; within a tolerance, `--no-drift-skip` leaves it out; where every block
-does the same work, only once the roles have locked: their rates within DRIFT_LOCK_TOL of each other). Where the premise
-fails only because the roles' rhythms are no whole multiples of each other (on that causal GQA run most roles take 5,174
-cycles a K/V step, those of some SMs 5,109, so their phase at the marks wanders), each role is timed on its own: over
-the last 2 x DRIFT_WINDOW marks with the same roles, no line evicted and no global memory written, its cycles per loop
-body measured between its ops at the same place in its body must hold to DRIFT_TOL. Then k reference iterations' cycles
-are left out, k as large as every role still repeats its body (at least DRIFT_LEAST): each role drops the whole bodies
-its own rate gives, rounded to the nearest with the remainder carried to its next drift skip, and its barriers count
-their arrivals. The left-out loads enter the L2 in the order the rates issue them, as far as they fit without evicting;
-the L2 counts their L2 and HBM bytes, the shared-memory port the bytes the left-out ops ask of it themselves (a GEMM's
-operands), and the other counters move as over the watched marks, per load byte for the loads' own (ports, shared-memory
-fills) and per op for the rest. A warp-specialised block's roles would have to drop the same iterations (their barriers
-pair their ops), so such kernels keep the exact skip only. Not exact: each skip leaves every role within half a body of
-where its rate puts it (forked runs: role ends -60 +- 20 cycles on average, spread 1,000-2,000 cycles, against the plain
-run from the same state), and where a grid ends hangs on which blocks meet on an SM at its tail, which any nudge
-reshuffles: the plain causal GQA runs at 8k-32k move by up to 0.9% when the odd slots start 3-50 cycles late, and drift-
-skipped runs scatter alike (at 16k around the same mean; at 32k 0.06-0.10% above the plain run with the same nudge).
-Measured against the exact-only runs: docs/MODEL.md, Shortcuts.
+Drift skip (causal and variable-length kernels whose blocks are one role; within a tolerance, `--no-drift-skip`
+leaves it out). Where the premise fails only because the roles' rhythms are no whole multiples of each other
+(on that causal GQA run most roles take 5,174 cycles a K/V step, those of some SMs 5,109, so their phase at
+the marks wanders), each role is timed on its own: over the last 2 x DRIFT_WINDOW marks with the same roles, no
+line evicted and no global memory written, its cycles per loop body measured between its ops at the same place
+in its body must hold to DRIFT_TOL. Then k reference iterations' cycles are left out, k as large as every role
+still repeats its body (at least DRIFT_LEAST): each role drops the whole bodies its own rate gives, rounded to
+the nearest with the remainder carried to its next drift skip, and its barriers count their arrivals. The
+left-out loads enter the L2 in the order the rates issue them, as far as they fit without evicting; the L2
+counts their L2 and HBM bytes, the shared-memory port the bytes the left-out ops ask of it themselves (a GEMM's
+operands), and the other counters move as over the watched marks, per load byte for the loads' own (ports,
+shared-memory fills) and per op for the rest. A warp-specialised block's roles would have to
+drop the same iterations (their barriers pair their ops), so such kernels keep the exact skip only. Not exact:
+each skip leaves every role within half a body of where its rate puts it (forked runs: role ends -60 +- 20
+cycles on average, spread 1,000-2,000 cycles, against the plain run from the same state), and where a grid
+ends hangs on which blocks meet on an SM at its tail, which any nudge reshuffles: the plain causal GQA runs at
+8k-32k move by up to 0.9% when the odd slots start 3-50 cycles late, and drift-skipped runs scatter alike (at
+16k around the same mean; at 32k 0.06-0.10% above the plain run with the same nudge). Measured against the
+exact-only runs: docs/MODEL.md, Shortcuts.
 """
 
 from __future__ import annotations
@@ -97,10 +98,6 @@ LINE_BYTES = 2048  # a line's size at 16 bits, to express a line evicted by a re
 DRIFT_WINDOW = 2
 DRIFT_TOL = 0.02
 DRIFT_MISS_TOL = 0.02
-# Uniform kernels take the drift skip only once their roles have locked: every role's rate within this of the
-# others' (an SM's blocks settle into their relative phase over the first K/V steps of a wave; a skip taken
-# before they do carries the unlocked rates on: -1.5% cycles on the FA2-grid point, +0.02% with the lock).
-DRIFT_LOCK_TOL = 1e-3
 DRIFT_LOOK = 32  # loop bodies ahead of each role first looked at
 # The fewest reference iterations a drift skip leaves out: a shorter one saves less than it costs (the L2's
 # look at its loads), and each skip nudges the run off its exact course (see _watch_drift).
@@ -192,7 +189,7 @@ def _list_signatures(items: list, at: int, ops: list, out: list, memo: dict) -> 
 class LoopSkip:
     """One launch's loop skip; RoleTimers register with it and the reference role calls step()."""
 
-    def __init__(self, gpu, counters, evicting: bool = True, drift: bool = False, locked: bool = False):
+    def __init__(self, gpu, counters, evicting: bool = True, drift: bool = False):
         self.gpu, self.counters = gpu, counters
         self.roles: dict = {}  # running RoleTimers, in start order
         self.ref = None
@@ -204,7 +201,6 @@ class LoopSkip:
         self.pending = False  # a skip waits for the end of the cycle (_defer)
         self.evicting = evicting  # stretches that evict lines may be left out too (EVICTING_TOL)
         self.drift = drift  # the drift skip may leave out stretches where the exact premise fails (_watch_drift)
-        self.locked = locked  # ... only once the roles' rates agree (DRIFT_LOCK_TOL; uniform kernels)
         self.drift_stuck: frozenset | None = None  # running roles when a drift skip last found nothing to leave out
         self.carry: dict = {}  # role -> loop bodies it owes (+) or is ahead by (-) after its drift skips
         self.skips = 0
@@ -381,8 +377,7 @@ class LoopSkip:
         reference wanders from mark to mark (and now and then it takes one op more or less between two).
         Once the last 2 x DRIFT_WINDOW reference iterations ran with the same roles, no line evicted and no
         global memory written, and each role's cycles per loop body held to DRIFT_TOL (_body_cycles),
-        every role moves on at its own rate (_drift_skip); in a launch of equal blocks (`locked`), only once
-        those rates agree within DRIFT_LOCK_TOL."""
+        every role moves on at its own rate (_drift_skip)."""
         marks = self.marks
         if len(marks) < 2 * DRIFT_WINDOW + 1 or self.drift_stuck == frozenset(self.roles):
             return
@@ -399,8 +394,6 @@ class LoopSkip:
             if cycles is None:
                 return
             rates[role] = 1.0 / cycles
-        if self.locked and max(rates.values()) > min(rates.values()) * (1.0 + DRIFT_LOCK_TOL):
-            return
         ops = {role: (a[1][role][0], c[1][role][0] - a[1][role][0]) for role in c[1]}
         self._defer(partial(self._drift, rates, ops, delta), ops)
 

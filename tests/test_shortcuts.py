@@ -204,7 +204,7 @@ def test_periodic_skip_needs_periods_that_take_time():
 def test_periodic_skip_leaves_out_a_stretch_of_each_head():
     """Watching starts again after each stretch left out: four sampled heads of eight waves each."""
     problem = Problem(4, 16, 16384, 128)
-    fast = simulate("v2", problem, H100, drift_skip=False)  # exact skips only (its blocks lock: drift skip)
+    fast = simulate("v2", problem, H100)
     plain = simulate("v2", problem, H100, extrapolate=False)
     assert fast.sim["periodic_skips"] >= 2 and plain.sim["periodic_skips"] == 0
     _same(fast, plain)
