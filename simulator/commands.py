@@ -134,6 +134,9 @@ def register(subparsers: Any) -> None:
     _add_run_args(p)
     p.add_argument("--no-drift-skip", dest="drift_skip", action="store_false",
                    help="leave out loop stretches only where the machine repeats them exactly (no drift skip)")
+    p.add_argument("--flushed-l2", action="store_true",
+                   help="start from the full, partly dirty L2 that a flush leaves, as the profiler's runs and the "
+                   "validation reports do (default: an empty L2)")
     p.add_argument("--max-steps", type=int, default=MAX_SIMULATED_STEPS,
                    help="refuse runs that would interpret more tile steps, one Q block meeting one K/V block "
                    f"(default {MAX_SIMULATED_STEPS:,}, about five minutes; 0: no limit)")
@@ -275,7 +278,8 @@ def _cmd_simulate(args) -> int:
     with RunProgress(label, enabled=not args.json) as progress:
         result = simulate_pass(args.algo, problem, profile, args.pass_, tiling, sms=_sms(args, profile),
                                extrapolate=args.extrapolate, options=options, drift_skip=args.drift_skip,
-                               max_steps=args.max_steps or None, max_events=_max_events(args), progress=progress)
+                               flushed_l2=args.flushed_l2, max_steps=args.max_steps or None,
+                               max_events=_max_events(args), progress=progress)
     if args.json:
         _print_json({**result.as_dict(), **({"hw_overrides": overridden(profile)} if overridden(profile) else {})})
     else:
@@ -309,7 +313,8 @@ def _simulate_sdpa(args, profile) -> int:
     with RunProgress(label, enabled=not args.json) as progress:
         result = simulate_pass(algo, run_problem, profile, "fwd", Tiling(**tiling), sms=_sms(args, profile),
                                extrapolate=args.extrapolate, drift_skip=args.drift_skip,
-                               max_steps=args.max_steps or None, max_events=_max_events(args), progress=progress)
+                               flushed_l2=args.flushed_l2, max_steps=args.max_steps or None,
+                               max_events=_max_events(args), progress=progress)
     result = with_call_work(result, problem, launch, profile)
     if args.json:
         _print_json({**result.as_dict(), **({"hw_overrides": overridden(profile)} if overridden(profile) else {})})

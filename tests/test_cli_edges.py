@@ -222,6 +222,20 @@ def test_units_binary_sizes_decimal_rates():
     assert format_rate(3.35e12) == "3.35 TB/s"
 
 
+def test_simulate_starts_from_a_flushed_l2_as_validation_does(capsys):
+    """--flushed-l2: the run starts from the full, partly dirty L2 a flush leaves (the validation reports'
+    start), whose dirty lines are written back as the kernel's reads take their place."""
+    argv = ["simulate", "--hw", "h100", "--seqlen", "1024", "--batch", "1", "--heads", "4", "--json"]
+    assert cli.main(argv) == 0
+    empty = json.loads(capsys.readouterr().out)
+    assert cli.main([*argv, "--flushed-l2"]) == 0
+    flushed = json.loads(capsys.readouterr().out)
+    assert "hbm_write_flush" not in empty["bytes"] and flushed["bytes"]["hbm_write_flush"] > 0
+    assert flushed["bytes"]["hbm_write"] > empty["bytes"]["hbm_write"] and flushed["cycles"] >= empty["cycles"]
+    expected = api.simulate("v2", Problem(1, 4, 1024, 128), load_profile("h100"), flushed_l2=True)
+    assert flushed["cycles"] == expected.cycles and flushed["bytes"] == expected.bytes
+
+
 def test_simulate_prints_binary_sizes(capsys):
     assert cli.main(["simulate", "--seqlen", "1024", "--batch", "1"]) == 0
     out = capsys.readouterr().out
