@@ -106,6 +106,16 @@ def test_unit_skip_leaves_out_the_heads_after_two_alike():
                     "delta": {"hbm_read": 100.0, "busy_tensor": 7.0}, "filling": True}
 
 
+@pytest.mark.xfail(strict=True, reason="known miss (docs/MODEL.md, Unit skip): the fix, comparing heads dealt from the "
+                   "same place in a wave, lands with the next prediction of the reports")
+def test_unit_skip_takes_no_two_heads_that_alias_on_the_waves():
+    """Heads of 64 blocks on a wave of 22 slots: their first blocks are dealt at wave ends 3, 3, 3, 2, ... waves
+    apart, so two heads in a row may take equal time where the mean head takes 2.91 waves (the H100 test set's
+    v2 b1-h96-kv12-n8192-k70656-d64 came out 1.99% over its plain run so). Those two say nothing of the rest."""
+    skip = UnitSkip([(0, h, i) for h in range(8) for i in range(64)], 22, lambda cta: cta[1])
+    assert _marks(skip, [0, 3000, 6000]) is None
+
+
 def test_unit_skip_needs_heads_alike_within_its_tolerance():
     skip = _units(list(range(8)))
     assert _marks(skip, [0, 1000, 2000 + 1000 * 2 * UNIT_TOL]) is None
