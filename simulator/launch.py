@@ -113,9 +113,9 @@ class Launch:
         plan = units.mark(unit, self.env.now + gpu.skipped_cycles, self.counters(), gpu._l2_state(), gpu.l2)
         if plan is None:
             return 0
-        gpu.skipped_cycles += plan["cycles"] * plan["units"]
+        gpu.skipped_cycles += plan["cycles"] * plan["reps"]
         for key, value in plan["delta"].items():
-            gpu.skipped[key] = gpu.skipped.get(key, 0.0) + value * plan["units"]
+            gpu.skipped[key] = gpu.skipped.get(key, 0.0) + value * plan["reps"]
         if plan["filling"]:
             run["filling"] += plan["blocks"]
         self.skips.append((at, plan["blocks"]))

@@ -23,8 +23,6 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Sequence
 
-import numpy as np
-
 # Below this many simulated blocks, or with a fit that leaves a block's cost rising by less than this per
 # step, the sample says too little to replay from: the scale stays 1.
 MIN_BLOCKS = 8
@@ -54,6 +52,8 @@ def fit(records: Sequence[tuple], steps: Callable[[tuple], int]) -> dict | None:
     shared its SM with x other blocks on average, fitted to the records; None where they cannot say."""
     if len(records) < MIN_BLOCKS:
         return None
+    import numpy as np  # here, not at the top: runs of equal blocks never replay, and numpy takes ~40 ms to load
+
     k = np.array([steps(r[0]) for r in records], dtype=float)
     x = np.array(_others(records))
     cycles = np.array([r[3] - r[2] for r in records], dtype=float)
@@ -129,6 +129,8 @@ def chip_cycles(records: Sequence[tuple], steps: Callable[[tuple], int], chip: S
     cost = fit(records, steps)
     if cost is None:
         return None
+    import numpy as np
+
     fixed = np.full(len(chip), cost["fixed"])
     work = cost["per_step"] * np.array([steps(c) for c in chip], dtype=float)
     rng = np.random.default_rng(0)  # the same jitter every run: a prediction is reproducible

@@ -46,6 +46,11 @@ class UnitSkip:
         sizes = [b - a for a, b in zip(self.starts, [*self.starts[1:], self.total], strict=True)]
         self.ok = (len(set(keys)) == len(keys) >= 4 and len(set(sizes)) == 1 and sizes[0] >= MIN_WAVES * wave)
         self.size = sizes[0] if sizes else 0
+        # units between two whose first blocks are dealt at the same place in a wave: where a unit is no whole
+        # number of waves, the units between are dealt from other places and their starts fall on other wave
+        # ends, so two units in a row may take equal time (both 3 waves of 22 slots) where the mean unit takes
+        # less (64 blocks: 2.91 waves)
+        self.period = wave // math.gcd(self.size, wave) if self.size else 1
         self.marks: list = []  # (unit index, virtual cycle, counters, L2 state) at each unit's first dispatch
         self.skips = 0
         self.units_left_out = 0
@@ -59,14 +64,16 @@ class UnitSkip:
 
     def mark(self, unit: int, cycle: int, counters: dict, l2_state: tuple, cache) -> dict | None:
         """Unit `unit`'s first block is about to be dispatched: a plan to leave out units from it on
-        ({"at", "blocks", "units", "cycles", "delta", "filling"}), or None."""
-        marks = self.marks
+        ({"at", "blocks", "units", "reps": periods of units, "cycles" and "delta": a period's, "filling"}), or
+        None."""
+        marks, period = self.marks, self.period
         if marks and marks[-1][0] != unit - 1:
             marks.clear()  # units left out in between (another skip): watch again
         marks.append((unit, cycle, counters, l2_state))
-        if len(marks) < 3:
+        if len(marks) < 2 * period + 1:
             return None
-        (u0, t0, c0, l0), (u1, t1, c1, l1), (_, t2, c2, l2) = marks[-3:]
+        del marks[: -2 * period - 1]
+        (u0, t0, c0, l0), (u1, t1, c1, l1), (_, t2, c2, l2) = marks[0], marks[period], marks[-1]
         kv = self.kv
         gqa = kv.count(kv[u1]) > 1
         if gqa and (kv[u0] != kv[u1] or kv.index(kv[u0]) == u0):
@@ -85,12 +92,13 @@ class UnitSkip:
         end = len(self.starts)
         if gqa:  # stay within the group
             end = max(i for i, k in enumerate(kv) if k == kv[u1]) + 1
-        units = end - unit
-        filling = _l2_filling(l0, l1, l2, units, cache)
+        reps = (end - unit) // period  # whole periods of units, so that the units after are dealt as they were
+        units = reps * period
+        filling = _l2_filling(l0, l1, l2, reps, cache)
         if units <= 0 or filling is None:
             return None
         self.worst = max(self.worst, diff)
-        return {"at": self.starts[unit], "blocks": units * self.size, "units": units, "cycles": d2,
+        return {"at": self.starts[unit], "blocks": units * self.size, "units": units, "reps": reps, "cycles": d2,
                 "delta": {k: c2[k] - c1[k] for k in c2}, "filling": filling}
 
 

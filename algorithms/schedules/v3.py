@@ -408,22 +408,17 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
                 col0 = (first + j) * bn
                 mask = None if col0 + bn <= visible else tile_mask(p, row0, col0, WG_ROWS, bn)
 
-                def make():
+                def online(mask=mask, max_in=None):  # after a RowMax (max_in), S is masked already
                     return OnlineSoftmax("S", f"P{j % 2}", "m", "l", WG_ROWS, bn, p.scale, mask, dt, acc="acc",
-                                         acc_cols=d, corr="corr", warps=4)
+                                         acc_cols=d, corr="corr", warps=4, max_in=max_in)
 
                 def row_max():
                     return RowMax("S", "m", "mx", WG_ROWS, bn, p.scale, mask, warps=4)
 
-                def rest():
-                    return OnlineSoftmax("S", f"P{j % 2}", "m", "l", WG_ROWS, bn, p.scale, None, dt, acc="acc",
-                                         acc_cols=d, corr="corr", warps=4, max_in="mx")
-
                 if not serial:
-                    return make() if mask is not None else once((OnlineSoftmax, j % 2), make)
-                if mask is not None:
-                    return row_max(), once((OnlineSoftmax, "mx", j % 2), rest)
-                return once((RowMax,), row_max), once((OnlineSoftmax, "mx", j % 2), rest)
+                    return online() if mask is not None else once((OnlineSoftmax, j % 2), online)
+                rest = once((OnlineSoftmax, "mx", j % 2), lambda: online(None, "mx"))
+                return (row_max() if mask is not None else once((RowMax,), row_max)), rest
 
             if not warp_specialization and (n or splits == 1):
                 yield from load_q(cta, c, at)
@@ -526,12 +521,14 @@ def nest(x: cf.Dims, fp8: bool = False) -> cf.KernelNest:
     q_rows = BH * sum(x.rows(i) for i, _, m in tiles if m or S == 1)
     rk = min(bn, x.Nk)
     soft = 4 * wg * bn + wg * (2 + d)
+    serial = x.t.pipeline == "serial"  # cuDNN's loop: S_j waited at once, then its row max (schedule above)
 
     scales = [cf.load("load Kscale_j, Vscale_j", "Kscale", F32, P * F32, P),
               cf.load("", "Vscale", F32, P * F32, P)] if fp8 else []
     producer = [
         cf.load("load Q_i (TMA, 64 rows per consumer)", q, min(bm, Nq) * d * e, q_rows * d * e, BH * tr * S),
-        cf.Loop(f"j in 0..{max(n)}  kv-block (ring of {x.t.stages} slots)", max(n), P, [
+        cf.Loop(f"j in 0..{max(n)}  kv-block " + ("(K_j, then V_j, as their slots free)" if serial
+                                                   else f"(ring of {x.t.stages} slots)"), max(n), P, [
             cf.load("load K_j (TMA)", k, rk * d * e, kv, P),
             cf.load("load V_j (TMA)", v, rk * d * e, kv, P),
             *cf.merged(scales),
@@ -540,7 +537,8 @@ def nest(x: cf.Dims, fp8: bool = False) -> cf.KernelNest:
     kv_loop = [
         cf.gemm("S = Q_c K_j^T  wgmma", "wgmma", x.dt, wg, bn, d, CP, (q, wg * d * eg), (k, bn * d * eg),
               ("Kscale", F32) if fp8 else None),
-        cf.work("softmax (overlaps the previous PV)", CP, wg * bn + wg, soft,
+        cf.work("row max of S_j, then softmax in turn" if serial
+                else "softmax (overlaps the previous PV)", CP, wg * bn + wg, soft,
               soft * CP + cf.MASK_OPS_PER_ELEMENT * masked * wg * bn),
         cf.gemm("O += P V_j  wgmma", "wgmma", x.dt, wg, d, bn, CP, None, (v, bn * d * eg),
               ("Vscale", F32) if fp8 else None),
