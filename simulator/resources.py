@@ -288,6 +288,27 @@ class SharedUnit:
                     else:
                         active[k] = w - served
                 continue
+            if len(active) == 2:  # water-filling for two, as _shares does it, without its dictionaries
+                rate = self.rate
+                (a, wa), (b, wb) = active.items()
+                ca, cb = caps.get(a, rate), caps.get(b, rate)
+                if cb < ca:
+                    a, b, ca, cb, wa, wb = b, a, cb, ca, wb, wa
+                ra = min(ca, rate / 2)
+                rb = min(cb, rate - ra)
+                dt = min(wa / ra, wb / rb)
+                if self.t0 + dt > now:
+                    active[a] = wa - (now - self.t0) * ra
+                    active[b] = wb - (now - self.t0) * rb
+                    self.t0 = now
+                    return
+                self.t0 += dt
+                for k in list(active):
+                    w = active[k] - dt * (ra if k == a else rb)
+                    active[k] = w
+                    if w <= 1e-9:
+                        self._finish(k, self.t0)
+                continue
             rates = self._shares(active)  # water-filling
             dt = min(w / rates[k] for k, w in active.items())
             if self.t0 + dt > now:
@@ -401,6 +422,13 @@ class SharedUnit:
 
     def _play(self, rid: int) -> float:
         """estimate() under mixed caps: water-fill again as each request leaves."""
+        if len(self.active) == 2:
+            finish = self._play_two(rid)
+            if finish is not None:
+                return finish
+        return self._play_loop(rid)
+
+    def _play_loop(self, rid: int) -> float:
         t, work = self.t0, dict(self.active)
         while True:
             rates = self._shares(work)
@@ -411,6 +439,30 @@ class SharedUnit:
             work = {k: w - dt * rates[k] for k, w in work.items() if w - dt * rates[k] > 1e-9}
             if rid not in work:  # it finished within rounding of the one that left first
                 return t
+
+    def _play_two(self, rid: int) -> float | None:
+        """_play for two requests (two blocks' work on an SM unit), the same arithmetic without its loop: the
+        one that finishes first leaves, and the other runs on alone at its cap. None where both would still be
+        in service after the first leaves (rounding): the loop then plays it."""
+        caps, rate = self.caps, self.rate
+        (a, wa), (b, wb) = self.active.items()
+        ca, cb = caps.get(a, rate), caps.get(b, rate)
+        if cb < ca:  # _shares: the lower cap (the first on a tie) is served first
+            a, b, ca, cb, wa, wb = b, a, cb, ca, wb, wa
+        ra = min(ca, rate / 2)
+        rb = min(cb, rate - ra)
+        ta, tb = wa / ra, wb / rb
+        first = min(ta, tb)
+        mine, w, r, w_other, r_other = (ta, wa, ra, wb, rb) if rid == a else (tb, wb, rb, wa, ra)
+        if mine <= first + 1e-12:
+            return self.t0 + mine
+        if w_other - first * r_other > 1e-9:
+            return None
+        t = self.t0 + first
+        w -= first * r
+        if not w > 1e-9:
+            return t
+        return t + w / min(caps.get(rid, rate), rate / 1)
 
     def release(self, rid: int) -> None:
         """The waiter is done with this request (or never waits for it)."""

@@ -170,3 +170,19 @@ def test_port_matches_a_step_by_step_integration(seed):
     for i, t_out in expected.items():
         assert abs(seen[i] - (math.ceil(t_out) + latency)) <= 1, (i, seen[i], t_out)
     assert port.busy_cycles(env.now) == pytest.approx(sum(w for _, w, _ in requests) / 16.0)
+
+
+def test_two_requests_under_mixed_caps_finish_as_the_water_filling_loop_says():
+    """SharedUnit._play_two is the loop's arithmetic for two requests, to the last bit."""
+    import random
+
+    rng = random.Random(7)
+    for _ in range(2000):
+        unit = SharedUnit("u", rng.choice([1.0, 2.0, 128.0, 1024.0]))
+        t0 = rng.uniform(0, 1e6)
+        for _ in range(2):
+            cap = rng.choice([1.0, 0.5, 0.25, rng.uniform(0.05, 1.0)])
+            unit.submit(t0, rng.choice([rng.uniform(1e-3, 1e6), 4096.0]), cap)
+        for rid in list(unit.active):
+            two = unit._play_two(rid)
+            assert two is None or two == unit._play_loop(rid)
