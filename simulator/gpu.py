@@ -266,6 +266,8 @@ class Gpu:
                            "evicting_skips": 0, "drift_skips": 0}
         self.drift_skip = True  # the loop skip may leave out stretches whose roles drift (loopskip._watch_drift)
         self.skipped_cycles = 0  # cycles of loop periods left out, all launches so far
+        # of them, those of whole blocks left out (periodic and unit skips): no block that ran lived through them
+        self.blocks_skipped_cycles = 0
         self.skipped: dict[str, float] = {}  # counter increments of the loop periods left out
         self.kv_head_bytes = 0.0  # K and V of one K/V head (the evicting loop skip's premise; 0: unknown)
         self.on_block = None  # progress: on_block(blocks done or left out, blocks) after each block of a launch

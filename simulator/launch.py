@@ -91,6 +91,7 @@ class Launch:
         k, period, reps = plan["mark"], plan["period"], plan["reps"]
         (t0, c0), (t1, c1) = marks[k - period], marks[k]
         gpu.skipped_cycles += (t1 - t0) * reps
+        gpu.blocks_skipped_cycles += (t1 - t0) * reps
         for key in c1:
             gpu.skipped[key] = gpu.skipped.get(key, 0.0) + (c1[key] - c0[key]) * reps
         if plan["regime"] == "filling":  # the left-out blocks' dirty lines would still be there too
@@ -114,6 +115,7 @@ class Launch:
         if plan is None:
             return 0
         gpu.skipped_cycles += plan["cycles"] * plan["reps"]
+        gpu.blocks_skipped_cycles += plan["cycles"] * plan["reps"]
         for key, value in plan["delta"].items():
             gpu.skipped[key] = gpu.skipped.get(key, 0.0) + value * plan["reps"]
         if plan["filling"]:
@@ -240,7 +242,8 @@ class Launch:
         log = gpu.block_log
         while queue:
             cta = queue.popleft()
-            start = env.now + gpu.skipped_cycles
+            # a block's own clock: the loop periods it left out count, the blocks left out while it ran do not
+            start = env.now + gpu.skipped_cycles - gpu.blocks_skipped_cycles
             if first or not kernel.persistent:
                 # the stagger experiment's odd slots start late (Gpu.start_stagger; 0 in every other run)
                 late = gpu.start_stagger if first and slot % 2 else 0
@@ -256,7 +259,7 @@ class Launch:
             yield simpy.AllOf(env, procs)
             sm.blocks -= 1
             if log is not None:  # the dispatch replay's record of what the block cost (simulator/replay.py)
-                log.append((cta, sm.index, start, env.now + gpu.skipped_cycles))
+                log.append((cta, sm.index, start, env.now + gpu.skipped_cycles - gpu.blocks_skipped_cycles))
             self.block_done()
 
     @property

@@ -165,6 +165,7 @@ class CarriedSkip:
         k, period, reps, blocks = plan["mark"], plan["period"], plan["reps"], plan["blocks"]
         (t0, c0), (t1, c1) = self.marks[k - period], self.marks[k]
         gpu.skipped_cycles += (t1 - t0) * reps
+        gpu.blocks_skipped_cycles += (t1 - t0) * reps
         for key in c1:
             gpu.skipped[key] = gpu.skipped.get(key, 0.0) + (c1[key] - c0[key]) * reps
         if plan["regime"] == "filling":

@@ -16,6 +16,11 @@ the next block in launch order takes the slot a block frees) replays the chip's 
 the last long blocks run alone or shared, so the replay is run with each block's cost moved a little and
 averaged. Against --full on the FA2 grid's 24 such points it came within 1.9%; the sample's own end, scaled
 by the ratio of the two replays (the earlier rule, which stretched the fixed part too), came within 3.7%.
+
+A block's start and end are on its own clock (simulator/launch.py): the loop stretches left out inside it
+count, the whole blocks left out meanwhile (periodic and unit skips) do not, as those cycles were other
+blocks' work. A block running when heads were left out once counted their cycles, the fit failed, and the
+run fell back to the sample's own end, up to 3% off.
 """
 
 from __future__ import annotations

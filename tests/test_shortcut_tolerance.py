@@ -49,6 +49,19 @@ def test_unit_skip_within_the_bound(algo, problem, profile):
     _within(fast, plain)
 
 
+def test_unit_skip_keeps_the_dispatch_replay():
+    """A causal V2 sample whose chip dispatch is replayed (simulator/replay.py) and whose heads the unit skip
+    leaves out: the replay fits the blocks' own cycles, which exclude the heads left out while a block ran. (Its
+    blocks running at the skip once counted the left-out heads' cycles as theirs, the fit failed, and the run
+    fell back to the sample's own end, 3% over the plain run.)"""
+    problem = Problem(5, 48, 5120, 64, causal=True)
+    fast = simulate("v2", problem, H100, flushed_l2=True)
+    plain = simulate("v2", problem, H100, flushed_l2=True, extrapolate=False)
+    assert fast.sim["unit_skip"]["units_left_out"] > 0 and "unit_skip" not in plain.sim
+    assert fast.sim["sample"]["kind"] == plain.sim["sample"]["kind"] == "dispatch replayed"
+    _within(fast, plain)
+
+
 @pytest.mark.parametrize(
     "algo,problem,profile",
     [
