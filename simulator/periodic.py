@@ -32,7 +32,7 @@ def skip_plan(heads: list, step: int, slots: int, times: list[int], queued: int,
     in_order = len(heads) % per_head == 0 and all(heads[i] == heads[i - i % per_head] for i in range(len(heads)))
     # blocks that end together in each of `slots` rounds repeat with a multiple of the pattern, each as good
     multiples = range(pattern, PATTERN_MAX * slots + 1, pattern) if in_order else ()
-    whole = next((n for n in multiples if repeats(gaps, n)), 0)
+    whole = next((n for n in multiples if repeats(gaps, n, slots)), 0)
     if whole:
         pattern = whole
         unit = pattern * step
@@ -40,7 +40,7 @@ def skip_plan(heads: list, step: int, slots: int, times: list[int], queued: int,
         reps = (room - at) // unit
         if reps > 0:
             return {"at": at, "blocks": reps * unit, "period": pattern, "reps": reps, "whole_heads": True}
-    period = next((n for n in range(1, PERIOD_MAX * slots + 1) if repeats(gaps, n)), 0)
+    period = next((n for n in range(1, PERIOD_MAX * slots + 1) if repeats(gaps, n, slots)), 0)
     if not period:
         return None
     first = block_of((len(times) - 1 - 2 * period) * step)  # first block of the watched periods
@@ -61,17 +61,19 @@ def counters_repeat(marks: list, period: int) -> bool:
     )
 
 
-def repeats(gaps: list[int], period: int) -> bool:
+def repeats(gaps: list[int], period: int, slots: int = 1) -> bool:
     """Whether the last intervals repeat with that period: the last 2 x `period` exactly, or, where an SM's
     blocks drift against each other (their ends move a few cycles a round and wrap around), the last three
     periods each taking the same cycles in sum. A period must take time: blocks that end together (several
     per SM, started at once) give intervals of 0 cycles, which repeat but say nothing of the blocks after
-    them."""
+    them. The sums are compared only over whole rounds of the SMs' `slots` (a period a multiple of them): blocks
+    that end together in waves of `slots` per SM end 1 or 2 waves into stretches of other lengths by turns, so
+    three stretches in a row may each hold 2 while the mean stretch holds 1.75."""
     if len(gaps) < 2 * period or sum(gaps[-period:]) <= 0:
         return False
     if gaps[-period:] == gaps[-2 * period : -period]:
         return True
-    if len(gaps) < 3 * period:
+    if len(gaps) < 3 * period or period % slots:
         return False
     last, before, first = gaps[-period:], gaps[-2 * period : -period], gaps[-3 * period : -2 * period]
     return sum(last) == sum(before) == sum(first)

@@ -201,6 +201,21 @@ def test_periodic_skip_needs_periods_that_take_time():
     assert pre_fast["cycles"] / pre_fast["clock_hz"] > read / H200.hbm_bandwidth_bytes_per_s
 
 
+def test_periodic_skip_sums_only_whole_rounds_of_slots():
+    """Blocks that end together in waves of 4 per SM (the backward's elementwise kernels) give one round in
+    four that takes time. Heads of 7 rounds then hold 2, 2, 2, 1 waves' ends by turns, and three heads in a row
+    took the same cycles in sum: the skip charged every head it left out 2 waves where the mean head takes 1.75
+    (the preprocess and the dQ conversion 12% long at 12 x 40 x 3584 causal). Sums count over whole rounds of the
+    slots only; exact repeats count as before."""
+    from flashsim.simulator.periodic import repeats as _repeats
+
+    gaps = [14700, 0, 0, 0] * 12
+    assert _repeats(gaps[:41], 7) and not _repeats(gaps[:41], 7, slots=4)  # the last three stretches: 2 waves each
+    assert _repeats(gaps, 4, slots=4) and _repeats(gaps, 8, slots=4)  # whole waves repeat exactly
+    drifting = [9, 4, 5, 8, 4, 9]  # two blocks per SM whose ends move against each other: 13 cycles a round
+    assert _repeats(drifting, 2, slots=2) and not _repeats(drifting, 2, slots=4)
+
+
 def test_periodic_skip_leaves_out_a_stretch_of_each_head():
     """Watching starts again after each stretch left out: four sampled heads of eight waves each."""
     problem = Problem(4, 16, 16384, 128)
