@@ -462,7 +462,7 @@ class SharedUnit:
         w -= first * r
         if not w > 1e-9:
             return t
-        return t + w / min(caps.get(rid, rate), rate / 1)
+        return t + w / min(caps.get(rid, rate), rate)
 
     def release(self, rid: int) -> None:
         """The waiter is done with this request (or never waits for it)."""
