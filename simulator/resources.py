@@ -220,14 +220,9 @@ class SharedUnit:
         """Each request's rate: equal shares, except that a capped request takes at most its cap and the
         rest is shared among the others."""
         caps = self.caps
-        if len(work) == 2:  # the common case, unrolled: the lower cap (the first on a tie) is served first
-            a, b = work
-            rate = self.rate
-            ca, cb = caps.get(a, rate), caps.get(b, rate)
-            if cb < ca:
-                a, b, ca, cb = b, a, cb, ca
-            ra = min(ca, rate / 2)
-            return {a: ra, b: min(cb, rate - ra)}
+        if len(work) == 2:  # the common case, unrolled
+            (a, _, ra), (b, _, rb) = self._two(work)
+            return {a: ra, b: rb}
         left, n = self.rate, len(work)
         out = {}
         for k in sorted(work, key=lambda k: caps.get(k, left)):
@@ -235,6 +230,17 @@ class SharedUnit:
             left -= out[k]
             n -= 1
         return out
+
+    def _two(self, work: dict[int, float]) -> tuple[tuple, tuple]:
+        """Water-filling for two requests: ((request, work, rate), ...), the lower cap (the first on a tie)
+        served first and the other taking the rest up to its cap."""
+        caps, rate = self.caps, self.rate
+        (a, wa), (b, wb) = work.items()
+        ca, cb = caps.get(a, rate), caps.get(b, rate)
+        if cb < ca:
+            a, b, ca, cb, wa, wb = b, a, cb, ca, wb, wa
+        ra = min(ca, rate / 2)
+        return (a, wa, ra), (b, wb, min(cb, rate - ra))
 
     def _common_cap(self) -> float | None:
         """The cap every request in service shares (None when they are not all capped alike)."""
@@ -288,14 +294,8 @@ class SharedUnit:
                     else:
                         active[k] = w - served
                 continue
-            if len(active) == 2:  # water-filling for two, as _shares does it, without its dictionaries
-                rate = self.rate
-                (a, wa), (b, wb) = active.items()
-                ca, cb = caps.get(a, rate), caps.get(b, rate)
-                if cb < ca:
-                    a, b, ca, cb, wa, wb = b, a, cb, ca, wb, wa
-                ra = min(ca, rate / 2)
-                rb = min(cb, rate - ra)
+            if len(active) == 2:  # water-filling for two, without the loop's dictionaries
+                (a, wa, ra), (b, wb, rb) = self._two(active)
                 dt = min(wa / ra, wb / rb)
                 if self.t0 + dt > now:
                     active[a] = wa - (now - self.t0) * ra
@@ -444,13 +444,7 @@ class SharedUnit:
         """_play for two requests (two blocks' work on an SM unit), the same arithmetic without its loop: the
         one that finishes first leaves, and the other runs on alone at its cap. None where both would still be
         in service after the first leaves (rounding): the loop then plays it."""
-        caps, rate = self.caps, self.rate
-        (a, wa), (b, wb) = self.active.items()
-        ca, cb = caps.get(a, rate), caps.get(b, rate)
-        if cb < ca:  # _shares: the lower cap (the first on a tie) is served first
-            a, b, ca, cb, wa, wb = b, a, cb, ca, wb, wa
-        ra = min(ca, rate / 2)
-        rb = min(cb, rate - ra)
+        (a, wa, ra), (b, wb, rb) = self._two(self.active)
         ta, tb = wa / ra, wb / rb
         first = min(ta, tb)
         mine, w, r, w_other, r_other = (ta, wa, ra, wb, rb) if rid == a else (tb, wb, rb, wa, ra)
@@ -462,7 +456,7 @@ class SharedUnit:
         w -= first * r
         if not w > 1e-9:
             return t
-        return t + w / min(caps.get(rid, rate), rate)
+        return t + w / min(self.caps.get(rid, self.rate), self.rate)
 
     def release(self, rid: int) -> None:
         """The waiter is done with this request (or never waits for it)."""
