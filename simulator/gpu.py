@@ -416,6 +416,15 @@ class Gpu:
         ratio = chip / max(1, sample)
         return {t: ratio for t, keys in first.items() if max(keys.values()) > 1}
 
+    def leave_out_blocks(self, cycles: float, delta: dict, reps: int) -> None:
+        """Whole blocks left out (periodic and unit skips): `reps` copies of a period that took `cycles` and moved
+        the counters by `delta`."""
+        self.skipped_cycles += cycles * reps
+        self.blocks_skipped_cycles += cycles * reps
+        skipped = self.skipped
+        for key, value in delta.items():
+            skipped[key] = skipped.get(key, 0.0) + value * reps
+
     def _l2_state(self) -> tuple:
         l2 = self.l2
         return l2.used, l2.dirty_room, l2.evictions, l2.evicted_dirty_bytes, l2.evicted_room

@@ -90,10 +90,7 @@ class Launch:
         gpu, run, marks = self.gpu, self.run, self.marks
         k, period, reps = plan["mark"], plan["period"], plan["reps"]
         (t0, c0), (t1, c1) = marks[k - period], marks[k]
-        gpu.skipped_cycles += (t1 - t0) * reps
-        gpu.blocks_skipped_cycles += (t1 - t0) * reps
-        for key in c1:
-            gpu.skipped[key] = gpu.skipped.get(key, 0.0) + (c1[key] - c0[key]) * reps
+        gpu.leave_out_blocks(t1 - t0, {key: c1[key] - c0[key] for key in c1}, reps)
         if plan["regime"] == "filling":  # the left-out blocks' dirty lines would still be there too
             run["filling"] += plan["blocks"]
         self.skips.append((plan["at"], plan["blocks"]))
@@ -114,10 +111,7 @@ class Launch:
         plan = units.mark(unit, self.env.now + gpu.skipped_cycles, self.counters(), gpu._l2_state(), gpu.l2)
         if plan is None:
             return 0
-        gpu.skipped_cycles += plan["cycles"] * plan["reps"]
-        gpu.blocks_skipped_cycles += plan["cycles"] * plan["reps"]
-        for key, value in plan["delta"].items():
-            gpu.skipped[key] = gpu.skipped.get(key, 0.0) + value * plan["reps"]
+        gpu.leave_out_blocks(plan["cycles"], plan["delta"], plan["reps"])
         if plan["filling"]:
             run["filling"] += plan["blocks"]
         self.skips.append((at, plan["blocks"]))

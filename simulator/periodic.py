@@ -166,10 +166,7 @@ class CarriedSkip:
         gpu = self.gpu
         k, period, reps, blocks = plan["mark"], plan["period"], plan["reps"], plan["blocks"]
         (t0, c0), (t1, c1) = self.marks[k - period], self.marks[k]
-        gpu.skipped_cycles += (t1 - t0) * reps
-        gpu.blocks_skipped_cycles += (t1 - t0) * reps
-        for key in c1:
-            gpu.skipped[key] = gpu.skipped.get(key, 0.0) + (c1[key] - c0[key]) * reps
+        gpu.leave_out_blocks(t1 - t0, {key: c1[key] - c0[key] for key in c1}, reps)
         if plan["regime"] == "filling":
             self.filling += blocks
         gpu.extrapolated_blocks += blocks

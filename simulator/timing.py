@@ -123,6 +123,18 @@ class RoleTimer:
         softmax it overlapped) does not sleep. Shared units can only push an estimate later, so wake at the
         estimate and ask again. lags: per request, cycles past its own end that the wait lasts at least."""
         env = self.env
+        if lags is None and len(reqs) == 1:  # the common case: the loop below for one request
+            unit, rid = reqs[0]
+            while True:
+                now = env._now
+                served = math.ceil(max(0, unit.estimate(now, rid)) - 1e-9)
+                if served + extra <= now:
+                    break
+                yield env.timeout(served + extra - now)
+                if env._now >= served + extra:
+                    extra = 0
+            unit.release(rid)
+            return
         while True:
             now = env._now  # simpy's `now` property, read directly: this loop runs for most ops
             t = now if not reqs else 0

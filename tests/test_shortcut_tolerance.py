@@ -201,3 +201,38 @@ def test_v1_loop_from_probes_that_wander_by_a_hair(monkeypatch):
     monkeypatch.setattr(api, "simulate", real)
     plain = simulate("v1", problem, four_sms, sms=None, extrapolate=False)
     _within(fast, plain)
+
+
+def _counted(skip: UnitSkip, increments: list[dict]):
+    """Feed unit starts 0, 1, ... a thousand cycles apart, the counters moving by `increments` (one dict per
+    unit after the first); the last plan (or None)."""
+    counters = dict.fromkeys(increments[0], 0.0)
+    plan = skip.mark(0, 0, dict(counters), (0.0, 0.0, 0, 0.0), _FakeL2())
+    for unit, step in enumerate(increments, start=1):
+        counters = {k: counters[k] + step[k] for k in counters}
+        plan = skip.mark(unit, 1000 * unit, dict(counters), (0.0, 0.0, 0, 0.0), _FakeL2())
+    return plan
+
+
+def test_unit_skip_holds_small_counts_to_their_own_tolerance():
+    """A count under SMALL_SHARE of a head's L2 traffic (HBM reads where the L2 catches most loads) may move
+    by up to SMALL_TOL of itself from head to head (which lines the L2 evicts first); the head's traffic and
+    every larger count still by UNIT_TOL."""
+    from flashsim.simulator.unitskip import SMALL_SHARE, SMALL_TOL
+
+    assert UNIT_TOL < SMALL_TOL
+    traffic = 1e6
+    hbm = 0.5 * SMALL_SHARE * traffic
+
+    def plan(hbm_moves: float, traffic_moves: float = 0.0):
+        heads = [{"l2_read": traffic, "hbm_read": hbm}] * 2
+        heads.append({"l2_read": traffic * (1 + traffic_moves), "hbm_read": hbm * (1 + hbm_moves)})
+        return _counted(_units(list(range(8))), heads)
+
+    taken = plan(0.5 * SMALL_TOL)
+    assert taken is not None and taken["units"] == 5 and taken["delta"]["hbm_read"] == pytest.approx(hbm * (1 + 0.5 * SMALL_TOL))
+    assert plan(2 * SMALL_TOL) is None  # a small count that moved by more than its tolerance
+    assert plan(0.0, 2 * UNIT_TOL) is None  # the traffic itself held to UNIT_TOL
+    # a count as large as a tenth of the traffic is no small one: UNIT_TOL
+    assert _counted(_units(list(range(8))), [{"l2_read": traffic, "hbm_read": 0.1 * traffic}] * 2
+                    + [{"l2_read": traffic, "hbm_read": 0.1 * traffic * (1 + 2 * UNIT_TOL)}]) is None
