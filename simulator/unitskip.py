@@ -92,7 +92,7 @@ class UnitSkip:
             end = max(i for i, k in enumerate(kv) if k == kv[u1]) + 1
         reps = (end - unit) // period  # whole periods of units, so that the units after are dealt as they were
         units = reps * period
-        filling = _l2_filling(l0, l1, l2, reps, cache)
+        filling = _l2_filling(l0, l1, l2, reps, cache, _churn_tol(c1, c2))
         if units <= 0 or filling is None:
             return None
         self.worst = max(self.worst, diff)
@@ -124,15 +124,22 @@ def _differ(d1: float, d2: float, c0: dict, c1: dict, c2: dict) -> float:
     return diff
 
 
-def _l2_filling(l0: tuple, l1: tuple, l2: tuple, units: int, cache) -> bool | None:
+def _churn_tol(c1: dict, c2: dict) -> float:
+    """The tolerance for a head's evictions and write-backs: the L2 evicts a line for each it fills (HBM
+    reads, writes), so where those are a small count (_differ) its evictions are one too."""
+    traffic = sum(c2.get(k, 0.0) - c1.get(k, 0.0) for k in TRAFFIC)
+    fills = sum(c2.get(k, 0.0) - c1.get(k, 0.0) for k in ("hbm_read", "l2_write"))
+    return SMALL_TOL if fills < SMALL_SHARE * traffic else UNIT_TOL
+
+
+def _l2_filling(l0: tuple, l1: tuple, l2: tuple, units: int, cache, tol: float = UNIT_TOL) -> bool | None:
     """L2 states (used, dirty room, evictions, dirty bytes evicted) at three unit starts: False if the L2
-    evicts alike in both heads (a steady state), True if it evicts nothing and the left-out heads' lines
-    would still fit (they stay: the dirty lines at the end grow with them), None otherwise (the L2 fills
-    or starts evicting within the heads left out: their state differs from the watched ones')."""
+    evicts alike in both heads (a steady state; within `tol`), True if it evicts nothing and the left-out
+    heads' lines would still fit (they stay: the dirty lines at the end grow with them), None otherwise (the
+    L2 fills or starts evicting within the heads left out: their state differs from the watched ones')."""
     evicted = (l1[2] - l0[2], l2[2] - l1[2])
     written = (l1[3] - l0[3], l2[3] - l1[3])
-    if evicted[1] and math.isclose(*evicted, rel_tol=UNIT_TOL) and math.isclose(*written, rel_tol=UNIT_TOL,
-                                                                                   abs_tol=1.0):
+    if evicted[1] and math.isclose(*evicted, rel_tol=tol) and math.isclose(*written, rel_tol=tol, abs_tol=1.0):
         return False
     if evicted[0] or evicted[1]:
         return None
