@@ -230,7 +230,8 @@ def test_unit_skip_holds_small_counts_to_their_own_tolerance():
         return _counted(_units(list(range(8))), heads)
 
     taken = plan(0.5 * SMALL_TOL)
-    assert taken is not None and taken["units"] == 5 and taken["delta"]["hbm_read"] == pytest.approx(hbm * (1 + 0.5 * SMALL_TOL))
+    assert taken is not None and taken["units"] == 5
+    assert taken["delta"]["hbm_read"] == pytest.approx(hbm * (1 + 0.5 * SMALL_TOL))
     assert plan(2 * SMALL_TOL) is None  # a small count that moved by more than its tolerance
     assert plan(0.0, 2 * UNIT_TOL) is None  # the traffic itself held to UNIT_TOL
     # a count as large as a tenth of the traffic is no small one: UNIT_TOL
