@@ -1,7 +1,7 @@
 """How fast the simulator answers: whole `flashsim` processes, timed (wall and user CPU), and what they answer.
 
     python3 -m flashsim.experiments.bench_simulator [--out FILE] [--repeats 3] [--only point grid ...]
-        [--plain] [--jobs N] [--against TREE]
+        [--plain] [--jobs N] [--against TREE | --against-source]
 
 Each case runs `repeats` times as its own process (medians reported; the large ones once). --plain adds each
 case's plain run (`--no-extrapolate`: every op simulated, the sample of SMs kept) and the relative
@@ -10,8 +10,10 @@ sweep always runs on 2 worker processes, as on the 2-core machine the targets ar
 timed is the one `python3 -m flashsim.cli` imports (PYTHONPATH picks another). --against TREE times another
 checkout of flashsim (a directory holding its sources) in the same way, each of its runs right after the same
 case's run of this one, and says whether both answer alike: machines of one kind differ by a third in speed,
-so a change's cost is measured side by side. The provenance records how long an empty 10M-iteration Python
-loop takes on the machine (`loop_s`), to set rounds measured on different machines beside each other.
+so a change's cost is measured side by side. --against-source does the same with this flashsim run from its
+Python source (FLASHSIM_PURE_PYTHON=1), against its compiled modules (setup.py). The provenance names the
+modules that ran compiled (`compiled`) and records how long an empty 10M-iteration Python loop takes on the
+machine (`loop_s`), to set rounds measured on different machines beside each other.
 """
 
 from __future__ import annotations
@@ -140,12 +142,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="cases run at once")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds a process may take")
     ap.add_argument("--against", metavar="TREE", help="also time this checkout of flashsim, run for run")
+    ap.add_argument("--against-source", action="store_true",
+                    help="also time this flashsim run from its Python source (no compiled modules), run for run")
     args = ap.parse_args(argv)
+    if args.against and args.against_source:
+        ap.error("--against and --against-source: give one of them")
     if args.repeats < 1:
         ap.error(f"--repeats must be at least 1, got {args.repeats}")
     cases = [c for c in CASES if not args.only or c[0] in args.only]
     with contextlib.ExitStack() as stack:
         against = _tree_env(args.against, stack, ap) if args.against else None
+        if args.against_source:
+            against = {**os.environ, "FLASHSIM_PURE_PYTHON": "1"}
         loop_s = _loop_seconds()
         with ThreadPoolExecutor(args.jobs) as pool:
             done = list(pool.map(lambda c: _case(c[0], c[1], c[2], c[3] or args.repeats, args.plain, args.timeout,
@@ -153,7 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "provenance": {"date": date.today().isoformat(), "python": platform.python_version(),
                        "machine": platform.machine(), "cpus": os.cpu_count(), "load_avg": os.getloadavg(),
-                       "loop_s": loop_s, **({"against": str(Path(args.against).resolve())} if args.against else {}),
+                       "loop_s": loop_s, "compiled": _compiled(),
+                       **({"against": str(Path(args.against).resolve())} if args.against else {}),
+                       **({"against": "this flashsim from its Python source"} if args.against_source else {}),
                        "jobs": args.jobs, "command": "python3 -m flashsim.experiments.bench_simulator "
                        + " ".join(argv if argv is not None else sys.argv[1:])},
         **{c[0]: d for c, d in zip(cases, done, strict=True)},
@@ -176,6 +186,16 @@ def _tree_env(tree: str, stack: contextlib.ExitStack, ap) -> dict:
     site = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="flashsim-against-")))
     (site / "flashsim").symlink_to(root)
     return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
+
+
+def _compiled() -> dict:
+    """Which of the timed flashsim's modules run compiled (flashsim.compiled.status) in a process of its own."""
+    probe = "import json, flashsim.simulator.api, flashsim.compiled as c; print(json.dumps(c.status()))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    try:
+        return json.loads(done.stdout)
+    except ValueError:
+        return {}
 
 
 def _loop_seconds(repeats: int = 3) -> float:
