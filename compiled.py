@@ -88,3 +88,12 @@ def status() -> dict:
             state = "compiled"
         out[name] = state
     return out
+
+
+def describe() -> str:
+    """How the simulator's hot modules run in this process, in words: "compiled", "from source" (none built, or
+    FLASHSIM_PURE_PYTHON) or "partly compiled" (some edited since the build)."""
+    states = {state for state in status().values() if state != "not loaded"}
+    if states == {"compiled"}:
+        return "compiled"
+    return "partly compiled" if "compiled" in states else "from source"

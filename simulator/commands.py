@@ -281,7 +281,10 @@ def _cmd_simulate(args) -> int:
                                flushed_l2=args.flushed_l2, max_steps=args.max_steps or None,
                                max_events=_max_events(args), progress=progress)
     if args.json:
-        _print_json({**result.as_dict(), **({"hw_overrides": overridden(profile)} if overridden(profile) else {})})
+        from flashsim.compiled import describe
+
+        _print_json({**result.as_dict(), "build": describe(),
+                     **({"hw_overrides": overridden(profile)} if overridden(profile) else {})})
     else:
         from .report import detail_table  # the table's module only where a table is printed
 
@@ -317,7 +320,10 @@ def _simulate_sdpa(args, profile) -> int:
                                max_events=_max_events(args), progress=progress)
     result = with_call_work(result, problem, launch, profile)
     if args.json:
-        _print_json({**result.as_dict(), **({"hw_overrides": overridden(profile)} if overridden(profile) else {})})
+        from flashsim.compiled import describe
+
+        _print_json({**result.as_dict(), "build": describe(),
+                     **({"hw_overrides": overridden(profile)} if overridden(profile) else {})})
     else:
         from .report import detail_table
 

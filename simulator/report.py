@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from flashsim import compiled
 from flashsim.errors import FlashsimError
 from flashsim.units import format_bytes, format_time
 
@@ -163,8 +164,8 @@ def detail_table(r, overrides: dict[str, str] | None = None):
         table.add_row("clock caveat", caveat)
     table.add_row(
         "simulation",
-        f"{r.sim['wall_s']:.2f} s wall, {r.sim['ops']:,} tile ops, {r.sim.get('events', 0):,} events, "
-        f"{r.sim['sms_simulated']} SMs",
+        f"{r.sim['wall_s']:.2f} s wall ({compiled.describe()}), {r.sim['ops']:,} tile ops, "
+        f"{r.sim.get('events', 0):,} events, {r.sim['sms_simulated']} SMs",
     )
     shortcuts = []
     sample = r.sim.get("sample")

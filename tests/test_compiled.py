@@ -91,3 +91,23 @@ def test_setup_compiles_only_modules_that_exist():
     listed = (root / "setup.py").read_text().split("COMPILED = (", 1)[1].split(")", 1)[0]
     modules = [m.strip().strip('"') for m in listed.replace("\n", " ").split(",") if m.strip()]
     assert modules and all((root / f"{m}.py").is_file() for m in modules)
+
+
+@pytest.mark.parametrize("states, words", [
+    ({"a": "compiled", "b": "compiled", "c": "not loaded"}, "compiled"),
+    ({"a": "compiled", "b": "source"}, "partly compiled"),
+    ({"a": "source", "b": "not loaded"}, "from source"),
+    ({}, "from source"),
+])
+def test_the_build_is_named_as_the_modules_run(monkeypatch, states, words):
+    monkeypatch.setattr(compiled, "status", lambda: states)
+    assert compiled.describe() == words
+
+
+def test_simulate_says_how_its_modules_ran(capsys):
+    from flashsim.cli import main
+
+    assert main(["simulate", "--hw", "h100", "--algo", "v2", "--batch", "1", "--heads", "2", "--seqlen", "512",
+                 "--headdim", "64", "--json"]) in (0, None)
+    out = json.loads(capsys.readouterr().out)
+    assert out["build"] == compiled.describe() and out["build"] in ("compiled", "partly compiled", "from source")
