@@ -75,8 +75,8 @@ def install() -> CompiledFinder | None:
 
 
 def status() -> dict:
-    """Each module setup.py compiles: "compiled" (its build is loaded), "source" (loaded from its source: edited
-    since the build, or FLASHSIM_PURE_PYTHON), or "not built"; and whether it is loaded yet."""
+    """Each module the build holds: "compiled" (its build is loaded), "source" (loaded from its source: edited
+    since the build, or FLASHSIM_PURE_PYTHON) or "not loaded" (not imported yet). Empty where nothing is built."""
     out = {}
     for name in sorted(_manifest()):
         module = sys.modules.get(name)
