@@ -256,6 +256,15 @@ def _console():
     return make_console()
 
 
+def _print_result_json(result, profile) -> None:
+    """One run as `simulate --json` prints it: the result, how the hot modules ran (`build`) and the profile's
+    overridden parameters."""
+    from flashsim.compiled import describe
+
+    _print_json({**result.as_dict(), "build": describe(),
+                 **({"hw_overrides": overridden(profile)} if overridden(profile) else {})})
+
+
 def _cmd_simulate(args) -> int:
     from .progress import RunProgress
     from .runner import pass_algos, simulate_pass
@@ -281,10 +290,7 @@ def _cmd_simulate(args) -> int:
                                flushed_l2=args.flushed_l2, max_steps=args.max_steps or None,
                                max_events=_max_events(args), progress=progress)
     if args.json:
-        from flashsim.compiled import describe
-
-        _print_json({**result.as_dict(), "build": describe(),
-                     **({"hw_overrides": overridden(profile)} if overridden(profile) else {})})
+        _print_result_json(result, profile)
     else:
         from .report import detail_table  # the table's module only where a table is printed
 
@@ -320,10 +326,7 @@ def _simulate_sdpa(args, profile) -> int:
                                max_events=_max_events(args), progress=progress)
     result = with_call_work(result, problem, launch, profile)
     if args.json:
-        from flashsim.compiled import describe
-
-        _print_json({**result.as_dict(), "build": describe(),
-                     **({"hw_overrides": overridden(profile)} if overridden(profile) else {})})
+        _print_result_json(result, profile)
     else:
         from .report import detail_table
 
