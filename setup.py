@@ -87,6 +87,20 @@ class CompiledBuild(build_ext):
         return [self.get_ext_fullpath(ext.name) for ext in self.extensions]
 
 
+def _package_link() -> list[str]:
+    """An include directory in which flashsim/ is this checkout: Cython finds a module's declarations (.pxd) by
+    the module's package path (flashsim/simulator/resources.pxd), and the checkout's root is the package itself,
+    under whatever name its directory has."""
+    where = os.path.abspath(os.path.join("build", "cython-include"))
+    link = os.path.join(where, "flashsim")
+    os.makedirs(where, exist_ok=True)
+    if not os.path.islink(link) or os.path.realpath(link) != os.path.abspath("."):
+        if os.path.lexists(link):
+            os.remove(link)
+        os.symlink(os.path.abspath("."), link)
+    return [where]
+
+
 def _extensions() -> list:
     if os.environ.get("FLASHSIM_PURE_PYTHON"):
         return []
@@ -103,7 +117,8 @@ def _extensions() -> list:
         exts.append(ext)
     try:
         compiled = cythonize(exts, compiler_directives=DIRECTIVES, build_dir=os.path.join("build", "cython"),
-                             quiet=True, nthreads=os.cpu_count() or 1)
+                             include_path=_package_link(), quiet=True, force=True,
+                             nthreads=os.cpu_count() or 1)
     except Exception as exc:  # the package runs its source: the same answers, slower
         print(f"flashsim: not compiling the simulator's modules ({exc})")
         return []
