@@ -1,8 +1,8 @@
 """Build hook: compile the simulator's hot modules with Cython, where a C compiler is at hand.
 
 The modules stay plain Python. Cython compiles the same source files, with type annotations ignored; a
-module's .pxd beside it may declare its classes' fields (C doubles only for fields that only ever hold
-floats), so the arithmetic is Python's own and the answers equal the source's to the bit
+module's .pxd beside it may declare its classes' fields (C doubles only for rates and byte totals, whose
+values a double holds exactly), so the arithmetic is Python's own and the answers equal the source's to the bit
 (tests/test_compiled.py). The compiled modules go to `_compiled/` with the hash of each source they came
 from. flashsim/__init__.py loads a compiled module only while its source is unchanged, so an edited module
 runs as its source until the next build. No compiler, or a failed build: the package installs without them
