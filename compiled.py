@@ -1,11 +1,11 @@
 """The simulator's hot modules as Cython built them from their own source (setup.py), where that build is there.
 
-setup.py compiles a few modules of flashsim.simulator unchanged and records the hash of each source beside
-them (_compiled/manifest.json). `install()` puts a finder first on the import path that loads a compiled
-module in place of its source, and only while the source still has that hash: an edited module runs as its
-source until the next build (`pip install -e .`). The answers are the same either way (tests/test_compiled.py);
-only the time differs. FLASHSIM_PURE_PYTHON=1 runs every module from its source (and, set at install, builds
-nothing).
+setup.py compiles a few modules of flashsim.simulator and flashsim.algorithms unchanged and records the hash of
+each source beside them (_compiled/manifest.json). `install()` puts a finder first on the import path that
+loads a compiled module in place of its source, and only while the source still has that hash: an edited module
+runs as its source until the next build (`pip install -e .`). The answers are the same either way
+(tests/test_compiled.py); only the time differs. FLASHSIM_PURE_PYTHON=1 runs every module from its source (and,
+set at install, builds nothing).
 """
 
 from __future__ import annotations

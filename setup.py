@@ -20,9 +20,11 @@ from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
 # The modules a profile of the FA2-grid point and of a whole-chip grid point finds the time in (the SM units'
-# sharing, the roles' op loop, the ports, the L2, the loop skip and the launch's dispatch).
+# sharing, the roles' op loop, the ports, the L2, the loop skip and the launch's dispatch, the instruction
+# cache, and the V2 and V3 schedules' op generators with the parts they share).
 COMPILED = ("simulator/resources", "simulator/timing", "simulator/gpu", "simulator/l2", "simulator/loopskip",
-            "simulator/launch")
+            "simulator/launch", "simulator/icache", "algorithms/schedules/v2", "algorithms/schedules/v3",
+            "algorithms/oplists", "algorithms/parts")
 MANIFEST = "manifest.json"
 # Cython directives: Python semantics throughout (annotations are documentation here, not C types).
 DIRECTIVES = {"language_level": 3, "annotation_typing": False, "binding": True}

@@ -22,6 +22,7 @@ CASES = [
     ("h100", "standard", dict(batch=2, heads=8, seqlen_q=1024, headdim=64), {}),
     ("h100", "v2-bwd", dict(batch=1, heads=8, seqlen_q=2048, headdim=64), {}),
     ("h200", "v2", dict(batch=1, heads=8, kv_heads=2, seqlen_q=2048, headdim=128), {"sms": None}),
+    ("h100", "v3", dict(batch=8, heads=16, seqlen_q=512, headdim=128), {}),  # whole-chip, tiles carried
 ]
 
 ANSWERS = textwrap.dedent("""
