@@ -6,10 +6,11 @@ kind differ by a factor of several from day to day).
         [--jobs N] [--out FILE]
 
 Each case is one `simulate()` in a process of its own under callgrind (about 50 times slower than without it),
-and the count is the whole process's: Python's start and the imports (about 0.6 G instructions) are in it, the
-same for both trees. --against TREE counts another checkout of flashsim the same way, --against-source this
-one from its Python source (FLASHSIM_PURE_PYTHON=1), and each case says whether the two answered alike
-(cycles, events and bytes). The counts are deterministic up to the order Python's hashing gives sets (0.2%).
+and the count is the whole process's: Python's start and the imports (about 0.6 G instructions, from bytecode
+that a run without callgrind writes first) are in it, the same for both trees. --against TREE counts another
+checkout of flashsim the same way, --against-source this one from its Python source (FLASHSIM_PURE_PYTHON=1),
+and each case says whether the two answered alike (cycles, events and bytes). A count repeats within 0.4% (the
+order Python's hashing gives sets moves it).
 """
 
 from __future__ import annotations
@@ -57,13 +58,17 @@ def collected(stderr: str) -> int | None:
 
 
 def count(case: tuple, env: dict | None, valgrind: str) -> dict:
-    """One case under callgrind: its instructions and its answer."""
+    """One case under callgrind: its instructions and its answer. Both trees import from bytecode: a run
+    without callgrind first writes it under a cache prefix of its own (compiling the modules' source would
+    count too, about 0.2 G on the point, for whichever tree lacks its bytecode)."""
     _, algo, hw, problem = case
     with tempfile.TemporaryDirectory(prefix="flashsim-callgrind-") as tmp:
-        done = subprocess.run(
-            [valgrind, "--tool=callgrind", "--dump-instr=no", f"--callgrind-out-file={tmp}/out",
-             sys.executable, "-c", SIMULATE, json.dumps([algo, hw, problem])],
-            capture_output=True, text=True, env=env)
+        env = {k: v for k, v in (env or os.environ).items() if k != "PYTHONDONTWRITEBYTECODE"}
+        env["PYTHONPYCACHEPREFIX"] = f"{tmp}/pycache"
+        args = [sys.executable, "-c", SIMULATE, json.dumps([algo, hw, problem])]
+        subprocess.run(args, capture_output=True, env=env)
+        done = subprocess.run([valgrind, "--tool=callgrind", "--dump-instr=no", f"--callgrind-out-file={tmp}/out",
+                               *args], capture_output=True, text=True, env=env)
     instructions = collected(done.stderr)
     if done.returncode != 0 or instructions is None:
         return {"failed": done.stderr.strip().splitlines()[-3:]}
