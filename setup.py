@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import shutil
+import warnings
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
@@ -26,6 +27,9 @@ COMPILED = ("simulator/resources", "simulator/timing", "simulator/gpu", "simulat
             "simulator/launch", "simulator/icache", "algorithms/schedules/v2", "algorithms/schedules/v3",
             "algorithms/oplists", "algorithms/parts")
 MANIFEST = "manifest.json"
+# The package data's folders (experiments/results/..., kernels/include, kernels/microbench) hold no modules, but
+# setuptools takes each for a package left out and prints a screenful per folder on every install (hundreds).
+warnings.filterwarnings("ignore", message=r"(?s).*is absent from the `packages` configuration")
 # Cython directives: Python semantics throughout (annotations are documentation here, not C types).
 DIRECTIVES = {"language_level": 3, "annotation_typing": False, "binding": True}
 
