@@ -485,8 +485,13 @@ def _whole_chip(schedule, profile, scale: float = 1.0) -> bool:
 def _counters(gpu: Gpu) -> dict:
     smem = sum(sm.smem.work for sm in gpu.sms)
     now = gpu.env.now
-    busy = {f"busy_{name}": sum(sm.units()[name].busy_cycles(now) for sm in gpu.sms)
-            for name in ("tensor", "sfu", "alu", "smem")}
+    sms = gpu.sms
+    busy = {  # each unit's busy cycles, summed over the SMs
+        "busy_tensor": sum([sm.tensor.busy_cycles(now) for sm in sms]),
+        "busy_sfu": sum([sm.sfu.busy_cycles(now) for sm in sms]),
+        "busy_alu": sum([sm.alu.busy_cycles(now) for sm in sms]),
+        "busy_smem": sum([sm.smem.busy_cycles(now) for sm in sms]),
+    }
     busy["busy_tensor"] += sum(sm.wgmma_queue.busy_cycles(now) for sm in gpu.sms)
     out = {
         **busy,

@@ -30,6 +30,60 @@ class EventLimitReached(FlashsimError):
     """A run stopped at its limit of simulated events."""
 
 
+class Timeout:
+    """A timeout event with the fields simpy's process loop (Process._resume) and Environment.run_until read,
+    and no instance dictionary: simpy's Timeout has one, and a run makes one timeout for most ops. A timeout
+    is only ever yielded or given callbacks."""
+
+    __slots__ = ("env", "callbacks", "_value", "_delay", "_ok", "_defused")
+
+
+class Process(simpy.Process):
+    """simpy's process with its resume loop here, where it is compiled: every event a process waits on ends in
+    this loop. It keeps simpy's protocol: an event that succeeded sends its value into the generator, one that
+    failed throws a copy of its exception in (the generator may catch it); the event yielded next is waited on,
+    or taken at once if already processed; a generator that returns or raises triggers the process with its
+    value or exception. The callback it leaves on an event is made once, not at every wait."""
+
+    def __init__(self, env, generator) -> None:
+        super().__init__(env, generator)
+        self._wake = self._resume
+
+    def _resume(self, event) -> None:
+        env = self.env
+        env._active_proc = self
+        generator = self._generator
+        while True:
+            try:
+                if event._ok:
+                    event = generator.send(event._value)
+                else:
+                    event._defused = True
+                    failure = event._value
+                    copy = type(failure)(*failure.args)
+                    copy.__cause__ = failure
+                    event = generator.throw(copy)
+            except StopIteration as done:
+                self._ok, self._value = True, done.value
+                env.schedule(self)
+                event = None
+                break
+            except BaseException as error:
+                self._ok, self._value = False, error
+                env.schedule(self)
+                event = None
+                break
+            try:
+                callbacks = event.callbacks
+            except AttributeError:
+                raise RuntimeError(f"a process yielded {event!r}, which is not an event") from None
+            if callbacks is not None:  # not processed yet: wait for it
+                callbacks.append(self._wake)
+                break
+        self._target = event
+        env._active_proc = None
+
+
 class Environment(simpy.Environment):
     """simpy's environment, counting the events it schedules (a run's size, reported as sim.events); with
     `max_events`, the run stops with EventLimitReached once it has scheduled that many."""
@@ -39,15 +93,18 @@ class Environment(simpy.Environment):
         self.events = 0
         self.max_events = max_events if max_events is not None else -1
         # simpy binds its event classes to the instance only for its own class, not a subclass: without this
-        # every env.event() / env.process() goes through a descriptor
-        for name in ("event", "process", "all_of", "any_of"):
+        # every env.event() goes through a descriptor
+        for name in ("event", "all_of", "any_of"):
             setattr(self, name, getattr(self, name))
 
-    def timeout(self, delay, value=None) -> simpy.Timeout:
-        """simpy's Timeout (the most frequent event), made without its constructor's extra calls."""
+    def process(self, generator) -> Process:
+        return Process(self, generator)
+
+    def timeout(self, delay, value=None) -> Timeout:
+        """A Timeout (the most frequent event), made without simpy's constructor and its extra calls."""
         if delay < 0:
             raise ValueError(f"Negative delay {delay}")
-        event = simpy.Timeout.__new__(simpy.Timeout)
+        event = Timeout()
         event.env, event.callbacks, event._value, event._delay, event._ok = self, [], value, delay, True
         # schedule() inlined (a call less per event); the same count, limit and order
         self.events += 1
@@ -169,11 +226,9 @@ class Sm:
         self.shfl = SharedUnit(f"SM{index}.shfl", profile.shfl_ops_per_clk_per_sm)
         self.code = CodeCache(profile.icache_bytes_per_sm, profile.icache_miss_cycles_per_line)
         self.plans: dict = {}  # op id -> its requests to these units (simulator/timing.py, _gemm_plan)
+        self.lags: dict = {}  # (op id, warps) -> (op, its replayed lag) (simulator/timing.py, _replayed_lag)
         self.mma_warps = 0  # warps of the mma.sync GEMMs in flight (ldsm_model 1: simulator/timing.py _load_lags)
         self.blocks = 0  # thread blocks resident (block_share_model 1: each takes at most 1/blocks of a unit)
-
-    def units(self) -> dict[str, SharedUnit]:
-        return {"tensor": self.tensor, "wgmma": self.wgmma_queue, "sfu": self.sfu, "alu": self.alu, "smem": self.smem}
 
 
 def blocks_per_sm(kernel, profile) -> int:

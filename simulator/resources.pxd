@@ -42,14 +42,17 @@ cdef class SharedUnit:
     cdef public set _detached
 
     cpdef tuple _two(self, dict work)
+    cpdef dict _shares(self, dict work)
     cpdef _common_cap(self)
     cpdef _finish(self, k, t)
+    cpdef _advance(self, now)
     cpdef submit(self, now, work, cap=*)
     cpdef estimate(self, now, rid)
     cpdef _play_pair(self, rid)
     cpdef _play_all(self, rid)
     cpdef _play_equal(self, rid)
     cpdef _play(self, rid)
+    cpdef _play_loop(self, rid)
     cpdef _play_two(self, rid)
     cpdef release(self, rid)
     cpdef busy_cycles(self, now)

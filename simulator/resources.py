@@ -225,7 +225,8 @@ class SharedUnit:
             return {a: ra, b: rb}
         left, n = self.rate, len(work)
         out = {}
-        for k in sorted(work, key=lambda k: caps.get(k, left)):
+        limit = {k: caps.get(k, left) for k in work}
+        for k in sorted(work, key=limit.__getitem__):  # by cap, the uncapped at the rate (a stable sort)
             out[k] = min(caps.get(k, left), left / n)
             left -= out[k]
             n -= 1
@@ -311,7 +312,7 @@ class SharedUnit:
                         self._finish(k, self.t0)
                 continue
             rates = self._shares(active)  # water-filling
-            dt = min(w / rates[k] for k, w in active.items())
+            dt = min([w / rates[k] for k, w in active.items()])
             if self.t0 + dt > now:
                 for k in active:
                     active[k] -= (now - self.t0) * rates[k]
@@ -458,9 +459,10 @@ class SharedUnit:
         t, work = self.t0, dict(self.active)
         while True:
             rates = self._shares(work)
-            if work[rid] / rates[rid] <= min(w / rates[k] for k, w in work.items()) + 1e-12:
-                return t + work[rid] / rates[rid]
-            dt = min(w / rates[k] for k, w in work.items())
+            mine = work[rid] / rates[rid]
+            dt = min([w / rates[k] for k, w in work.items()])  # the first to leave
+            if mine <= dt + 1e-12:
+                return t + mine
             t += dt
             work = {k: w - dt * rates[k] for k, w in work.items() if w - dt * rates[k] > 1e-9}
             if rid not in work:  # it finished within rounding of the one that left first
