@@ -30,6 +30,11 @@ MANIFEST = "manifest.json"
 # The package data's folders (experiments/results/..., kernels/include, kernels/microbench) hold no modules, but
 # setuptools takes each for a package left out and prints a screenful per folder on every install (hundreds).
 warnings.filterwarnings("ignore", message=r"(?s).*is absent from the `packages` configuration")
+# Cython releases whose modules do not answer as the source does: the package runs its source instead.
+BAD_CYTHON = {
+    "3.3.0": "it types a local variable by its annotation although annotation_typing is off: a defaultdict "
+             "assigned to one annotated dict raises TypeError where it is used",
+}
 # Cython directives: Python semantics throughout (annotations are documentation here, not C types).
 DIRECTIVES = {"language_level": 3, "annotation_typing": False, "binding": True}
 
@@ -111,8 +116,13 @@ def _extensions() -> list:
     if os.environ.get("FLASHSIM_PURE_PYTHON"):
         return []
     try:
+        import Cython
         from Cython.Build import cythonize
     except ImportError:
+        return []
+    if Cython.__version__ in BAD_CYTHON:
+        version = Cython.__version__
+        print(f"flashsim: not compiling the simulator's modules with Cython {version} ({BAD_CYTHON[version]})")
         return []
     from setuptools import Extension
 
