@@ -120,8 +120,8 @@ def _extensions() -> list:
         from Cython.Build import cythonize
     except ImportError:
         return []
-    if Cython.__version__ in BAD_CYTHON:
-        version = Cython.__version__
+    version = Cython.__version__
+    if version in BAD_CYTHON:
         print(f"flashsim: not compiling the simulator's modules with Cython {version} ({BAD_CYTHON[version]})")
         return []
     from setuptools import Extension
