@@ -455,7 +455,7 @@ class Gpu:
         step = max(1, int(per_group) // probe_blocks)
         spread = kernel.ctas[: int(per_group)][::step][:probe_blocks]
         probe = list(dict.fromkeys(kernel.ctas[:probe_blocks] + spread))
-        first: dict[str, dict[tuple, int]] = defaultdict(lambda: defaultdict(int))
+        first: defaultdict[str, defaultdict[tuple, int]] = defaultdict(lambda: defaultdict(int))
         for cta in probe:
             seen: set[str] = set()
             for role in kernel.roles:

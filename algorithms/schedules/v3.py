@@ -200,7 +200,7 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
     # costs no allocation per step
     made: dict = {}
 
-    waits: dict = defaultdict(dict)  # barrier -> target -> its Wait
+    waits: defaultdict = defaultdict(dict)  # barrier -> target -> its Wait
 
     def wait(barrier: str, target: int) -> Wait:
         of = waits[barrier]
