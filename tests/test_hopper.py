@@ -193,6 +193,9 @@ def test_kernels_build_for_sm90a(algo, tmp_path, capsys):
     """`flashsim kernels build --algo ALGO --arch sm_90a`: every row of the tile table is in the cubin, none
     spills, setmaxnreg is honoured (no C7507/C7508/C7512 warnings), and the command prints the rows."""
     import json
+    import os
+    import subprocess
+    import sys
 
     from flashsim.kernels import build, commands, registry
 
@@ -210,6 +213,17 @@ def test_kernels_build_for_sm90a(algo, tmp_path, capsys):
     assert manifest["hash"] == build.source_hash(registry.family(algo), "sm_90a")
     assert "-Xptxas -v" in manifest["command"]
     assert not [w for w in manifest["warnings"] if re.search("C75(07|08|12)", w)], manifest["warnings"]
+    # the command line, into the same folder: it reuses the build (its hash is current) and prints ptxas's rows
+    # as a table (registers, shared memory, spills: none)
+    cmd = [sys.executable, "-m", "flashsim.cli", "kernels", "build", "--algo", algo, "--arch", "sm_90a",
+           "--out", str(tmp_path)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr
+    lines = [ln for ln in proc.stdout.splitlines() if f" {algo} " in ln and "sm_90a" in ln]
+    assert len(lines) == len(table), proc.stdout
+    assert all(ln.rstrip(" │|").endswith("-") for ln in lines), proc.stdout  # the spill column: none
+    assert "regs" in proc.stdout and "spill st/ld" in proc.stdout
+    assert json.loads((tmp_path / f"{algo}.sm_90a.json").read_text()) == manifest  # reused, not built again
 
 
 # ---- on a Hopper GPU ----------------------------------------------------------------------------------------

@@ -68,23 +68,3 @@ def test_up_to_date_build_is_reused(built):
     first = next(m for m in manifests if m["algo"] == "v2" and m["arch"] == "sm_90a")
     (again,) = build.build_all(["v2"], ["sm_90a"], out=out)
     assert again == first
-
-
-@pytest.mark.parametrize("algo", ["v3", "v3-fp8"])
-def test_cli_builds_the_hopper_kernels(algo, tmp_path):
-    """`flashsim kernels build --algo ALGO --arch sm_90a` compiles every row of the tile table and prints
-    ptxas's rows: registers, shared memory, spills (none)."""
-    import os
-    import subprocess
-    import sys
-
-    from flashsim.kernels import hopper_tiles
-
-    cmd = [sys.executable, "-m", "flashsim.cli", "kernels", "build", "--algo", algo, "--arch", "sm_90a",
-           "--out", str(tmp_path)]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env={**os.environ, "COLUMNS": "200"})
-    assert proc.returncode == 0, proc.stderr
-    lines = [ln for ln in proc.stdout.splitlines() if f" {algo} " in ln and "sm_90a" in ln]
-    assert len(lines) == len(hopper_tiles.tiles(algo)), proc.stdout
-    assert all(ln.rstrip(" │|").endswith("-") for ln in lines), proc.stdout  # the spill column: none
-    assert "regs" in proc.stdout and "spill st/ld" in proc.stdout

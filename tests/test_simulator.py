@@ -239,12 +239,13 @@ def test_fp8_attention_beats_bf16_v3_and_its_prepass_decides_the_call():
     assert fp8.kernel_time_s < bf16.kernel_time_s
 
 
-@pytest.mark.parametrize("seqlen", [2048, 8192])
+@pytest.mark.parametrize("seqlen", [1024, 4096])
 def test_v2_1_5_to_3x_faster_than_v1_on_a100(seqlen):
-    """The FA2 paper's grid at head dim 64: v1 with the released FA1 kernel's tiles and splits. (At head dim
-    128 the model puts v1 at 2.9-3.3x: its fp32 O round trips make it HBM-bound; docs/MODEL.md.) The 2k point
-    came out 1.499x until the instruction-issue model issued V1's own instructions (its 16-row warp tiles'
-    loads and softmax bookkeeping)."""
+    """The FA2 paper's grid at head dim 64: v1 with the released FA1 kernel's tiles and splits (1.79x at 1k,
+    2.10x at 4k; 1.89x and 2.13x at 2k and 8k, whose V1 runs take a minute more). (At head dim 128 the model
+    puts v1 at 2.9-3.3x: its fp32 O round trips make it HBM-bound; docs/MODEL.md.) The 2k point came out 1.499x
+    until the instruction-issue model issued V1's own instructions (its 16-row warp tiles' loads and softmax
+    bookkeeping)."""
     p = Problem(16384 // seqlen, 32, seqlen, 64)
     ratio = simulate("v1", p, A100).time_s / simulate("v2", p, A100).time_s
     assert 1.5 <= ratio <= 3.0
