@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import sys
 import time
 from datetime import date
 from pathlib import Path
@@ -93,12 +94,10 @@ def main(argv: list[str] | None = None) -> int:
         "provenance": {"date": date.today().isoformat(), "python": platform.python_version(),
                        "simulation_fingerprint": simulation_fingerprint(),
                        "command": "python3 -m flashsim.experiments.wave_drift "
-                       + " ".join(argv if argv is not None else [])},
+                       + " ".join(argv if argv is not None else sys.argv[1:])},
         "waves": args.waves, "rows": rows}, indent=1) + "\n")
     return 0
 
 
 if __name__ == "__main__":
-    import sys
-
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())
