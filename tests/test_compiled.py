@@ -15,10 +15,10 @@ from flashsim import compiled
 
 CASES = [
     ("h100", "v2", dict(batch=1, heads=16, seqlen_q=16384, headdim=128), {}),
-    ("h100", "v2", dict(batch=1, heads=16, seqlen_q=4096, headdim=128), {"extrapolate": False}),
+    ("h100", "v2", dict(batch=1, heads=16, seqlen_q=2048, headdim=128), {"extrapolate": False}),
     ("h200", "v2", dict(batch=1, heads=16, seqlen_q=4096, headdim=64, causal=True), {}),
     ("h100", "v3", dict(batch=2, heads=16, seqlen_q=2048, headdim=128, causal=True), {}),
-    ("h100", "v3-fp8", dict(batch=1, heads=16, seqlen_q=4096, headdim=128, dtype="fp8"), {}),
+    ("h100", "v3-fp8", dict(batch=1, heads=16, seqlen_q=2048, headdim=128, dtype="fp8"), {}),
     ("h100", "standard", dict(batch=2, heads=8, seqlen_q=1024, headdim=64), {}),
     ("h100", "v2-bwd", dict(batch=1, heads=8, seqlen_q=2048, headdim=64), {}),
     ("h200", "v2", dict(batch=1, heads=8, kv_heads=2, seqlen_q=2048, headdim=128), {"sms": None}),

@@ -43,7 +43,8 @@ def test_an_hbm_bound_tma_kernel_slows_by_the_share():
 
 
 def test_kernels_without_tma_are_unchanged():
-    p = Problem(2, 132, 128, 128, seqlen_k=8192)
+    """Our v2 loads by cp.async: one query block per SM, HBM-bound as the v3 above, its time stays."""
+    p = Problem(1, 132, 128, 128, seqlen_k=8192)
     assert _run("v2", p, SHARE).cycles == _run("v2", p, 1.0).cycles
 
 
