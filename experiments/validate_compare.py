@@ -31,6 +31,7 @@ from pathlib import Path
 from flashsim.errors import FlashsimError
 
 from . import validate_store as store
+from .model_sources import INPUT_SOURCES, MODEL_SOURCES, PRESENTATION, model_source_paths  # noqa: F401
 from .prediction_inputs import BYTES, SIM_SWAPS, rows_from
 from .prediction_inputs import job_args as _job_args
 from .prediction_inputs import problem_args as _problem_args
@@ -61,19 +62,6 @@ def profile_fingerprint(profile, simulation: bool = False) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-# The code a prediction depends on: a change to any of it makes earlier predictions stale.
-MODEL_SOURCES = ("algorithms", "simulator", "hw_profiles")
-# ... less the modules of those packages that only present or drive simulations (the command line, result
-# tables, the animation, the advisor, progress bars, sweeps): predicting imports none of them
-# (tests/test_validate.py checks), so a change to one stales no report.
-PRESENTATION = frozenset({
-    "algorithms/cli_args.py", "algorithms/commands.py", "algorithms/explain.py", "simulator/advise.py",
-    "simulator/animate.py", "simulator/commands.py", "simulator/guide_commands.py", "simulator/progress.py",
-    "simulator/report.py", "simulator/result_cache.py", "simulator/runner.py", "hw_profiles/commands.py",
-    "simulator/sdpa_launch.py",
-})
-# ... and the code that turns a measurement into the simulator's inputs (the tiles each kernel ran)
-INPUT_SOURCES = ("prediction_inputs.py", "validate_impls.py")
 # The model's part that no simulation runs: what a library's call puts on the GPU beside the simulated kernels
 # (simulator/calls.py), added to each simulation's time when a report is made, and the profile numbers only it
 # reads. A change to them re-assembles every report from the simulations it holds, in seconds; what holds
@@ -99,10 +87,7 @@ def simulation_fingerprint(root: Path | None = None) -> str:
 def _fingerprint(root: Path | None, leave_out: frozenset, params_out: frozenset = frozenset()) -> str:
     root = root or Path(__file__).resolve().parents[1]
     h = hashlib.sha256()
-    paths = [p for pkg in MODEL_SOURCES for p in sorted((root / pkg).rglob("*.py"))
-             if p.relative_to(root).as_posix() not in PRESENTATION | leave_out]
-    inputs = [root / "experiments" / name for name in INPUT_SOURCES]
-    for path in paths + [p for p in inputs if p.is_file()]:
+    for path in model_source_paths(root, leave_out):
         rel = path.relative_to(root).as_posix()
         code = code_of(path.read_bytes())
         if rel == PROFILE_SOURCE and params_out:

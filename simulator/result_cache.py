@@ -2,8 +2,8 @@
 
 A run is deterministic: its result follows from the model's code, the profile's numbers and the run's own
 arguments (algorithm, problem, sampled SMs, shortcuts, event limit, splits, build options). The key hashes all
-three, the code through the model fingerprint (experiments/validate_compare.py; it covers the call work that
-`--sdpa` runs add, too), so an edit to the model or a `--set` gives new keys and never an old answer.
+three, the code as the bytes of the files the model fingerprint covers (experiments/model_sources.py; the call
+work that `--sdpa` runs add, too), so an edit to the model or a `--set` gives new keys and never an old answer.
 Runs that were refused or stopped at their event limit are not kept.
 
 The cache lives in $FLASHSIM_CACHE_DIR, else ~/.cache/flashsim/results: one pickled result per file, written
@@ -31,9 +31,21 @@ def cache_dir() -> Path:
 
 @functools.cache
 def _model() -> str:
-    from flashsim.experiments.validate_compare import model_fingerprint
+    """A hash of the model's source files as they are: the files the reports' model fingerprint covers, read
+    whole. An edit to a comment gives new keys too, but the hash takes milliseconds, where the fingerprint, which
+    parses every file to leave comments out, took longer than a cached sweep's whole answer."""
+    return source_hash(Path(__file__).resolve().parents[1])
 
-    return model_fingerprint()
+
+def source_hash(root: Path) -> str:
+    """The hash of the model's source files under the package root `root`, their paths and bytes."""
+    from flashsim.experiments.model_sources import model_source_paths
+
+    h = hashlib.sha256()
+    for path in model_source_paths(root):
+        h.update(path.relative_to(root).as_posix().encode())
+        h.update(hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()
 
 
 def key(task: tuple) -> str:

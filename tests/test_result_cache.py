@@ -50,6 +50,24 @@ def test_key_follows_what_decides_the_result():
     assert result_cache.key(task) not in keys and len(keys) == len(others)
 
 
+def test_key_follows_every_byte_of_the_model_and_none_of_its_presentation(tmp_path):
+    """The code in the key is the model's files as the reports' fingerprint chooses them, read whole."""
+    for rel in ("simulator/gpu.py", "simulator/runner.py", "algorithms/ir.py", "experiments/prediction_inputs.py",
+                "experiments/lab/causal.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("x = 1\n")
+    before = result_cache.source_hash(tmp_path)
+    (tmp_path / "simulator/runner.py").write_text("x = 2\n")  # presentation: drives runs, decides none
+    (tmp_path / "experiments/lab/causal.py").write_text("x = 2\n")  # no model source
+    assert result_cache.source_hash(tmp_path) == before
+    for rel in ("simulator/gpu.py", "algorithms/ir.py", "experiments/prediction_inputs.py"):
+        (tmp_path / rel).write_text("x = 1  # a comment\n")
+        assert result_cache.source_hash(tmp_path) != before
+        before = result_cache.source_hash(tmp_path)
+    (tmp_path / "simulator/new.py").write_text("")
+    assert result_cache.source_hash(tmp_path) != before
+
+
 def test_unreadable_file_is_a_miss():
     task = ("v2", PROBLEM, load_profile("h100"), 8, True, None, None, None)
     path = result_cache._path(result_cache.key(task))
