@@ -169,18 +169,23 @@ def test_an_evicting_periodic_skip_waits_for_the_l2_to_turn_over():
     # the first period evicted otherwise (5 lines, then 10 a period): the regime starts after it
     marks = [(1.0, 0.0, 0, 0.0, 0.0)] + [(1.0, 0.0, 5 + 10 * i, 0.0, 15.0 + 30.0 * i) for i in range(3)]
     assert _turned_over(marks, 1, capacity=60.0) and not _turned_over(marks, 1, capacity=61.0)
+    # a lockstep grid the default runs whole-chip (no skip to test there): its sample is tested, which without
+    # the wait comes out 4.2% short still
     problem = Problem(8, 32, 2048, 64)
-    fast = simulate("v3", problem, H200)
-    plain = simulate("v3", problem, H200, extrapolate=False)
+    fast = simulate("v3", problem, H200, sms=22, small_whole_chip=False)
+    plain = simulate("v3", problem, H200, sms=22, extrapolate=False, small_whole_chip=False)
+    assert fast.sim["sms_simulated"] == 22
     _same(fast, plain)
 
 
 def test_carried_periodic_skip_leaves_a_heads_last_round_to_run():
     """Within one head (32 tiles on 8 SMs, the L2 evicting) the round of tiles taken before the next head's
     first is 0.7% shorter than the rounds before it: a skip that stood for it came out 0.11% long."""
-    problem = Problem(4, 16, 4096, 128)
-    fast = simulate("v3", problem, H100)
-    plain = simulate("v3", problem, H100, extrapolate=False)
+    # (the default runs this grid whole-chip, where nothing is carried: its 8-SM sample is tested)
+    problem = Problem(8, 16, 4096, 128)
+    fast = simulate("v3", problem, H100, sms=8, small_whole_chip=False)
+    plain = simulate("v3", problem, H100, sms=8, extrapolate=False, small_whole_chip=False)
+    assert fast.sim["carried_skips"] > 0
     _same(fast, plain)
 
 
