@@ -57,6 +57,8 @@ def replay_windows(records: Sequence[tuple], steps: Callable, chip: Sequence, ch
     resident beside it), not only those in its window."""
     from flashsim.simulator import replay
 
+    # the shipped fit and replay, unchanged (an edit to them would stale every report); only where a block's
+    # neighbours are counted from is swapped, for the whole run's records instead of the window's
     others = dict(zip(records, replay._others(records), strict=True))
     own = replay._others
     replay._others = lambda part: [others[r] for r in part]
