@@ -70,7 +70,6 @@ import math
 from functools import partial
 from itertools import compress, islice, pairwise
 from operator import attrgetter, itemgetter, not_
-from types import GeneratorType
 
 import simpy
 from flashsim.algorithms.ir import AtomicAdd, Load, Store, Wait
@@ -152,8 +151,10 @@ def take(source, count: int, memo: dict) -> tuple[list, list]:
     loop) hands on that list's items one by one: they are sliced from the list at once and its iterator
     moved past them (and their signatures made as the list says they repeat)."""
     inner = source
-    while type(inner) is GeneratorType:
-        inner = inner.gi_yieldfrom
+    # down the programs' `yield from`s: Python's generators and, where a schedule runs compiled, Cython's
+    # (another type, with the same gi_yieldfrom)
+    while (below := getattr(inner, "gi_yieldfrom", None)) is not None:
+        inner = below
     ops: list = []
     sigs: list = []
     state = inner.__reduce__() if type(inner) is _LIST_ITER else ()
@@ -333,9 +334,14 @@ class LoopSkip:
                 return False
         now = gpu.env._now
         before = (l2.read_bytes, l2.miss_bytes, l2.evictions)
-        for n in range(reps):
+        if held_stretches:
+            # every line those stretches read is there, so their replay only moves lines to the LRU end: the
+            # order each tile's last move gives, one move per tile (its read bytes are put back below)
+            l2.replay(_last_moves([op for n in range(held_stretches) for op in stretches[n]]), now, copies, default,
+                      True)
+        for n in range(held_stretches, reps):
             missed_before = l2.miss_bytes
-            l2.replay(stretches[n], now, copies, default, n < held_stretches)
+            l2.replay(stretches[n], now, copies, default)
             if evicted and not math.isclose(l2.miss_bytes - missed_before, delta["hbm_read"], rel_tol=EVICTING_TOL):
                 reps = n + 1  # the L2 left its steady state: this stretch is the last left out
                 break
@@ -580,10 +586,11 @@ def _fits(l2: L2Cache, stretches: _Stretches, count: int, misses: float, copies:
     from HBM, and room for the lines they bring without evicting any (the L2 is looked at, not changed); and
     how many of them, from the first, find every line they read there (their replay only moves lines)."""
     added: dict = {}  # line -> presence bits the stretches so far brought
+    seen: set = set()  # the tiles looked at so far: all their pieces are there or added since
     room = l2.capacity - l2.used
     all_held = 0
     for n in range(count):
-        miss, room, _ = _brought(l2, stretches[n], added, room, copies, default)
+        miss, room, _ = _brought(l2, stretches[n], added, room, copies, default, seen=seen)
         if room < 0 or not math.isclose(miss, misses, rel_tol=REL_TOL, abs_tol=1e-6):
             return n, all_held
         if all_held == n and not added:
@@ -592,15 +599,20 @@ def _fits(l2: L2Cache, stretches: _Stretches, count: int, misses: float, copies:
 
 
 def _brought(l2: L2Cache, loads: list, added: dict, room: float, copies: dict, default: float,
-             fitting: bool = False) -> tuple[float, float, int]:
+             fitting: bool = False, seen: set | None = None) -> tuple[float, float, int]:
     """The bytes `loads` would bring from HBM, beside the lines `added` (line -> presence bits, which takes
     theirs) that earlier loads brought, the room left after them, and how many loads that is (the L2 is looked
-    at, not changed). fitting: only as many loads, from the first, as leave room."""
+    at, not changed). fitting: only as many loads, from the first, as leave room. seen: the ids of tiles that
+    earlier loads read (beside `added`), which bring nothing more; the tiles of these loads join them."""
     lines, tiles = l2.lines, l2._tiles
     get = lines.get
     miss = 0.0
     for n, op in enumerate(loads):
         tile = op.src
+        if seen is not None:
+            if id(tile) in seen:
+                continue  # read before: every piece of it is there or added since
+            seen.add(id(tile))
         got = tiles.get(id(tile))  # the L2's own record of the tile's lines (l2._tile, inlined)
         if got is None or got[0] is not tile:
             got = l2._tile(tile)

@@ -32,6 +32,7 @@ from ..ir import (
 )
 from ..ir import FP32_BYTES as F32
 from ..mapping import Tiling
+from ..oplists import OpList
 from ..parts import cdiv, flash_epilogue, gemm_dtype, kv_block_count, lse_tensor, row_tile, tile_mask
 from ..problem import Problem
 from ..record import Algorithm
@@ -140,13 +141,19 @@ def build(p: Problem, t: Tiling, instr: str = "mma_sync", code: bool = False, bo
         ops = for_head(b, h).get(key)
         if ops is not None:
             return ops
-        ops = []
+        ops = OpList()
         masking_from = n - min(n, masking)
+        # the steps that repeat one another but for their barrier counts (OpList.repeat): from the second (the
+        # first may run its code peeled) while neither tile needs a mask or masking code, both tiles it loads
+        # (V_j, K_j+1) are whole (a ragged last one has other rows) and a K load follows
+        last = min(masking_from, n - 1, ps.seqlen_k // bn - first - 1)  # steps [1, last) may be regular
+        start = stop = steps = 0  # the regular steps' first op, the end of their last, how many
         for jj in range(n):
             col0 = (first + jj) * bn
             mask = None if col0 + bn <= visible else tile_mask(ps, row0, col0, bm, bn)
             if mask is None and jj >= masking_from:  # masking code on a tile that needs none: it hides nothing
                 mask = Mask(row0, col0, ps.seqlen_q, ps.seqlen_k, ps.causal, ps.causal_align)
+            begin = len(ops)
             if code and (jj or not code["peeled"]):
                 ops.append(code["loop"])
             if code and "masking" in code and jj > masking_from:  # a masking step after the peeled one
@@ -158,6 +165,10 @@ def build(p: Problem, t: Tiling, instr: str = "mma_sync", code: bool = False, bo
             if jj + 1 < n:
                 ops.append(kv_load(ps, "K", b, h, col0 + bn))
             ops.append(pv)
+            if 1 <= jj < last and mask is None:
+                start, stop, steps = (start if steps else begin), len(ops), steps + 1
+        if steps >= 2:
+            ops.repeat = (start, stop, (stop - start) // steps)
         if key is not None:
             for_head(b, h)[key] = ops
         return ops

@@ -46,7 +46,7 @@ from ..ir import (
     causal_offset,
 )
 from ..mapping import Tiling
-from ..oplists import Counted, interleave, periodic
+from ..oplists import Counted, OpList, interleave, periodic
 from ..parts import cdiv, flash_epilogue, gemm_dtype, kv_block_count, lse_tensor, row_tile, tile_mask
 from ..problem import Problem
 from ..record import Algorithm
@@ -291,6 +291,24 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
         steps[0] = (empties["K"][ring], k[first], *steps[0])
         return steps
 
+    def kv_list(cta, at: BlockState, first: int, n: int) -> OpList:
+        """kv_steps' ops as one list, marked where it repeats every turn of the ring but for its counts
+        (OpList.repeat): from the first step whose slot waits both exist (the ring's first turn has none) to
+        the last whose K/V blocks are whole (a ragged last block has other rows), the non-serial loop's first
+        step (K_0 too) and last (V alone) left out. The loop skip then makes one turn's signatures, not one per op."""
+        steps = kv_steps(cta, at, first, n)
+        ops = OpList(chain.from_iterable(chain.from_iterable(steps)))
+        ring, whole = at.kv_blocks, p.seqlen_k // bn  # blocks [0, whole) have bn rows
+        if serial:  # step j: K_j and V_j, each after its slot's release
+            lo, hi = max(0, stages - ring), min(n, whole - first)
+        else:  # step j: K_j+1 and V_j
+            lo, hi = max(1, stages - ring), min(n - 1, whole - first - 1)
+        if hi - lo >= 2 * stages:
+            start = sum(map(len, chain.from_iterable(steps[:lo])))
+            step = sum(map(len, steps[lo]))
+            ops.repeat = (start, start + (hi - lo) * step, stages * step)
+        return ops
+
     # The producer's set-up (ir.BlockSetup), as our kernel runs it (kernels/v3.cu): on the block's first tile,
     # one thread initialises two barriers per Q buffer (full, empty) and four per ring stage (K and V, full and
     # empty), then setmaxnreg; on every tile, the tile from the counter (the two-Q-buffer kernel) and its
@@ -313,7 +331,7 @@ def build(p: Problem, t: Tiling, fp8: bool = False, name: str = "v3", warp_speci
         for c in range(c_act if n or splits == 1 else 0):
             yield from load_q(cta, c, at)
         # the tile's K/V loads as one list: the loop skip slices the ops it leaves out from it
-        yield from list(chain.from_iterable(chain.from_iterable(kv_steps(cta, at, first, n))))
+        yield from kv_list(cta, at, first, n)
 
     def carry(state, cta) -> BlockState:
         """The block's state after tile `cta` (the counts its programs add to the ring, Q and turn barriers)."""
