@@ -1,6 +1,6 @@
 """What Python's garbage collector costs a simulation, and whether pausing it would pay.
 
-    python3 -m flashsim.experiments.gc_cost [--repeats N] [--out FILE]
+    python3 -m flashsim.experiments.gc_cost [--runs N] [--out FILE]
 
 Each case runs `simulate()` in a process of its own, three ways:
 - `as is`: the collector as Python sets it; the time spent in its passes is summed from gc.callbacks;
@@ -72,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.runs < 1:
         ap.error("--runs must be at least 1")
+    if args.out and not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
+        ap.error(f"--out {args.out}: no such folder")  # said now, not after minutes of runs
     rows = []
     for name, algo, hw, problem in CASES:
         for way in WAYS:

@@ -1,6 +1,7 @@
 """The garbage-collector measurement: each way runs in a process of its own and says what it spent collecting."""
 
-from flashsim.experiments.gc_cost import WAYS, measure
+import pytest
+from flashsim.experiments.gc_cost import WAYS, main, measure
 
 
 def test_each_way_measures_its_collector():
@@ -10,3 +11,9 @@ def test_each_way_measures_its_collector():
     assert rows["paused, collected after"]["collector_s"] > 0.0  # the collection after each run
     for row in rows.values():
         assert row["process_s"] >= row["runs_s"] > 0.0 and row["peak_mb"] > 0.0
+
+
+def test_an_output_in_no_folder_is_refused_before_any_run(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--out", str(tmp_path / "missing" / "gc.json")])
+    assert exit_.value.code == 2 and "no such folder" in capsys.readouterr().err
