@@ -159,9 +159,7 @@ def main(argv: list[str] | None = None) -> int:
             done = list(pool.map(lambda c: _case(c[0], c[1], c[2], c[3] or args.repeats, args.plain, args.timeout,
                                                  against), cases))
     result = {
-        "provenance": {"date": date.today().isoformat(), "python": platform.python_version(),
-                       "machine": platform.machine(), "cpus": os.cpu_count(), "load_avg": os.getloadavg(),
-                       "loop_s": loop_s, "compiled": _compiled(),
+        "provenance": {**machine_provenance(loop_s),
                        **({"against": str(Path(args.against).resolve())} if args.against else {}),
                        **({"against": "this flashsim from its Python source"} if args.against_source else {}),
                        "jobs": args.jobs, "command": "python3 -m flashsim.experiments.bench_simulator "
@@ -186,6 +184,14 @@ def _tree_env(tree: str, stack: contextlib.ExitStack, ap) -> dict:
     site = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="flashsim-against-")))
     (site / "flashsim").symlink_to(root)
     return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
+
+
+def machine_provenance(loop_s: float | None = None) -> dict:
+    """What a timing of the simulator ran on: the date, Python, the machine, its load, its speed at plain Python
+    (loop_s, measured now unless given) and which modules ran compiled."""
+    return {"date": date.today().isoformat(), "python": platform.python_version(), "machine": platform.machine(),
+            "cpus": os.cpu_count(), "load_avg": os.getloadavg(),
+            "loop_s": _loop_seconds() if loop_s is None else loop_s, "compiled": _compiled()}
 
 
 def _compiled() -> dict:

@@ -15,11 +15,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
-from datetime import date
 
 CASES = [
     ("whole-chip v3 (the grid's kind)", "v3", "h100", dict(batch=32, heads=16, seqlen_q=512, headdim=128)),
@@ -83,11 +81,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:34s} {way:24s} process {row['process_s']:7.2f} s  collector {row['collector_s']:6.2f} s  "
                   f"peak {row['peak_mb']:6.0f} MB", flush=True)
     if args.out:
-        from .bench_simulator import _compiled, _loop_seconds
+        from .bench_simulator import machine_provenance
 
-        provenance = {"date": date.today().isoformat(), "python": platform.python_version(),
-                      "machine": platform.machine(), "cpus": os.cpu_count(), "loop_s": _loop_seconds(),
-                      "compiled": _compiled(), "runs_per_process": args.runs,
+        provenance = {**machine_provenance(), "runs_per_process": args.runs,
                       "command": f"python3 -m flashsim.experiments.gc_cost --runs {args.runs} --out FILE"}
         with open(args.out, "w") as f:
             json.dump({"provenance": provenance, "rows": rows}, f, indent=1)
