@@ -158,6 +158,9 @@ def problem_from_args(args: argparse.Namespace, algo: str | None = None) -> Prob
 
 
 def tiling_from_args(args: argparse.Namespace, algo: str, problem: Problem, profile) -> Tiling:
+    """The tiles of the command line's options, once the algorithm takes the problem's dtype (its tiles for a
+    dtype it does not take would be refused for their shape, which says nothing of the dtype)."""
+    catalog.check_dtype(algo, problem)
     return resolve_tiling(
         algo, problem, profile, block_m=args.block_m, block_n=args.block_n, warps=args.warps, stages=args.stages,
         splits=getattr(args, "splits", None), paper=getattr(args, "paper_tiles", False),

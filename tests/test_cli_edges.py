@@ -144,6 +144,14 @@ def test_sms_beyond_the_chip(argv, capsys):
     assert "between 1 and h100-sxm5-80gb's 132 SMs" in _one_line_error(capsys, argv)
 
 
+@pytest.mark.parametrize("command", ["simulate", "trace", "explain"])
+def test_a_dtype_the_algorithm_does_not_take_is_named(command, capsys):
+    """Its tiles for that dtype would be refused for their shape first (v3's fp8 tiles fit no wgmma), which says
+    nothing of the dtype."""
+    error = _one_line_error(capsys, [command, "--algo", "v3", "--dtype", "fp8", "--seqlen", "1024"])
+    assert "v3 takes bf16, fp16, fp32 inputs, not fp8 (fp8 runs with v3-fp8)" in error
+
+
 def test_trace_to_a_missing_directory(tmp_path, capsys):
     out = tmp_path / "missing" / "t.json"
     assert "does not exist" in _one_line_error(capsys, ["trace", "--seqlen", "512", "--out", str(out)])
