@@ -17,7 +17,8 @@ def add_problem_args(
     parser: argparse.ArgumentParser, *, seqlen: int = 4096, batch: int = 4, heads: int = 16, headdim: int = 128
 ) -> None:
     g = parser.add_argument_group("problem")
-    g.add_argument("--batch", "-b", type=int, default=batch, help=f"batch size (default {batch})")
+    g.add_argument("--batch", "-b", type=int, default=None, help=f"batch size (default {batch}; with --seqlens, theirs)")
+    parser.set_defaults(batch_default=batch)
     g.add_argument("--heads", type=int, default=heads, help=f"query heads (default {heads})")
     g.add_argument("--kv-heads", type=int, default=0, help="K/V heads for GQA/MQA (default: --heads)")
     g.add_argument("--seqlen", "-n", type=int, default=None,
@@ -142,8 +143,12 @@ def problem_from_args(args: argparse.Namespace, algo: str | None = None) -> Prob
     seqlen = args.seqlen
     if seqlen is None:
         seqlen = max(seqlens) if seqlens else getattr(args, "seqlen_default", 4096)
+    batch = args.batch if args.batch is not None else getattr(args, "batch_default", 4)
+    if seqlens and args.batch is not None and args.batch != len(seqlens):
+        raise FlashsimError(f"--batch {args.batch} disagrees with --seqlens, which gives {len(seqlens)} sequences "
+                            "(--seqlens sets the batch: leave --batch out)")
     return Problem(
-        len(seqlens) if seqlens else args.batch,
+        len(seqlens) if seqlens else batch,
         args.heads,
         seqlen,
         args.headdim,

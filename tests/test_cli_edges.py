@@ -152,6 +152,11 @@ def test_a_dtype_the_algorithm_does_not_take_is_named(command, capsys):
     assert "v3 takes bf16, fp16, fp32 inputs, not fp8 (fp8 runs with v3-fp8)" in error
 
 
+def test_a_batch_that_disagrees_with_the_sequence_lengths_is_refused(capsys):
+    error = _one_line_error(capsys, ["simulate", "--seqlens", "100,200", "--batch", "3"])
+    assert "--batch 3 disagrees with --seqlens, which gives 2 sequences" in error
+
+
 def test_trace_to_a_missing_directory(tmp_path, capsys):
     out = tmp_path / "missing" / "t.json"
     assert "does not exist" in _one_line_error(capsys, ["trace", "--seqlen", "512", "--out", str(out)])
