@@ -17,7 +17,8 @@ def add_problem_args(
     parser: argparse.ArgumentParser, *, seqlen: int = 4096, batch: int = 4, heads: int = 16, headdim: int = 128
 ) -> None:
     g = parser.add_argument_group("problem")
-    g.add_argument("--batch", "-b", type=int, default=None, help=f"batch size (default {batch}; with --seqlens, theirs)")
+    g.add_argument("--batch", "-b", type=int, default=None,
+                   help=f"batch size (default {batch}; with --seqlens, their count)")
     parser.set_defaults(batch_default=batch)
     g.add_argument("--heads", type=int, default=heads, help=f"query heads (default {heads})")
     g.add_argument("--kv-heads", type=int, default=0, help="K/V heads for GQA/MQA (default: --heads)")
