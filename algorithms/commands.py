@@ -87,11 +87,33 @@ def _register_memory(subparsers: Any) -> None:
 
 
 def _cmd_memory(args: argparse.Namespace) -> int:
+    from flashsim.errors import FlashsimError
+
+    from . import catalog
     from .pass_memory import memory_report
 
     profile = profile_from_args(args)
-    problem = problem_from_args(args, "v2")
-    report = memory_report(args.algos, problem, args.pass_, profile)
+    # each algorithm's problem in its own default dtype unless --dtype names one; an algorithm that does not
+    # take that dtype has no footprint in it, and is skipped like one that lacks the pass
+    problems = {algo: problem_from_args(args, algo) for algo in args.algos}
+    skipped = [{"algo": a, "reason": f"{a} takes {', '.join(catalog.get(a).dtypes)} inputs, not {p.dtype}"}
+               for a, p in problems.items() if p.dtype not in catalog.get(a).dtypes]
+    taken = {a: p for a, p in problems.items() if p.dtype in catalog.get(a).dtypes}
+    if not taken:
+        raise FlashsimError("no algorithm takes this dtype: " + "; ".join(r["reason"] for r in skipped))
+    parts = []
+    for problem in dict.fromkeys(taken.values()):  # one report per dtype
+        group = [a for a, p in taken.items() if p == problem]
+        try:
+            parts.append(memory_report(group, problem, args.pass_, profile))
+        except FlashsimError as exc:  # none of the group has the pass: the reasons its message lists
+            skipped.append({"algo": ", ".join(group), "reason": str(exc).removeprefix("no algorithm has this pass: ")})
+    if not parts:
+        raise FlashsimError("no algorithm has this pass: " + "; ".join(r["reason"] for r in skipped))
+    report = {**parts[0], "algorithms": [dict(row, dtype=taken[row["algo"]].dtype) for part in parts
+                                         for row in part["algorithms"]],
+              "skipped": skipped + [r for part in parts for r in part["skipped"]]}
+    report["algorithms"].sort(key=lambda row: args.algos.index(row["algo"]))
     if args.json:
         sys.stdout.write(json.dumps(report) + "\n")
         return 0
@@ -106,8 +128,11 @@ def _cmd_memory(args: argparse.Namespace) -> int:
         return f"{n:.0f} B"
 
     rows = report["algorithms"]
-    table = Table(title=f"HBM per {args.pass_} pass on {profile.name} ({gib(profile.hbm_bytes)}): "
-                        f"{problem.describe()}", title_justify="left")
+    from flashsim.simulator.report import problem_title
+
+    shown = problem_title((row["algo"], taken[row["algo"]]) for row in rows)
+    table = Table(title=f"HBM per {args.pass_} pass on {profile.name} ({gib(profile.hbm_bytes)}): {shown}",
+                  title_justify="left")
     table.add_column("tensor")
     for r in rows:
         table.add_column(r["algo"], justify="right")

@@ -157,6 +157,21 @@ def test_a_batch_that_disagrees_with_the_sequence_lengths_is_refused(capsys):
     assert "--batch 3 disagrees with --seqlens, which gives 2 sequences" in error
 
 
+def test_memory_takes_each_algorithm_in_its_dtype(capsys):
+    """Without --dtype each algorithm's footprint is in its own default dtype (v3-fp8's is fp8); with one, those
+    that do not take it are skipped, and if none does, the command says so."""
+    assert cli.main(["memory", "--algos", "v2", "v3-fp8", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["algorithms"]
+    assert [(r["algo"], r["dtype"]) for r in rows] == [("v2", "bf16"), ("v3-fp8", "fp8")]
+    assert rows[1]["tensors"]["Qq"] == rows[1]["tensors"]["Q"] // 2  # its fp8 copies beside the 16-bit inputs
+    assert cli.main(["memory", "--algos", "v2", "v3-fp8", "--dtype", "fp8", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["algo"] for r in out["algorithms"]] == ["v3-fp8"]
+    assert out["skipped"] == [{"algo": "v2", "reason": "v2 takes bf16, fp16, fp32 inputs, not fp8"}]
+    assert "no algorithm takes this dtype: v2 takes bf16" in _one_line_error(capsys, ["memory", "--algos", "v2",
+                                                                                       "--dtype", "fp8"])
+
+
 def test_trace_to_a_missing_directory(tmp_path, capsys):
     out = tmp_path / "missing" / "t.json"
     assert "does not exist" in _one_line_error(capsys, ["trace", "--seqlen", "512", "--out", str(out)])
