@@ -95,10 +95,15 @@ def _cmd_memory(args: argparse.Namespace) -> int:
     profile = profile_from_args(args)
     # each algorithm's problem in its own default dtype unless --dtype names one; an algorithm that does not
     # take that dtype has no footprint in it, and is skipped like one that lacks the pass
-    problems = {algo: problem_from_args(args, algo) for algo in args.algos}
-    skipped = [{"algo": a, "reason": f"{a} takes {', '.join(catalog.get(a).dtypes)} inputs, not {p.dtype}"}
-               for a, p in problems.items() if p.dtype not in catalog.get(a).dtypes]
-    taken = {a: p for a, p in problems.items() if p.dtype in catalog.get(a).dtypes}
+    taken, skipped = {}, []
+    for algo in args.algos:
+        problem = problem_from_args(args, algo)
+        try:
+            catalog.check_dtype(algo, problem)
+        except FlashsimError as exc:
+            skipped.append({"algo": algo, "reason": str(exc)})
+            continue
+        taken[algo] = problem
     if not taken:
         raise FlashsimError("no algorithm takes this dtype: " + "; ".join(r["reason"] for r in skipped))
     parts = []

@@ -167,7 +167,8 @@ def test_memory_takes_each_algorithm_in_its_dtype(capsys):
     assert cli.main(["memory", "--algos", "v2", "v3-fp8", "--dtype", "fp8", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert [r["algo"] for r in out["algorithms"]] == ["v3-fp8"]
-    assert out["skipped"] == [{"algo": "v2", "reason": "v2 takes bf16, fp16, fp32 inputs, not fp8"}]
+    assert out["skipped"] == [{"algo": "v2", "reason": "v2 takes bf16, fp16, fp32 inputs, not fp8 (fp8 runs with "
+                                                      "v3-fp8)"}]
     assert "no algorithm takes this dtype: v2 takes bf16" in _one_line_error(capsys, ["memory", "--algos", "v2",
                                                                                        "--dtype", "fp8"])
 
