@@ -27,26 +27,28 @@ from concurrent.futures import ThreadPoolExecutor
 
 CUTS = 20
 
+
+def _grid(points: list[tuple]) -> list[tuple]:
+    """FA2-grid points (algo, d, causal, N) as cases: batch 16k / N, hidden 2048 (heads 2048 / d), on the H100."""
+    return [(f"grid {algo} d{d} {'causal' if causal else 'full'} N={n}", algo, "h100",
+             dict(batch=16384 // n, heads=2048 // d, seqlen_q=n, headdim=d, causal=causal))
+            for algo, d, causal, n in points]
+
+
 # (name, algo, hw, problem): the FA2-grid point (a sample of 8 SMs), the grid's points that run on the whole chip
 # and its costliest sampled ones (experiments/results/simulator-grid-cost.json), and two sampled causal runs
 CASES = [
     ("point", "v2", "h100", dict(batch=1, heads=16, seqlen_q=16384, headdim=128)),
-    *[(f"grid {algo} d{d} {'causal' if causal else 'full'} N={n}", algo, "h100",
-       dict(batch=16384 // n, heads=2048 // d, seqlen_q=n, headdim=d, causal=causal))
-      for algo, d, causal, n in [
-          ("v2", 64, False, 512), ("v2", 128, False, 512), ("v2", 128, False, 2048),
-          ("v2", 64, True, 512), ("v2", 128, True, 512), ("v2", 64, True, 1024), ("v2", 128, True, 1024),
-          ("v3", 64, False, 512), ("v3", 128, False, 512), ("v3", 64, False, 1024), ("v3", 128, False, 1024),
-          ("v3", 64, True, 512), ("v3", 128, True, 512), ("v3", 64, True, 1024), ("v3", 128, True, 1024),
-          ("v3", 128, True, 2048)]],
-    # the grid's sixteen sampled points that cost most (simulator-grid-cost.json), its default samples
-    *[(f"grid {algo} d{d} {'causal' if causal else 'full'} N={n}", algo, "h100",
-       dict(batch=16384 // n, heads=2048 // d, seqlen_q=n, headdim=d, causal=causal))
-      for algo, d, causal, n in [
-          ("v3", 64, True, 16384), ("v3", 64, False, 16384), ("v3", 128, True, 8192), ("v3", 64, True, 4096),
-          ("v3", 64, True, 8192), ("v3", 64, False, 8192), ("v3", 128, True, 4096), ("v2", 64, True, 4096),
-          ("v3", 64, True, 2048), ("v3", 64, False, 2048), ("v2", 64, True, 16384), ("v2", 128, True, 16384),
-          ("v2", 128, True, 2048), ("v3", 64, False, 4096), ("v2", 64, True, 8192), ("v2", 128, True, 8192)]],
+    *_grid([("v2", 64, False, 512), ("v2", 128, False, 512), ("v2", 128, False, 2048),
+            ("v2", 64, True, 512), ("v2", 128, True, 512), ("v2", 64, True, 1024), ("v2", 128, True, 1024),
+            ("v3", 64, False, 512), ("v3", 128, False, 512), ("v3", 64, False, 1024), ("v3", 128, False, 1024),
+            ("v3", 64, True, 512), ("v3", 128, True, 512), ("v3", 64, True, 1024), ("v3", 128, True, 1024),
+            ("v3", 128, True, 2048)]),
+    # the sixteen that cost most of the others, in their default runs (some run on the whole chip now)
+    *_grid([("v3", 64, True, 16384), ("v3", 64, False, 16384), ("v3", 128, True, 8192), ("v3", 64, True, 4096),
+            ("v3", 64, True, 8192), ("v3", 64, False, 8192), ("v3", 128, True, 4096), ("v2", 64, True, 4096),
+            ("v3", 64, True, 2048), ("v3", 64, False, 2048), ("v2", 64, True, 16384), ("v2", 128, True, 16384),
+            ("v2", 128, True, 2048), ("v3", 64, False, 4096), ("v2", 64, True, 8192), ("v2", 128, True, 8192)]),
     ("causal GQA v2 2 x 32/8 x 8k (sampled)", "v2", "h200",
      dict(batch=2, heads=32, kv_heads=8, seqlen_q=8192, headdim=128, causal=True)),
     ("causal v3 1 x 8 x 16k (sampled)", "v3", "h100", dict(batch=1, heads=8, seqlen_q=16384, headdim=128, causal=True)),
