@@ -166,7 +166,6 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     from flashsim.errors import FlashsimError
 
     from .backward import pass_algos
-    from .catalog import check_dtype
     from .explain import explain
 
     profile = profile_from_args(args)
@@ -176,8 +175,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     results = []
     for algo in algos:
         problem = problem_from_args(args, algo)
-        check_dtype(algo, problem)
-        tiling = tiling_from_args(args, algo, problem, profile)
+        tiling = tiling_from_args(args, algo, problem, profile)  # refuses a dtype the algorithm lacks
         results.append(explain(algo, problem, tiling, hadamard=not args.no_hadamard, dq=args.dq))
     if args.json:
         out = results[0].as_dict() if len(results) == 1 else {"passes": [r.as_dict() for r in results]}
