@@ -172,6 +172,7 @@ def simulate(
     flushed_l2: bool = False,
     start_stagger_cycles: int = 0,
     drift_skip: bool = True,
+    fold: bool = True,
 ) -> SimResult:
     """Replay `algo`'s schedule for `problem` on `profile`.
 
@@ -189,7 +190,8 @@ def simulate(
     experiments/stagger.py; kernels/v2.cu's start_stagger_cycles).
     drift_skip: with extrapolate, let the loop skip leave out stretches of causal and variable-length one-role
     kernels whose roles drift against each other (simulator/loopskip.py, within a tolerance); False: its exact
-    premise only."""
+    premise only.
+    fold: run a sample's twin SMs, whose ops all take the same cycles, as one (Gpu.fold); False: each of them."""
     rec = catalog.get(algo)
     options = dict(options or {})
     unknown = sorted(set(options) - set(rec.options))
@@ -214,7 +216,7 @@ def simulate(
     # the schedules that know their kernels' code name its stretches (ir.Code) where a model option uses them
     schedule = build(algo, problem, t, **{**schedule_options(profile, rec), **options})
     wall = time.perf_counter()
-    gpu = _machine(profile, problem, schedule, sms, trace, small_whole_chip, rec.kv_outer_loop)
+    gpu = _machine(profile, problem, schedule, sms, trace, small_whole_chip, rec.kv_outer_loop, fold)
     gpu.kv_head_bytes = 2 * problem.seqlen_k * problem.headdim * problem.elem_bytes
     if flushed_l2:
         gpu.flushed_l2()
@@ -271,7 +273,7 @@ def simulate(
     bound = busiest if util[busiest] >= LATENCY_BOUND_BELOW else "latency"
     roof = roofline(algo, problem, profile)
     l2 = gpu.l2
-    dirty_end = l2.dirty_bytes * gpu.dirty_scale * factor_last
+    dirty_end = l2.dirty_bytes * gpu.hbm_weight * gpu.dirty_scale * factor_last
     return SimResult(
         algo=algo,
         hw=profile.name,
@@ -306,7 +308,8 @@ def simulate(
             "wall_s": time.perf_counter() - wall,
             "events": gpu.env.events,
             "ops": gpu.ops,
-            "sms_simulated": gpu.n_sms,
+            "sms_simulated": gpu.n_sms * gpu.fold,
+            **({"fold": {"twins": gpu.fold, "sms_run": gpu.n_sms}} if gpu.fold > 1 else {}),
             **({"sample": sample_info(gpu.head_sample, gpu.replay)} if getattr(gpu, "head_sample", None) else {}),
             "blocks_extrapolated": gpu.extrapolated_blocks,
             "periodic_skips": gpu.periodic_skips,
@@ -423,9 +426,10 @@ def _outer_steps(algo: str, problem: Problem, profile, t: Tiling, sms: int | Non
 
 
 def _machine(profile, problem: Problem, schedule, sms: int | None, trace, small_whole_chip: bool = True,
-             kv_outer_loop: bool = False) -> Gpu:
+             kv_outer_loop: bool = False, fold: bool = True) -> Gpu:
     """The whole chip, or a sample of whole K/V heads on the matching share of it (simulator/sampling.py).
-    kv_outer_loop: the blocks loop over their Q blocks inside each K/V step (V1), so a block's steps are both."""
+    kv_outer_loop: the blocks loop over their Q blocks inside each K/V step (V1), so a block's steps are both.
+    fold: run a sample's twin SMs as one (_twins)."""
     groups = problem.batch * problem.kv_heads
     # a variable-length batch runs whole: a sample of its (batch, head) groups would not have its mix of lengths
     if not sms or problem.varlen or small_whole_chip and _whole_chip(schedule, profile):
@@ -449,8 +453,10 @@ def _machine(profile, problem: Problem, schedule, sms: int | None, trace, small_
     pairs = [(b, h) for b in range(problem.batch) for h in range(problem.kv_heads)]
     chosen = {pairs[(i * groups) // choice.g] for i in range(choice.g)}  # spread over batch, heads and sections
     # causal blocks, of unequal length, drift apart: the chip's SMs do not store in lockstep
+    twins = (_twins(problem, schedule, kernel, choice.n, blocks_per_sm(kernel, profile), trace, kv_outer_loop)
+             if fold else 1)
     gpu = Gpu(profile, choice.n, trace, heads=chosen, group=problem.group, copies=groups / choice.g,
-              lockstep=not problem.causal)
+              lockstep=not problem.causal, fold=twins)
     gpu.groups_total = groups
     # blocks of unequal length dealt head after head: the chip's end is replayed from the sample's blocks
     if kernel.steps is not None and not kernel.persistent and not choice.follows_work:
@@ -458,6 +464,23 @@ def _machine(profile, problem: Problem, schedule, sms: int | None, trace, small_
         gpu.block_log, gpu.replay_kernel = [], kernel
     gpu.head_sample = choice
     return gpu
+
+
+def _twins(problem: Problem, schedule, kernel, sms: int, slots: int, trace, kv_outer_loop: bool) -> int:
+    """How many of a sample's SMs run as one (Gpu.fold): all of them where they are twins, every op of theirs
+    at the same cycles as the others' (experiments/twin_sms.py found such samples), else 1. They are where one
+    launch's blocks are equal and start together (uniform, non-causal, each taken afresh) and every wave lies
+    within one head: all its SMs then read the same K/V tiles at the same cycles, each its own Q and O. Not
+    V1's (kv_outer_loop): its loops read and write the twins' own tiles, which a loop skip replays for one."""
+    if trace is not None or problem.causal or problem.varlen or len(schedule.kernels) != 1 or sms < 2:
+        return 1
+    if not kernel.uniform or kernel.carry is not None or kernel.steps is not None or kv_outer_loop:
+        return 1
+    of = kernel.kv_head_of or (lambda c: (c[0], c[1] // problem.group))
+    per_group = len(kernel.ctas) // (problem.batch * problem.kv_heads)
+    if per_group % (sms * slots) or _section(kernel.ctas, of) != 1:
+        return 1
+    return sms
 
 
 def _section(ctas: list, kv_head_of) -> int:
@@ -500,7 +523,7 @@ def _counters(gpu: Gpu) -> dict:
         "busy_hbm": gpu.hbm.busy_cycles(now),
         "hbm_read": gpu.l2.miss_bytes,
         "hbm_write": gpu.hbm_write_bytes,
-        "hbm_write_flush": gpu.l2.flush_written_back,
+        "hbm_write_flush": gpu.l2.flush_written_back * gpu.hbm_weight,
         "l2_read": gpu.l2.read_bytes,
         "l2_write": gpu.l2.write_bytes,
         "l2_atomic": gpu.atomic_bytes,

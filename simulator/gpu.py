@@ -3,6 +3,13 @@
 Sampling: a run may simulate `sms` of the chip's SMs, with the thread blocks the hardware would send to
 them; at the chip's HBM and L2 ports and in its L2 each sampled SM stands for `copies` identical SMs. With
 sms = sm_count it is the plain, whole-chip run.
+
+Folding: where a sample's SMs are twins, every op of theirs starting and ending at the same cycles (equal
+blocks of one head in lockstep waves: simulator/api.py _twins), `fold` of them run as one SM, which stands for
+all of them at the ports (the same requests, the same share). The L2 is the plain run's: the lines the twins
+share (K, V) are read once, as the plain run's first twin fetches them and the others find them there or on
+their way; each twin's own tiles (Q, O) are read and written as its own (Gpu._twin), and what that evicts is
+written back on the twin's own flow. The counters are the folded SM's, so each counts one twin's share.
 """
 
 from __future__ import annotations
@@ -10,6 +17,7 @@ from __future__ import annotations
 import gc
 import math
 from collections import defaultdict
+from dataclasses import replace
 from heapq import heappop, heappush
 
 import simpy
@@ -22,6 +30,8 @@ from .launch import Launch
 from .resources import Port, QueueUnit, SharedUnit
 
 NORMAL = simpy.core.NORMAL
+# Twin tiles a folded run keeps by the id of the tile they stand beside (Gpu._twin) before it starts again.
+TWIN_TILES_KEPT = 1 << 14
 # Objects allocated between two collections of the youngest generation while a launch runs (Python's default: 700).
 GC_YOUNG_THRESHOLD = 50_000
 
@@ -273,37 +283,44 @@ class Gpu:
         group: int = 1,
         copies: float | None = None,
         lockstep: bool = True,
+        fold: int = 1,
     ):
         self.profile = profile
         self.sms_total = profile.sm_count
-        self.n_sms = min(sms or profile.sm_count, profile.sm_count)
+        self.fold = fold
+        # what an HBM request and a byte written back count: one twin's share of what the twins ask for
+        self.hbm_weight = 1 / fold
+        self._twins: dict = {}  # (id of a tile, twin) -> (the tile, that twin's tile) (_twin)
+        self.n_sms = min(sms or profile.sm_count, profile.sm_count) // fold
         self.heads = heads
         self.group = group
         self.groups_total = 1
         # room in L2 a sampled line takes: the chip holds `copies` times as many private lines; tensors that
         # a head's blocks share (K, V) get their own ratio per kernel, from `sharing`
-        self.private_copies = copies if copies is not None else self.sms_total / self.n_sms
+        self.private_copies = copies if copies is not None else self.sms_total / (self.n_sms * fold)
         self.copies: dict[str, float] = {}
+        # at the ports each simulated SM stands for its twins too
+        port_copies = self.private_copies * fold
         self.env = Environment()
-        self.hbm = Port(self.env, "hbm", profile.hbm_bytes_per_clk, self.private_copies,
+        self.hbm = Port(self.env, "hbm", profile.hbm_bytes_per_clk, port_copies,
                         profile.hbm_requester_bandwidth_bytes_per_s / profile.sm_clock_hz)
         self.write_cost = profile.hbm_bandwidth_bytes_per_s / profile.hbm_write_bandwidth_bytes_per_s
         self.tma_read_cost = 1 / profile.hbm_tma_read_fraction  # port bytes per byte a TMA copy misses
         self.clock_hz = profile.sm_clock_hz
-        self.l2_port = Port(self.env, "l2", profile.l2_bandwidth_bytes_per_s / profile.sm_clock_hz, self.private_copies)
+        self.l2_port = Port(self.env, "l2", profile.l2_bandwidth_bytes_per_s / profile.sm_clock_hz, port_copies)
         self.l2 = L2Cache(profile.l2_bytes, profile.l2_dirty_max_bytes)
         # the L2 slices' reduce units (fp32 atomics of the backward's dQ): their own rate, beside the port's
         self.l2_atomic = Port(self.env, "l2_atomic", profile.l2_atomic_bytes_per_s / profile.sm_clock_hz,
-                              self.private_copies)
+                              port_copies)
         # the L2's rate for partial-sector writes (stores from accumulator fragments, 16 bytes per row), which
         # every SM storing so shares. It binds when most SMs store at once: blocks that run in lockstep waves
         # do, and a sample's copies store with it; blocks that drift apart (causal) do not, and there a sample
         # takes its SMs as themselves
         self.partial_writes = Port(self.env, "partial_writes", profile.fragment_store_chip_bytes_per_s
-                                   / profile.sm_clock_hz, self.private_copies if lockstep else 1.0)
+                                   / profile.sm_clock_hz, port_copies if lockstep else 1.0)
         # the chip's rate for the warps' plain stores (store_path_model 1), shared by every SM storing, as above
         self.plain_writes = Port(self.env, "plain_writes", profile.store_chip_bytes_per_s / profile.sm_clock_hz,
-                                 self.private_copies if lockstep else 1.0)
+                                 port_copies if lockstep else 1.0)
         self.atomic_bytes = 0
         self.sms = [Sm(i, profile) for i in range(self.n_sms)]
         self.trace = trace
@@ -342,7 +359,11 @@ class Gpu:
         if flow is None:
             flow = sm.index
         p = self.profile
-        pending, fetching, miss, missed = self.l2.read(tile, now, self.copies.get(tile.tensor, self.private_copies))
+        copies = self.copies.get(tile.tensor)
+        private = copies is None
+        if private:
+            copies = self.private_copies
+        pending, fetching, miss, missed = self.l2.read(tile, now, copies)
         landing = Landing(self.env, then, extra, pending)
         landing.parts = 1 + bool(miss) + len(fetching)
         for fetch in fetching:  # lines that another load is still bringing in from HBM
@@ -352,11 +373,14 @@ class Gpu:
             for entry in missed:
                 entry[2] = fetch
             fetch.listeners.append(landing.part)
-            self.hbm.submit(now, miss * self.tma_read_cost if tma else miss, fetch.land, flow, p.hbm_latency_cycles)
+            self.hbm.submit(now, miss * self.tma_read_cost if tma else miss, fetch.land, flow, p.hbm_latency_cycles,
+                            self.hbm_weight)
         nbytes = tile.nbytes
         self.l2_port.submit(now, nbytes, landing.part, flow, p.l2_hit_latency_cycles)
         if self.l2.evicted_dirty_bytes != self.l2._charged:
             self._charge_evictions(now, sm.index)
+        if private and self.fold > 1:
+            self._twin_loads(tile, now, flow, sm.index, tma)
         if to_smem:
             # the copy engine's writes land through the banks' own write path and take smem_fill_port_fraction
             # of the port the warps' loads read through, as measured (fill_model 1); fill_model 0: every byte
@@ -371,11 +395,47 @@ class Gpu:
         taken it (None: nobody waits, as for a TMA store). `flow` as for load()."""
         if flow is None:
             flow = sm.index
-        self.l2.write(tile, self.copies.get(tile.tensor, self.private_copies))
+        copies = self.copies.get(tile.tensor)
+        self.l2.write(tile, self.private_copies if copies is None else copies)
         self._charge_evictions(now, sm.index)
         self.l2_port.submit(now, tile.nbytes, then, flow)
         if from_smem:
             sm.smem.release(sm.smem.submit(now, tile.nbytes))
+        if copies is None and self.fold > 1:
+            l2 = self.l2
+            for i in range(1, self.fold):
+                written = l2.write_bytes
+                l2.write(self._twin(tile, i), self.private_copies)
+                l2.write_bytes = written  # the counters are the folded SM's
+                self._charge_evictions(now, (sm.index, i))
+
+    def _twin(self, tile, i: int):
+        """Twin i's tile standing where `tile` is for the folded SM: the same shape in lines of its own (a
+        tensor named apart), which no other block reads."""
+        key = (id(tile), i)
+        got = self._twins.get(key)
+        if got is None or got[0] is not tile:
+            if len(self._twins) >= TWIN_TILES_KEPT:
+                self._twins.clear()
+            got = self._twins[key] = (tile, replace(tile, tensor=f"{tile.tensor}~{i}"))
+        return got[1]
+
+    def _twin_loads(self, tile, now: int, flow, sm_index: int, tma: bool) -> None:
+        """The folded SM's twins read their own tiles where it read `tile`: into the L2 and, what they miss,
+        from HBM on their own flows; they ask the L2 port what the folded SM asked, for them."""
+        l2, p = self.l2, self.profile
+        for i in range(1, self.fold):
+            read, missed_bytes = l2.read_bytes, l2.miss_bytes
+            _, _, miss, missed = l2.read(self._twin(tile, i), now, self.private_copies)
+            l2.read_bytes, l2.miss_bytes = read, missed_bytes  # the counters are the folded SM's
+            if miss:
+                fetch = Fetch(missed)
+                for entry in missed:
+                    entry[2] = fetch
+                self.hbm.submit(now, miss * self.tma_read_cost if tma else miss, fetch.land, (flow, i),
+                                p.hbm_latency_cycles, self.hbm_weight)
+            if l2.evicted_dirty_bytes != l2._charged:
+                self._charge_evictions(now, (sm_index, i))
 
     def atomic(self, tile, now: int, from_smem: bool, sm: Sm, then=None, flow=None) -> None:
         """An fp32 reduce-add into a tile: its bytes cross the L2 port, then the L2 reads the lines (a miss
@@ -393,7 +453,7 @@ class Gpu:
             fetch = Fetch(missed)
             for entry in missed:
                 entry[2] = fetch
-            self.hbm.submit(now, miss, fetch.land, flow, p.hbm_latency_cycles)
+            self.hbm.submit(now, miss, fetch.land, flow, p.hbm_latency_cycles, self.hbm_weight)
         l2.write(tile, copies)
         l2.read_bytes, l2.write_bytes = reads, writes  # counted as atomics, not as loads and stores
         self.atomic_bytes += tile.nbytes
@@ -420,8 +480,8 @@ class Gpu:
         if evicted:
             # the HBM server counts read bytes; a written byte holds it longer (read/write turnarounds)
             # the L2 writes back beside the SMs' reads, not behind them: a flow of its own per evicting SM
-            self.hbm.submit(now, evicted * self.write_cost, None, (flow, "write-back"))
-            self.hbm_write_bytes += evicted
+            self.hbm.submit(now, evicted * self.write_cost, None, (flow, "write-back"), 0, self.hbm_weight)
+            self.hbm_write_bytes += evicted * self.hbm_weight
 
     # -- launches ------------------------------------------------------------------------------------
     def sample(self, kernel) -> list:
@@ -429,7 +489,8 @@ class Gpu:
         if self.heads is None:
             return list(kernel.ctas)
         of = kernel.kv_head_of or (lambda c: (c[0], c[1] // self.group))
-        return [c for c in kernel.ctas if of(c) in self.heads]
+        # a fold runs one of each set of twins' blocks (equal blocks: which one does not matter)
+        return [c for c in kernel.ctas if of(c) in self.heads][:: self.fold]
 
     def tensor_instr(self, kernel, probe_ops: int = 400) -> str | None:
         """The tensor-core instruction class a kernel issues (None: no GEMMs), from its first block."""
@@ -467,7 +528,7 @@ class Gpu:
                     if n >= probe_ops:
                         break
         chip = min(self.groups_total, -(-self.sms_total * slots // max(1, round(per_group))))
-        sample = min(len(self.heads), -(-self.n_sms * slots // max(1, round(per_group))))
+        sample = min(len(self.heads), -(-self.n_sms * self.fold * slots // max(1, round(per_group))))
         ratio = chip / max(1, sample)
         return {t: ratio for t, keys in first.items() if max(keys.values()) > 1}
 
@@ -533,6 +594,8 @@ class Gpu:
         start = env.now + self.skipped_cycles  # cycles on the virtual clock (with the loop periods left out)
         slots = blocks_per_sm(kernel, p)
         self.copies = self.sharing(kernel, slots)
+        # a fold's twins share these lines: its first twin fetches them for all
+        self.l2.miss_weights = {t: self.hbm_weight for t in self.copies} if self.fold > 1 else {}
         launch = Launch(self, kernel, counters, extrapolate, slots, start)
         workers = [env.process(launch.worker(sm, slot)) for slot in range(slots) for sm in self.sms]
         # the kernel ends with its last block; write-backs still in flight carry on into the next launch

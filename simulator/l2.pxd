@@ -9,7 +9,7 @@ cimport cython
 cdef class L2Cache:
     cdef public object capacity, dirty_max, dirty, dirty_room, lines, used, read_bytes, write_bytes, miss_bytes
     cdef public object evicted_dirty_bytes, flush_written_back, evictions, evicted_room, _charged
-    cdef public dict _tiles
+    cdef public dict _tiles, miss_weights
 
     cpdef read(self, g, now, copies=*)
     cpdef write(self, g, copies=*)

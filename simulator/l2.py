@@ -98,6 +98,9 @@ class L2Cache:
         self.evicted_room = 0.0  # the room they took (bytes x copies): a whole capacity of it turns the L2 over
         self._charged = 0.0
         self._tiles: dict = {}  # id -> (tile, its lines, its bytes, their keys, their masks) (_tile)
+        # tensor -> what a missed byte of it counts in miss_bytes (a fold of twin SMs, Gpu.fold: lines the twins
+        # share are fetched once for all of them); tensors not in it count 1
+        self.miss_weights: dict = {}
 
     def _lines(self, g: GTile) -> tuple:
         """(key, presence bits, bytes per bit) of every line a tile touches (tiles recur: a head's K/V tiles
@@ -151,7 +154,10 @@ class L2Cache:
                 miss += self._fill(entry, absent, slice_bytes, copies)
                 missed.append(entry)
         self.read_bytes += tile_bytes
-        self.miss_bytes += miss
+        if miss and self.miss_weights:
+            self.miss_bytes += miss * self.miss_weights.get(g.tensor, 1.0)
+        else:
+            self.miss_bytes += miss
         return pending_ready, fetching, miss, missed
 
     def replay(self, loads: list, now: int, copies: dict, default: float, all_held: bool = False) -> None:
@@ -162,6 +168,7 @@ class L2Cache:
         lines, tiles, capacity = self.lines, self._tiles, self.capacity
         get, to_end = lines.get, lines.move_to_end  # bound once: a replay touches millions of lines
         read_bytes, miss_bytes = self.read_bytes, self.miss_bytes  # summed in the same order as read()'s
+        weights = self.miss_weights
         for op in loads:
             g = op.src
             got = tiles.get(id(g))  # _tile's lookup, inlined
@@ -196,7 +203,7 @@ class L2Cache:
                         if old[1]:
                             self._evicted_dirty(key, old)
                 read_bytes += tile_bytes
-                miss_bytes += sum(fills, 0.0)
+                miss_bytes += sum(fills, 0.0) * weights[g.tensor] if g.tensor in weights else sum(fills, 0.0)
                 continue
             miss = 0.0
             for key, mask, slice_bytes in covered:
@@ -218,7 +225,7 @@ class L2Cache:
                     miss += nbytes
                     entry[2] = now
             read_bytes += tile_bytes
-            miss_bytes += miss
+            miss_bytes += miss * weights[g.tensor] if miss and g.tensor in weights else miss
         self.read_bytes, self.miss_bytes = read_bytes, miss_bytes
 
     def write(self, g: GTile, copies: float = 1.0) -> None:

@@ -326,6 +326,8 @@ class LoopSkip:
         columns = _last_columns(
             [role.loads_at(place, n, reps) for role, n in ops.items() for place in role.load_places(n)]
         )
+        if gpu.fold > 1 and any(op.src.tensor not in gpu.copies for column in columns for op in column):
+            return False  # a fold's twins read tiles of their own, which a replay for the folded SM would not
         stretches = _Stretches(columns)
         held_stretches = 0
         if not evicted:
@@ -347,7 +349,7 @@ class LoopSkip:
                 break
         # the dirty lines the replay evicted are written back once: their bytes, not the watched stretch's
         # (the dirty lines are the finished tiles' outputs, evicted once, not a per-stretch flow)
-        written = l2.take_evicted() if evicted else None
+        written = l2.take_evicted() * gpu.hbm_weight if evicted else None
         # after the skip, the lines of the last stretches' tiles are where those of the tiles they stand
         # for are now: still on their way from HBM, or landing at a later cycle (a block one step behind
         # another reads them next)
@@ -619,6 +621,7 @@ def _brought(l2: L2Cache, loads: list, added: dict, room: float, copies: dict, d
         if held(list(map(get, got[3])), got[4]):
             continue  # all there already (the usual case): nothing to add
         scale = copies.get(tile.tensor, default)
+        weight = l2.miss_weights.get(tile.tensor, 1.0)  # as the L2 counts its misses (a fold's shared lines)
         before = miss, room
         for key, mask, slice_bytes in got[1]:
             entry = lines.get(key)
@@ -628,7 +631,7 @@ def _brought(l2: L2Cache, loads: list, added: dict, room: float, copies: dict, d
             absent = mask & ~present
             if absent:
                 nbytes = absent.bit_count() * slice_bytes
-                miss += nbytes
+                miss += nbytes * weight
                 room -= nbytes * scale
                 added[key] = present | absent
         if fitting and room < 0:

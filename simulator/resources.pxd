@@ -20,7 +20,7 @@ cdef class Server:
 cdef class Port:
     cdef public object env, t, _seq, _timer, _timer_at
     cdef public str name
-    cdef public double rate, copies, requester_rate, V, work, owed
+    cdef public double rate, copies, requester_rate, V, work, owed, weight
     cdef public list heap, departed
     cdef public dict queues
     cdef public set serving
@@ -28,7 +28,7 @@ cdef class Port:
     cpdef _advance(self, now)
     cpdef _share(self)
     cpdef _announce(self, now)
-    cpdef submit(self, now, work, callback=*, flow=*, latency=*)
+    cpdef submit(self, now, work, callback=*, flow=*, latency=*, weight=*)
     cpdef _wake(self)
     cpdef _fire(self, event)
 

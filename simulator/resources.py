@@ -59,10 +59,15 @@ class Port:
     request's callback runs with the cycle it is announced: the whole cycle it leaves in, plus its latency.
 
     requester_rate caps each requester's share (HBM: what one block's outstanding requests carry per round
-    trip), so a few requesters cannot draw the whole rate; under load the equal share is the smaller one."""
+    trip), so a few requesters cannot draw the whole rate; under load the equal share is the smaller one.
+
+    A request may stand for `weight` requesters' identical requests (a fold of twin SMs, Gpu.fold: its SM's
+    requests for its twins' too, weight 1; a fetch of lines the twins share, which only one of them makes,
+    1 / twins): the rate is shared per requester, W = the weights in service, and a request of w bytes per
+    requester leaves when V reaches V0 + w, as each of the requesters it stands for would."""
 
     __slots__ = ("env", "name", "rate", "copies", "requester_rate", "V", "t", "heap", "queues", "serving", "work",
-                 "owed", "departed", "_seq", "_timer", "_timer_at")
+                 "owed", "departed", "weight", "_seq", "_timer", "_timer_at")
 
     def __init__(self, env: simpy.Environment, name: str, rate: float, copies: float = 1.0,
                  requester_rate: float = math.inf):
@@ -72,11 +77,12 @@ class Port:
         self.requester_rate = requester_rate
         self.V = 0.0  # bytes served to each requester in service so far
         self.t = 0.0  # time V refers to
-        self.heap: list = []  # (departure tag, seq, requester, callback, latency) of the requests in service
-        self.queues: dict = {}  # requester -> deque of (bytes, callback, latency) behind its request in service
+        self.heap: list = []  # (departure tag, seq, requester, callback, latency, weight) of the requests in service
+        self.weight = 0.0  # the weights of the requests in service (W)
+        self.queues: dict = {}  # requester -> deque of (bytes, callback, latency, weight) behind its request in service
         self.serving: set = set()  # requesters with a request in service
-        self.work = 0.0  # bytes accepted
-        self.owed = 0.0  # bytes accepted, not yet served, apart from the requests in service
+        self.work = 0.0  # bytes accepted (times their weight)
+        self.owed = 0.0  # bytes accepted (times their weight), not yet served, apart from the requests in service
         self.departed: list = []  # (announcement cycle, seq, callback) of requests served, not yet announced
         self._seq = 0
         self._timer = None  # the pending wake-up event, and the cycle it fires
@@ -88,30 +94,32 @@ class Port:
         heap = self.heap
         rate, copies, cap = self.rate, self.copies, self.requester_rate
         while heap:
-            share = min(rate / (len(heap) * copies), cap)  # _share, inlined
+            share = min(rate / (self.weight * copies), cap)  # _share, inlined
             tag = heap[0][0]
             t_out = self.t + (tag - self.V) / share
             if t_out > now + 1e-9:
                 self.V += (now - self.t) * share
                 self.t = now
                 return
-            _, seq, flow, callback, latency = heapq.heappop(heap)
+            _, seq, flow, callback, latency, weight = heapq.heappop(heap)
+            self.weight -= weight
             self.V, self.t = tag, t_out
             if callback is not None:
                 heapq.heappush(self.departed, (math.ceil(t_out - 1e-9) + latency, seq, callback))
             queue = self.queues.get(flow)
             if queue:
-                work, callback, latency = queue.popleft()
-                self.owed -= work
-                heapq.heappush(heap, (tag + work, self._seq, flow, callback, latency))
+                work, callback, latency, weight = queue.popleft()
+                self.owed -= work * weight
+                heapq.heappush(heap, (tag + work, self._seq, flow, callback, latency, weight))
+                self.weight += weight
                 self._seq += 1
             else:
                 self.serving.discard(flow)
-        self.V, self.t = 0.0, now  # idle: restart the tags (keeps them small)
+        self.V, self.t, self.weight = 0.0, now, 0.0  # idle: restart the tags (keeps them small)
 
     def _share(self) -> float:
         """Bytes per cycle each requester in service receives."""
-        return min(self.rate / (len(self.heap) * self.copies), self.requester_rate)
+        return min(self.rate / (self.weight * self.copies), self.requester_rate)
 
     def _announce(self, now: int) -> None:
         """Run the callbacks of the departed requests whose announcement cycle has come."""
@@ -120,10 +128,10 @@ class Port:
             at, _, callback = heapq.heappop(departed)
             callback(at)
 
-    def submit(self, now: int, work: float, callback=None, flow=None, latency: int = 0) -> None:
+    def submit(self, now: int, work: float, callback=None, flow=None, latency: int = 0, weight: float = 1.0) -> None:
         """Serve `work` bytes for requester `flow` from cycle `now`, after its earlier requests;
         callback(cycle) runs at the cycle they are through plus `latency` (None: nobody waits, as for
-        write-backs)."""
+        write-backs). `weight`: the requesters whose identical requests this one stands for (see the class)."""
         if work <= 0:
             if callback is not None:
                 callback(now + latency)
@@ -135,13 +143,14 @@ class Port:
         departed = self.departed
         if departed and departed[0][0] <= now:
             self._announce(now)
-        self.work += work
+        self.work += work * weight
         if flow in self.serving:
-            self.queues.setdefault(flow, deque()).append((work, callback, latency))
-            self.owed += work
+            self.queues.setdefault(flow, deque()).append((work, callback, latency, weight))
+            self.owed += work * weight
             return
         self.serving.add(flow)
-        heapq.heappush(self.heap, (self.V + work, self._seq, flow, callback, latency))
+        heapq.heappush(self.heap, (self.V + work, self._seq, flow, callback, latency, weight))
+        self.weight += weight
         self._seq += 1
         self._wake()
 
@@ -179,7 +188,7 @@ class Port:
     def busy_cycles(self, now: float) -> float:
         """Cycles of the whole rate spent serving: the bytes served so far over the rate."""
         self._advance(now)
-        owed = self.owed + sum(entry[0] for entry in self.heap) - len(self.heap) * self.V
+        owed = self.owed + sum(entry[0] * entry[5] for entry in self.heap) - self.weight * self.V
         return (self.work - owed) * self.copies / self.rate
 
 
