@@ -474,7 +474,7 @@ def _twins(problem: Problem, schedule, kernel, sms: int, slots: int, trace, kv_o
     V1's (kv_outer_loop): its loops read and write the twins' own tiles, which a loop skip replays for one."""
     if trace is not None or problem.causal or problem.varlen or len(schedule.kernels) != 1 or sms < 2:
         return 1
-    if not kernel.uniform or kernel.carry is not None or kernel.steps is not None or kv_outer_loop:
+    if not kernel.uniform or kernel.steps is not None or kv_outer_loop:
         return 1
     of = kernel.kv_head_of or (lambda c: (c[0], c[1] // problem.group))
     per_group = len(kernel.ctas) // (problem.batch * problem.kv_heads)
