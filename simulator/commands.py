@@ -134,6 +134,9 @@ def register(subparsers: Any) -> None:
     _add_run_args(p)
     p.add_argument("--no-drift-skip", dest="drift_skip", action="store_false",
                    help="leave out loop stretches only where the machine repeats them exactly (no drift skip)")
+    p.add_argument("--no-fold", dest="fold", action="store_false",
+                   help="run each of a sample's twin SMs (by default twins, whose every op takes the same cycles, "
+                   "run as one: the same answer, to the cycle and byte)")
     p.add_argument("--flushed-l2", action="store_true",
                    help="start from the full, partly dirty L2 that a flush leaves, as the profiler's runs and the "
                    "validation reports do (default: an empty L2)")
@@ -287,7 +290,7 @@ def _cmd_simulate(args) -> int:
     with RunProgress(label, enabled=not args.json) as progress:
         result = simulate_pass(args.algo, problem, profile, args.pass_, tiling, sms=_sms(args, profile),
                                extrapolate=args.extrapolate, options=options, drift_skip=args.drift_skip,
-                               flushed_l2=args.flushed_l2, max_steps=args.max_steps or None,
+                               fold=args.fold, flushed_l2=args.flushed_l2, max_steps=args.max_steps or None,
                                max_events=_max_events(args), progress=progress)
     if args.json:
         _print_result_json(result, profile)
@@ -321,7 +324,7 @@ def _simulate_sdpa(args, profile) -> int:
     label = f"SDPA {args.sdpa} ({algo}) {problem.describe()}"
     with RunProgress(label, enabled=not args.json) as progress:
         result = simulate_pass(algo, run_problem, profile, "fwd", Tiling(**tiling), sms=_sms(args, profile),
-                               extrapolate=args.extrapolate, drift_skip=args.drift_skip,
+                               extrapolate=args.extrapolate, drift_skip=args.drift_skip, fold=args.fold,
                                flushed_l2=args.flushed_l2, max_steps=args.max_steps or None,
                                max_events=_max_events(args), progress=progress)
     result = with_call_work(result, problem, launch, profile)

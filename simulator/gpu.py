@@ -407,7 +407,7 @@ class Gpu:
                 written = l2.write_bytes
                 l2.write(self._twin(tile, i), self.private_copies)
                 l2.write_bytes = written  # the counters are the folded SM's
-                self._charge_evictions(now, (sm.index, i))
+                self._charge_evictions(now, (sm.index, "twin", i))
 
     def _twin(self, tile, i: int):
         """Twin i's tile standing where `tile` is for the folded SM: the same shape in lines of its own (a
@@ -432,10 +432,10 @@ class Gpu:
                 fetch = Fetch(missed)
                 for entry in missed:
                     entry[2] = fetch
-                self.hbm.submit(now, miss * self.tma_read_cost if tma else miss, fetch.land, (flow, i),
+                self.hbm.submit(now, miss * self.tma_read_cost if tma else miss, fetch.land, (flow, "twin", i),
                                 p.hbm_latency_cycles, self.hbm_weight)
             if l2.evicted_dirty_bytes != l2._charged:
-                self._charge_evictions(now, (sm_index, i))
+                self._charge_evictions(now, (sm_index, "twin", i))
 
     def atomic(self, tile, now: int, from_smem: bool, sm: Sm, then=None, flow=None) -> None:
         """An fp32 reduce-add into a tile: its bytes cross the L2 port, then the L2 reads the lines (a miss

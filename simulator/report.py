@@ -165,7 +165,8 @@ def detail_table(r, overrides: dict[str, str] | None = None):
     table.add_row(
         "simulation",
         f"{r.sim['wall_s']:.2f} s wall ({compiled.describe()}), {r.sim['ops']:,} tile ops, "
-        f"{r.sim.get('events', 0):,} events, {r.sim['sms_simulated']} SMs",
+        f"{r.sim.get('events', 0):,} events, {r.sim['sms_simulated']} SMs"
+        + (f" (run as {r.sim['fold']['sms_run']})" if r.sim.get("fold") else ""),
     )
     shortcuts = []
     sample = r.sim.get("sample")
@@ -175,6 +176,10 @@ def detail_table(r, overrides: dict[str, str] | None = None):
                     f"end gave {replay['sample_cycles']:,} cycles") if replay else ""
         shortcuts.append(f"head sample: {sample['describe']}{replayed}; such samples came within "
                          f"{100 * sample['bound']:.1f}% of --full on the FA2 grid (v2, v3 forward)")
+    fold = r.sim.get("fold")
+    if fold:
+        shortcuts.append(f"fold: the sample's SMs are twins (equal blocks of one head in lockstep waves), so each "
+                         f"{fold['twins']} of them run as one, exact (--no-fold runs each)")
     units = r.sim.get("unit_skip")
     if units:
         shortcuts.append(f"{units['units_left_out']} heads left out in {units['skips']} stretches (unit skip: the "
