@@ -1,0 +1,137 @@
+"""The fold against the run of every twin: equal cycles and bytes, and what the fold saves.
+
+    python3 -m flashsim.experiments.fold_exactness [--only NAME ...] [--jobs N] [--out FILE]
+
+A sample whose SMs are twins runs them as one (simulator/gpu.py, Gpu.fold; simulator/api.py, _twins). Each
+case here runs twice in one process, with the fold and with --no-fold, and the row says whether the fold took
+the sample, whether the answers are equal (cycles and every byte counter; the units' busy shares to rounding,
+UTILIZATION_TOL), and each run's simulation wall time. The cases are the FA2 grid's points that run sampled (both algorithms, both head sizes,
+every length, without the causal mask: causal blocks differ and never fold) on the H100 and the H200, the
+validation's L2 start (flushed), a GQA launch and FP8, and the loop skip left off (the plain event-by-event run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+FA2_SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
+
+
+def _grid(hw: str) -> list[tuple]:
+    """The FA2 grid's non-causal points on `hw` (batch 16k / N, hidden 2048)."""
+    return [(f"{hw} {algo} d{d} N={n}", algo, hw, dict(batch=16384 // n, heads=2048 // d, seqlen_q=n, headdim=d), {})
+            for algo in ("v2", "v3") for d in (64, 128) for n in FA2_SEQLENS]
+
+
+# (name, algo, hw, problem, simulate's options)
+CASES = [
+    *_grid("h100"),
+    *_grid("h200"),
+    ("h200 v2 GQA 2 x 32/8 x 16k d128 flushed", "v2", "h200",
+     dict(batch=2, heads=32, kv_heads=8, seqlen_q=16384, headdim=128), {"flushed_l2": True}),
+    ("h100 v2 1 x 16 x 16k d128 flushed", "v2", "h100", dict(batch=1, heads=16, seqlen_q=16384, headdim=128),
+     {"flushed_l2": True}),
+    ("h100 v3 1 x 16 x 16k d128 flushed", "v3", "h100", dict(batch=1, heads=16, seqlen_q=16384, headdim=128),
+     {"flushed_l2": True}),
+    ("h200 v3-fp8 2 x 16 x 8k d128", "v3-fp8", "h200", dict(batch=2, heads=16, seqlen_q=8192, headdim=128,
+                                                             dtype="fp8"), {}),
+    ("h100 v2 1 x 16 x 16k d128 plain", "v2", "h100", dict(batch=1, heads=16, seqlen_q=16384, headdim=128),
+     {"extrapolate": False}),
+    ("h100 v3 2 x 16 x 8k d128 plain", "v3", "h100", dict(batch=2, heads=16, seqlen_q=8192, headdim=128),
+     {"extrapolate": False}),
+]
+
+
+# The units' busy shares sum the simulated SMs' busy cycles: eight SMs' sums and one SM's differ in the last bits.
+UTILIZATION_TOL = 1e-12
+
+
+def answers(result) -> dict:
+    """What a run answers: its cycles, its byte counters and the units' busy shares."""
+    return {"cycles": result.cycles, "bytes": result.bytes, "utilization": result.utilization}
+
+
+def same_answers(a: dict, b: dict) -> bool:
+    """Equal cycles and bytes, and busy shares equal to rounding (UTILIZATION_TOL)."""
+    return (a["cycles"] == b["cycles"] and a["bytes"] == b["bytes"] and a["utilization"].keys() == b["utilization"].keys()
+            and all(abs(a["utilization"][k] - b["utilization"][k]) <= UTILIZATION_TOL for k in a["utilization"]))
+
+
+# One case in a process of its own: the folded run and the run of every twin, as one JSON line.
+CHILD = """
+import json, sys, time
+from flashsim.algorithms.problem import Problem
+from flashsim.hw_profiles.loader import load_profile
+from flashsim.simulator.api import simulate
+from flashsim.experiments.fold_exactness import answers
+algo, hw, problem, options = json.loads(sys.argv[1])
+row = {}
+for fold in (True, False):
+    start = time.perf_counter()
+    r = simulate(algo, Problem(**problem), load_profile(hw), fold=fold, **options)
+    row["fold" if fold else "each"] = {**answers(r), "wall_s": round(time.perf_counter() - start, 3),
+                                       "events": r.sim["events"]}
+    if fold:
+        row["twins"] = r.sim.get("fold", {}).get("twins", 1)
+        row["sample"] = (r.sim.get("sample") or {}).get("describe", "whole chip")
+print(json.dumps(row))
+"""
+
+
+def measure(case: tuple) -> dict:
+    name, algo, hw, problem, options = case
+    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps([algo, hw, problem, options])],
+                          capture_output=True, text=True)
+    row = {"case": name, "algo": algo, "hw": hw, "problem": problem, "options": options}
+    if done.returncode != 0:
+        return {**row, "failed": done.stderr.strip().splitlines()[-1:]}
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    fold, each = got["fold"], got["each"]
+    worst = max((abs(fold["utilization"][k] - each["utilization"].get(k, 0.0)) for k in fold["utilization"]),
+                default=0.0)
+    return {**row, **got, "equal": same_answers(fold, each), "utilization_off": worst}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    names = [c[0] for c in CASES]
+    ap.add_argument("--only", nargs="+", metavar="NAME", help=f"these cases only, of: {', '.join(names)}")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes at once")
+    ap.add_argument("--out", help="write the rows as JSON")
+    args = ap.parse_args(argv)
+    if args.jobs < 1:
+        ap.error(f"--jobs must be at least 1, got {args.jobs}")
+    unknown = sorted(set(args.only or ()) - set(names))
+    if unknown:
+        ap.error(f"no such case: {', '.join(unknown)}")
+    if args.out and not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
+        ap.error(f"--out {args.out}: no such folder")  # said now, not after minutes of runs
+    cases = [c for c in CASES if not args.only or c[0] in args.only]
+    with ThreadPoolExecutor(args.jobs) as pool:
+        rows = list(pool.map(measure, cases))
+    for row in rows:
+        if "failed" in row:
+            print(f"{row['case']:44s} failed: {' '.join(row['failed'])}")
+            continue
+        took = "no twins" if row["twins"] == 1 else f"{row['twins']} twins as one"
+        print(f"{row['case']:44s} {took:16s} {'equal' if row['equal'] else 'DIFFERENT':9s} "
+              f"{row['fold']['wall_s']:7.2f} s against {row['each']['wall_s']:7.2f} s", flush=True)
+    if args.out:
+        from .bench_simulator import machine_provenance
+
+        command = "python3 -m flashsim.experiments.fold_exactness" + (" --only " + " ".join(
+            repr(n) for n in args.only) if args.only else "") + " --out FILE"
+        with open(args.out, "w") as f:
+            json.dump({"provenance": {**machine_provenance(), "command": command}, "rows": rows}, f, indent=1)
+            f.write("\n")
+    failed = any("failed" in r for r in rows)
+    return 1 if failed or not all(r.get("equal", True) for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
