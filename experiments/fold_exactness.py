@@ -1,13 +1,16 @@
-"""The fold against the run of every twin: equal cycles and bytes, and what the fold saves.
+"""The fold (--fold) against the run of every twin: equal cycles and bytes, and what the fold saves.
 
     python3 -m flashsim.experiments.fold_exactness [--only NAME ...] [--jobs N] [--out FILE]
+    python3 -m flashsim.experiments.fold_exactness --reports HW ... [--jobs N] [--out FILE]
 
-A sample whose SMs are twins runs them as one (simulator/gpu.py, Gpu.fold; simulator/api.py, _twins). Each
-case here runs twice in one process, with the fold and with --no-fold, and the row says whether the fold took
-the sample, whether the answers are equal (cycles and every byte counter; the units' busy shares to rounding,
-UTILIZATION_TOL), and each run's simulation wall time. The cases are the FA2 grid's points that run sampled (both algorithms, both head sizes,
-every length, without the causal mask: causal blocks differ and never fold) on the H100 and the H200, the
-validation's L2 start (flushed), a GQA launch and FP8, and the loop skip left off (the plain event-by-event run).
+A sample whose SMs are twins may run them as one (simulator/gpu.py, Gpu.fold; simulator/api.py, _twins). Each
+case here runs twice in one process, with the fold and without, and the row says whether the fold took the
+sample, whether the answers are equal (cycles and every byte counter; the units' busy shares to rounding,
+UTILIZATION_TOL), and each run's simulation wall time. The cases are the FA2 grid's points that run sampled
+(both algorithms, both head sizes, every length, without the causal mask: causal blocks differ and never fold)
+on the H100 and the H200, the validation's L2 start (flushed), a GQA launch and FP8, and the loop skip left off
+(the plain event-by-event run). --reports takes instead every non-causal simulation of the profiles' validation
+reports (their own tiles, L2 starts and unit swaps) that the fold takes.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 FA2_SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
@@ -58,7 +62,8 @@ def answers(result) -> dict:
 
 def same_answers(a: dict, b: dict) -> bool:
     """Equal cycles and bytes, and busy shares equal to rounding (UTILIZATION_TOL)."""
-    return (a["cycles"] == b["cycles"] and a["bytes"] == b["bytes"] and a["utilization"].keys() == b["utilization"].keys()
+    same_units = a["utilization"].keys() == b["utilization"].keys()
+    return (a["cycles"] == b["cycles"] and a["bytes"] == b["bytes"] and same_units
             and all(abs(a["utilization"][k] - b["utilization"][k]) <= UTILIZATION_TOL for k in a["utilization"]))
 
 
@@ -97,12 +102,84 @@ def measure(case: tuple) -> dict:
     return {**row, **got, "equal": same_answers(fold, each), "utilization_off": worst}
 
 
+class _NoTwins(Exception):
+    """A run the fold does not take: stopped before its launch runs."""
+
+
+def report_job(job: tuple) -> dict | None:
+    """A validation report's simulation (prediction_inputs.simulate_job's job) with the fold and with --no-fold,
+    where the fold takes it; None where it does not (found before anything runs)."""
+    import flashsim.simulator as simulator
+    from flashsim.simulator.gpu import Gpu
+
+    from .prediction_inputs import simulate_job
+
+    plain_simulate, plain_run = simulator.simulate, Gpu.run_kernel
+
+    def only_folded(gpu, *args, **kwargs):
+        if gpu.fold == 1:
+            raise _NoTwins
+        return plain_run(gpu, *args, **kwargs)
+
+    row = {}
+    try:
+        for fold in (True, False):
+            got = {}
+
+            def simulate(*args, fold=fold, got=got, **kwargs):
+                got["result"] = plain_simulate(*args, fold=fold, **kwargs)
+                return got["result"]
+
+            simulator.simulate = simulate
+            Gpu.run_kernel = only_folded if fold else plain_run
+            start = time.perf_counter()
+            try:
+                simulate_job(job)
+            except _NoTwins:
+                return None
+            if "result" not in got:
+                return None  # the simulation failed (or was refused): the report says why
+            r = got["result"]
+            row["fold" if fold else "each"] = {**answers(r), "wall_s": round(time.perf_counter() - start, 3),
+                                               "events": r.sim["events"]}
+            if fold:
+                row["twins"] = r.sim.get("fold", {}).get("twins", 1)
+    finally:
+        simulator.simulate, Gpu.run_kernel = plain_simulate, plain_run
+    return {"job": job, **row, "equal": same_answers(row["fold"], row["each"])}
+
+
+def report_jobs(hws: list[str]) -> list[tuple]:
+    """Every validation set's simulations on these profiles (the jobs `flashsim validate` runs), once each."""
+    from pathlib import Path
+
+    from . import validate_store as store
+    from .prediction_inputs import job_args, rows_from
+    from .validate_sets import SETS
+
+    unique: dict[str, tuple] = {}
+    for hw in hws:
+        out = Path(__file__).resolve().parent / "results" / hw
+        for data_set in SETS:
+            measured = out / data_set.measured
+            if not measured.is_file():
+                continue
+            rows = [r for r in rows_from(store.load(measured)) if r["measured"]]
+            jobs, byte_jobs = job_args(rows, hw, [], True)
+            for job in [*jobs, *byte_jobs.values()]:
+                if not job[1].get("causal"):
+                    unique[json.dumps(job, sort_keys=True)] = job
+    return list(unique.values())
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     names = [c[0] for c in CASES]
     ap.add_argument("--only", nargs="+", metavar="NAME", help=f"these cases only, of: {', '.join(names)}")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes at once")
     ap.add_argument("--out", help="write the rows as JSON")
+    ap.add_argument("--reports", nargs="+", metavar="HW",
+                    help="instead: the profiles' validation reports' non-causal simulations that the fold takes")
     args = ap.parse_args(argv)
     if args.jobs < 1:
         ap.error(f"--jobs must be at least 1, got {args.jobs}")
@@ -111,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"no such case: {', '.join(unknown)}")
     if args.out and not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
         ap.error(f"--out {args.out}: no such folder")  # said now, not after minutes of runs
+    if args.reports:
+        return _reports(args)
     cases = [c for c in CASES if not args.only or c[0] in args.only]
     with ThreadPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(measure, cases))
@@ -131,6 +210,31 @@ def main(argv: list[str] | None = None) -> int:
             f.write("\n")
     failed = any("failed" in r for r in rows)
     return 1 if failed or not all(r.get("equal", True) for r in rows) else 0
+
+
+
+def _reports(args) -> int:
+    """--reports: the reports' simulations that fold, each with the fold and with --no-fold."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    jobs = report_jobs(args.reports)
+    with ProcessPoolExecutor(args.jobs) as pool:
+        rows = [r for r in pool.map(report_job, jobs) if r is not None]
+    for row in rows:
+        algo, problem = row["job"][0], row["job"][1]
+        print(f"{row['job'][3]} {algo:6s} {json.dumps(problem, sort_keys=True)[:90]:90s} "
+              f"{'equal' if row['equal'] else 'DIFFERENT'} {row['fold']['wall_s']:.2f} s against "
+              f"{row['each']['wall_s']:.2f} s", flush=True)
+    print(f"{len(rows)} of {len(jobs)} non-causal simulations fold; {sum(r['equal'] for r in rows)} answer alike")
+    if args.out:
+        from .bench_simulator import machine_provenance
+
+        command = "python3 -m flashsim.experiments.fold_exactness --reports " + " ".join(args.reports) + " --out FILE"
+        with open(args.out, "w") as f:
+            json.dump({"provenance": {**machine_provenance(), "command": command}, "simulations": len(jobs),
+                       "rows": rows}, f, indent=1)
+            f.write("\n")
+    return 0 if all(r["equal"] for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -172,7 +172,7 @@ def simulate(
     flushed_l2: bool = False,
     start_stagger_cycles: int = 0,
     drift_skip: bool = True,
-    fold: bool = True,
+    fold: bool = False,
 ) -> SimResult:
     """Replay `algo`'s schedule for `problem` on `profile`.
 
@@ -191,7 +191,9 @@ def simulate(
     drift_skip: with extrapolate, let the loop skip leave out stretches of causal and variable-length one-role
     kernels whose roles drift against each other (simulator/loopskip.py, within a tolerance); False: its exact
     premise only.
-    fold: run a sample's twin SMs, whose ops all take the same cycles, as one (Gpu.fold); False: each of them."""
+    fold: run a sample's twin SMs, whose ops all take the same cycles, as one (Gpu.fold; opt-in: where the L2
+    evicts, the order in which the plain run's twins touch it within a cycle can decide which lines survive,
+    and the fold does not keep that order: experiments/fold_exactness.py); False: each of them."""
     rec = catalog.get(algo)
     options = dict(options or {})
     unknown = sorted(set(options) - set(rec.options))
@@ -426,7 +428,7 @@ def _outer_steps(algo: str, problem: Problem, profile, t: Tiling, sms: int | Non
 
 
 def _machine(profile, problem: Problem, schedule, sms: int | None, trace, small_whole_chip: bool = True,
-             kv_outer_loop: bool = False, fold: bool = True) -> Gpu:
+             kv_outer_loop: bool = False, fold: bool = False) -> Gpu:
     """The whole chip, or a sample of whole K/V heads on the matching share of it (simulator/sampling.py).
     kv_outer_loop: the blocks loop over their Q blocks inside each K/V step (V1), so a block's steps are both.
     fold: run a sample's twin SMs as one (_twins)."""
@@ -453,8 +455,8 @@ def _machine(profile, problem: Problem, schedule, sms: int | None, trace, small_
     pairs = [(b, h) for b in range(problem.batch) for h in range(problem.kv_heads)]
     chosen = {pairs[(i * groups) // choice.g] for i in range(choice.g)}  # spread over batch, heads and sections
     # causal blocks, of unequal length, drift apart: the chip's SMs do not store in lockstep
-    twins = (_twins(problem, schedule, kernel, choice.n, blocks_per_sm(kernel, profile), trace, kv_outer_loop)
-             if fold else 1)
+    twins = (_twins(problem, schedule, kernel, chosen, choice.n, blocks_per_sm(kernel, profile), trace,
+                    kv_outer_loop) if fold else 1)
     gpu = Gpu(profile, choice.n, trace, heads=chosen, group=problem.group, copies=groups / choice.g,
               lockstep=not problem.causal, fold=twins)
     gpu.groups_total = groups
@@ -466,20 +468,23 @@ def _machine(profile, problem: Problem, schedule, sms: int | None, trace, small_
     return gpu
 
 
-def _twins(problem: Problem, schedule, kernel, sms: int, slots: int, trace, kv_outer_loop: bool) -> int:
+def _twins(problem: Problem, schedule, kernel, chosen: set, sms: int, slots: int, trace, kv_outer_loop: bool) -> int:
     """How many of a sample's SMs run as one (Gpu.fold): all of them where they are twins, every op of theirs
     at the same cycles as the others' (experiments/twin_sms.py found such samples), else 1. They are where one
-    launch's blocks are equal and start together (uniform, non-causal, each taken afresh) and every wave lies
-    within one head: all its SMs then read the same K/V tiles at the same cycles, each its own Q and O. Not
-    V1's (kv_outer_loop): its loops read and write the twins' own tiles, which a loop skip replays for one."""
+    launch's blocks are equal and start together (uniform, non-causal, each taken afresh) and every wave of the
+    sample (`chosen` heads) lies within one head: all its SMs then read the same K/V tiles at the same cycles, each
+    its own Q and O (GQA launches list a few blocks of each head in turn, and fold only where a wave holds no
+    more). Not V1's (kv_outer_loop): its loops read and write the twins' own tiles, which a loop skip replays for
+    one."""
     if trace is not None or problem.causal or problem.varlen or len(schedule.kernels) != 1 or sms < 2:
         return 1
     if not kernel.uniform or kernel.steps is not None or kv_outer_loop:
         return 1
     of = kernel.kv_head_of or (lambda c: (c[0], c[1] // problem.group))
-    per_group = len(kernel.ctas) // (problem.batch * problem.kv_heads)
-    if per_group % (sms * slots) or _section(kernel.ctas, of) != 1:
-        return 1
+    heads = [of(c) for c in kernel.ctas if of(c) in chosen]  # the sampled blocks' heads, in launch order
+    wave = sms * slots
+    if len(heads) % wave or any(len(set(heads[i:i + wave])) > 1 for i in range(0, len(heads), wave)):
+        return 1  # a wave of the sample holds blocks of two heads (heads interleaved, or cut by the waves)
     return sms
 
 

@@ -134,9 +134,9 @@ def register(subparsers: Any) -> None:
     _add_run_args(p)
     p.add_argument("--no-drift-skip", dest="drift_skip", action="store_false",
                    help="leave out loop stretches only where the machine repeats them exactly (no drift skip)")
-    p.add_argument("--no-fold", dest="fold", action="store_false",
-                   help="run each of a sample's twin SMs (by default twins, whose every op takes the same cycles, "
-                   "run as one: the same answer, to the cycle and byte)")
+    p.add_argument("--fold", action="store_true",
+                   help="run a sample's twin SMs, whose every op takes the same cycles, as one: 3-6x faster where it "
+                   "applies, the same answer on most problems measured, not all (docs/SPEED.md, the fold)")
     p.add_argument("--flushed-l2", action="store_true",
                    help="start from the full, partly dirty L2 that a flush leaves, as the profiler's runs and the "
                    "validation reports do (default: an empty L2)")

@@ -1,5 +1,5 @@
-"""The fold: a sample's twin SMs run as one (simulator/gpu.py Gpu.fold, simulator/api.py _twins), with the same
-answers as the run of every twin."""
+"""The fold (--fold): a sample's twin SMs run as one (simulator/gpu.py Gpu.fold, simulator/api.py _twins), with
+the same answers as the run of every twin where the L2's order does not decide (experiments/fold_exactness.py)."""
 
 from __future__ import annotations
 
@@ -53,8 +53,8 @@ def test_a_weighted_request_leaves_with_the_requests_it_stands_for():
 ])
 def test_the_fold_answers_as_every_twin_does(hw, algo, problem, options):
     profile = load_profile(hw)
-    folded = simulate(algo, problem, profile, **options)
-    each = simulate(algo, problem, profile, fold=False, **options)
+    folded = simulate(algo, problem, profile, fold=True, **options)
+    each = simulate(algo, problem, profile, **options)
     assert folded.sim["fold"] == {"twins": 8, "sms_run": 1}
     assert "fold" not in each.sim
     assert same_answers(answers(folded), answers(each))
@@ -67,28 +67,36 @@ def test_the_fold_answers_as_every_twin_does(hw, algo, problem, options):
     ("a100", POINT, "13 SMs of 2 slots: a wave of 26 blocks cuts a head of 128"),
 ])
 def test_no_fold_where_the_sms_are_not_twins(hw, problem, why):
-    r = simulate("v2", problem, load_profile(hw))
+    r = simulate("v2", problem, load_profile(hw), fold=True)
     assert "sample" in r.sim, why
     assert "fold" not in r.sim, why
 
 
 def test_a_traced_run_shows_every_sm():
     trace: list = []
-    r = simulate("v2", POINT, load_profile("h100"), trace=trace)
+    r = simulate("v2", POINT, load_profile("h100"), trace=trace, fold=True)
     assert "fold" not in r.sim
     assert {re.match(r"SM\d+", track).group() for track, *_ in trace if track.startswith("SM")} == {
         f"SM{i}" for i in range(8)}
 
 
-def test_the_command_line_says_so_and_no_fold_runs_each(capsys):
+def test_the_command_line_folds_when_asked(capsys):
     args = ["simulate", "--hw", "h100", "--algo", "v2", "--batch", "1", "--heads", "16", "--seqlen", "16384",
             "--headdim", "128"]
-    assert main(args + ["--json"]) == 0
+    assert main(args + ["--json", "--fold"]) == 0
     folded = json.loads(capsys.readouterr().out)
-    assert main(args + ["--json", "--no-fold"]) == 0
+    assert main(args + ["--json"]) == 0
     each = json.loads(capsys.readouterr().out)
     assert folded["sim"]["fold"]["twins"] == 8 and "fold" not in each["sim"]
     assert folded["cycles"] == each["cycles"] and folded["bytes"] == each["bytes"]
-    assert main(args) == 0
+    assert main(args + ["--fold"]) == 0
     table = capsys.readouterr().out
-    assert "8 SMs (run as 1)" in table and "fold:" in table
+    assert "8 SMs (run as 1)" in table and "fold (--fold)" in table
+
+
+def test_gqa_heads_listed_in_turn_do_not_fold():
+    """A GQA launch lists each K/V head's blocks a few at a time, in turn: a wave of the sample holds blocks of
+    several heads, whose SMs read different K/V tiles (no twins)."""
+    r = simulate("v2", Problem(batch=64, heads=8, kv_heads=1, seqlen_q=512, seqlen_k=98560, headdim=128),
+                 load_profile("h200"), fold=True)
+    assert "sample" in r.sim and "fold" not in r.sim
