@@ -15,13 +15,12 @@ reports (their own tiles, L2 starts and unit swaps) that the fold takes.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+
+from .case_runs import only_flag, parse, run_child, write_rows
 
 FA2_SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 
@@ -90,16 +89,14 @@ print(json.dumps(row))
 
 def measure(case: tuple) -> dict:
     name, algo, hw, problem, options = case
-    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps([algo, hw, problem, options])],
-                          capture_output=True, text=True)
-    row = {"case": name, "algo": algo, "hw": hw, "problem": problem, "options": options}
-    if done.returncode != 0:
-        return {**row, "failed": done.stderr.strip().splitlines()[-1:]}
-    got = json.loads(done.stdout.strip().splitlines()[-1])
-    fold, each = got["fold"], got["each"]
+    row = run_child(CHILD, [algo, hw, problem, options],
+                    {"case": name, "algo": algo, "hw": hw, "problem": problem, "options": options})
+    if "failed" in row:
+        return row
+    fold, each = row["fold"], row["each"]
     worst = max((abs(fold["utilization"][k] - each["utilization"].get(k, 0.0)) for k in fold["utilization"]),
                 default=0.0)
-    return {**row, **got, "equal": same_answers(fold, each), "utilization_off": worst}
+    return {**row, "equal": same_answers(fold, each), "utilization_off": worst}
 
 
 class _NoTwins(Exception):
@@ -107,7 +104,7 @@ class _NoTwins(Exception):
 
 
 def report_job(job: tuple) -> dict | None:
-    """A validation report's simulation (prediction_inputs.simulate_job's job) with the fold and with --no-fold,
+    """A validation report's simulation (prediction_inputs.simulate_job's job) with the fold and without it,
     where the fold takes it; None where it does not (found before anything runs)."""
     import flashsim.simulator as simulator
     from flashsim.simulator.gpu import Gpu
@@ -173,21 +170,11 @@ def report_jobs(hws: list[str]) -> list[tuple]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    names = [c[0] for c in CASES]
-    ap.add_argument("--only", nargs="+", metavar="NAME", help=f"these cases only, of: {', '.join(names)}")
-    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes at once")
-    ap.add_argument("--out", help="write the rows as JSON")
-    ap.add_argument("--reports", nargs="+", metavar="HW",
-                    help="instead: the profiles' validation reports' non-causal simulations that the fold takes")
-    args = ap.parse_args(argv)
-    if args.jobs < 1:
-        ap.error(f"--jobs must be at least 1, got {args.jobs}")
-    unknown = sorted(set(args.only or ()) - set(names))
-    if unknown:
-        ap.error(f"no such case: {', '.join(unknown)}")
-    if args.out and not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
-        ap.error(f"--out {args.out}: no such folder")  # said now, not after minutes of runs
+    def reports_flag(ap) -> None:
+        ap.add_argument("--reports", nargs="+", metavar="HW",
+                        help="instead: the profiles' validation reports' non-causal simulations that the fold takes")
+
+    args = parse(__doc__, [c[0] for c in CASES], "write the rows as JSON", argv, reports_flag)
     if args.reports:
         return _reports(args)
     cases = [c for c in CASES if not args.only or c[0] in args.only]
@@ -201,13 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{row['case']:44s} {took:16s} {'equal' if row['equal'] else 'DIFFERENT':9s} "
               f"{row['fold']['wall_s']:7.2f} s against {row['each']['wall_s']:7.2f} s", flush=True)
     if args.out:
-        from .bench_simulator import machine_provenance
-
-        command = "python3 -m flashsim.experiments.fold_exactness" + (" --only " + " ".join(
-            repr(n) for n in args.only) if args.only else "") + " --out FILE"
-        with open(args.out, "w") as f:
-            json.dump({"provenance": {**machine_provenance(), "command": command}, "rows": rows}, f, indent=1)
-            f.write("\n")
+        write_rows(args.out, f"python3 -m flashsim.experiments.fold_exactness{only_flag(args.only)} --out FILE", rows)
     failed = any("failed" in r for r in rows)
     return 1 if failed or not all(r.get("equal", True) for r in rows) else 0
 
@@ -227,13 +208,8 @@ def _reports(args) -> int:
               f"{row['each']['wall_s']:.2f} s", flush=True)
     print(f"{len(rows)} of {len(jobs)} non-causal simulations fold; {sum(r['equal'] for r in rows)} answer alike")
     if args.out:
-        from .bench_simulator import machine_provenance
-
-        command = "python3 -m flashsim.experiments.fold_exactness --reports " + " ".join(args.reports) + " --out FILE"
-        with open(args.out, "w") as f:
-            json.dump({"provenance": {**machine_provenance(), "command": command}, "simulations": len(jobs),
-                       "rows": rows}, f, indent=1)
-            f.write("\n")
+        write_rows(args.out, "python3 -m flashsim.experiments.fold_exactness --reports " + " ".join(args.reports)
+                   + " --out FILE", rows, simulations=len(jobs))
     return 0 if all(r["equal"] for r in rows) else 1
 
 

@@ -15,15 +15,13 @@ twentieth).
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import re
-import subprocess
 import sys
 from bisect import bisect_right
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
+
+from .case_runs import only_flag, parse, run_child, write_rows
 
 CUTS = 20
 
@@ -104,28 +102,11 @@ print(json.dumps({"cycles": r.cycles, "events": r.sim["events"], "ops_traced": l
 
 def measure(case: tuple) -> dict:
     name, algo, hw, problem = case
-    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps([algo, hw, problem])], capture_output=True,
-                          text=True)
-    row = {"case": name, "algo": algo, "hw": hw, "problem": problem}
-    if done.returncode != 0:
-        return {**row, "failed": done.stderr.strip().splitlines()[-1:]}
-    return {**row, **json.loads(done.stdout.strip().splitlines()[-1])}
+    return run_child(CHILD, [algo, hw, problem], {"case": name, "algo": algo, "hw": hw, "problem": problem})
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    names = [c[0] for c in CASES]
-    ap.add_argument("--only", nargs="+", metavar="NAME", help=f"these cases only, of: {', '.join(names)}")
-    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes at once")
-    ap.add_argument("--out", help="write the classes as JSON")
-    args = ap.parse_args(argv)
-    if args.jobs < 1:
-        ap.error(f"--jobs must be at least 1, got {args.jobs}")
-    unknown = sorted(set(args.only or ()) - set(names))
-    if unknown:
-        ap.error(f"no such case: {', '.join(unknown)}")
-    if args.out and not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
-        ap.error(f"--out {args.out}: no such folder")  # said now, not after minutes of runs
+    args = parse(__doc__, [c[0] for c in CASES], "write the classes as JSON", argv)
     cases = [c for c in CASES if not args.only or c[0] in args.only]
     with ThreadPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(measure, cases))
@@ -137,13 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{row['case']:42s} {row['sms']:4d} SMs  classes at 25/50/100%: {at[4]:3d} {at[9]:3d} {at[-1]:3d}  "
               f"fold work share {row['fold_work_share']:.3f}", flush=True)
     if args.out:
-        from .bench_simulator import machine_provenance
-
-        command = "python3 -m flashsim.experiments.twin_sms" + (" --only " + " ".join(
-            repr(n) for n in args.only) if args.only else "") + " --out FILE"
-        with open(args.out, "w") as f:
-            json.dump({"provenance": {**machine_provenance(), "command": command}, "rows": rows}, f, indent=1)
-            f.write("\n")
+        write_rows(args.out, f"python3 -m flashsim.experiments.twin_sms{only_flag(args.only)} --out FILE", rows)
     return 0 if all("failed" not in r for r in rows) else 1
 
 

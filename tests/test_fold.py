@@ -100,3 +100,15 @@ def test_gqa_heads_listed_in_turn_do_not_fold():
     r = simulate("v2", Problem(batch=64, heads=8, kv_heads=1, seqlen_q=512, seqlen_k=98560, headdim=128),
                  load_profile("h200"), fold=True)
     assert "sample" in r.sim and "fold" not in r.sim
+
+
+def test_a_report_simulation_is_run_both_ways_where_it_folds():
+    """fold_exactness --reports: a report's job (algo, problem, tiling, profile, overrides, swaps, flushed L2) with
+    the fold and without it where the fold takes it, and None, before anything runs, where it does not."""
+    from flashsim.experiments.fold_exactness import report_job
+
+    point = {"batch": 1, "heads": 16, "seqlen_q": 16384, "headdim": 128}
+    row = report_job(("v2", point, None, "h100", [], {}, True))
+    assert row["twins"] == 8 and row["equal"]
+    assert row["fold"]["events"] < row["each"]["events"]
+    assert report_job(("v2", point, None, "a100", [], {}, True)) is None
