@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 
 def parse(doc: str, names: list[str], out_help: str, argv: list[str] | None, extra=None) -> argparse.Namespace:
@@ -36,6 +37,17 @@ def run_child(code: str, payload, row: dict) -> dict:
     if done.returncode != 0:
         return {**row, "failed": done.stderr.strip().splitlines()[-1:]}
     return {**row, **json.loads(done.stdout.strip().splitlines()[-1])}
+
+
+def run_cases(cases: list[tuple], measure, jobs: int, line, width: int = 44) -> list[dict]:
+    """Each case measured (`jobs` at once, each in its child process) and printed: the case's name, then
+    line(row), or why it failed."""
+    with ThreadPoolExecutor(jobs) as pool:
+        rows = list(pool.map(measure, cases))
+    for row in rows:
+        what = f"failed: {' '.join(row['failed'])}" if "failed" in row else line(row)
+        print(f"{row['case']:{width}s} {what}", flush=True)
+    return rows
 
 
 def write_rows(path: str, command: str, rows: list, **extra) -> None:

@@ -18,9 +18,8 @@ from __future__ import annotations
 import json
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 
-from .case_runs import only_flag, parse, run_child, write_rows
+from .case_runs import only_flag, parse, run_cases, run_child, write_rows
 
 FA2_SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 
@@ -178,15 +177,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.reports:
         return _reports(args)
     cases = [c for c in CASES if not args.only or c[0] in args.only]
-    with ThreadPoolExecutor(args.jobs) as pool:
-        rows = list(pool.map(measure, cases))
-    for row in rows:
-        if "failed" in row:
-            print(f"{row['case']:44s} failed: {' '.join(row['failed'])}")
-            continue
+
+    def line(row: dict) -> str:
         took = "no twins" if row["twins"] == 1 else f"{row['twins']} twins as one"
-        print(f"{row['case']:44s} {took:16s} {'equal' if row['equal'] else 'DIFFERENT':9s} "
-              f"{row['fold']['wall_s']:7.2f} s against {row['each']['wall_s']:7.2f} s", flush=True)
+        return (f"{took:16s} {'equal' if row['equal'] else 'DIFFERENT':9s} "
+                f"{row['fold']['wall_s']:7.2f} s against {row['each']['wall_s']:7.2f} s")
+
+    rows = run_cases(cases, measure, args.jobs, line)
     if args.out:
         write_rows(args.out, f"python3 -m flashsim.experiments.fold_exactness{only_flag(args.only)} --out FILE", rows)
     failed = any("failed" in r for r in rows)

@@ -19,9 +19,8 @@ import re
 import sys
 from bisect import bisect_right
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
 
-from .case_runs import only_flag, parse, run_child, write_rows
+from .case_runs import only_flag, parse, run_cases, run_child, write_rows
 
 CUTS = 20
 
@@ -108,15 +107,13 @@ def measure(case: tuple) -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = parse(__doc__, [c[0] for c in CASES], "write the classes as JSON", argv)
     cases = [c for c in CASES if not args.only or c[0] in args.only]
-    with ThreadPoolExecutor(args.jobs) as pool:
-        rows = list(pool.map(measure, cases))
-    for row in rows:
-        if "failed" in row:
-            print(f"{row['case']:42s} failed: {' '.join(row['failed'])}")
-            continue
+
+    def line(row: dict) -> str:
         at = row["classes_at_cuts"]
-        print(f"{row['case']:42s} {row['sms']:4d} SMs  classes at 25/50/100%: {at[4]:3d} {at[9]:3d} {at[-1]:3d}  "
-              f"fold work share {row['fold_work_share']:.3f}", flush=True)
+        return (f"{row['sms']:4d} SMs  classes at 25/50/100%: {at[4]:3d} {at[9]:3d} {at[-1]:3d}  "
+                f"fold work share {row['fold_work_share']:.3f}")
+
+    rows = run_cases(cases, measure, args.jobs, line, width=42)
     if args.out:
         write_rows(args.out, f"python3 -m flashsim.experiments.twin_sms{only_flag(args.only)} --out FILE", rows)
     return 0 if all("failed" not in r for r in rows) else 1
