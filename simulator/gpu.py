@@ -9,7 +9,9 @@ blocks of one head in lockstep waves: simulator/api.py _twins), `fold` of them r
 all of them at the ports (the same requests, the same share). The L2 is the plain run's: the lines the twins
 share (K, V) are read once, as the plain run's first twin fetches them and the others find them there or on
 their way; each twin's own tiles (Q, O) are read and written as its own (Gpu._twin), and what that evicts is
-written back on the twin's own flow. The counters are the folded SM's, so each counts one twin's share.
+written back on the twin's own flow. After each event the twins' copies of its L2 calls are made, twin after
+twin, as the plain run's twins make theirs (Gpu._flush_twins). The counters are the folded SM's, so each counts
+one twin's share.
 """
 
 from __future__ import annotations
@@ -101,6 +103,9 @@ class Environment(simpy.Environment):
     def __init__(self, max_events: int | None = None) -> None:
         super().__init__()
         self.events = 0
+        # a fold's twins' L2 calls of the event being processed, made once it is (Gpu._flush_twins)
+        self.pending_twins = None
+        self.flush_twins = None
         self.max_events = max_events if max_events is not None else -1
         # simpy binds its event classes to the instance only for its own class, not a subclass: without this
         # every env.event() goes through a descriptor
@@ -153,6 +158,8 @@ class Environment(simpy.Environment):
                 callbacks, event.callbacks = event.callbacks, None
                 for callback in callbacks:
                     callback(event)
+                if self.pending_twins:
+                    self.flush_twins()
                 if not event._ok and not hasattr(event, "_defused"):
                     exc = type(event._value)(*event._value.args)
                     exc.__cause__ = event._value
@@ -292,6 +299,7 @@ class Gpu:
         self.hbm_weight = 1 / fold
         self._twins: dict = {}  # (id of a tile, twin) -> (the tile, that twin's tile) (_twin)
         self.n_sms = min(sms or profile.sm_count, profile.sm_count) // fold
+        self._calls: list = []  # the folded SM's L2 calls in the event being processed (_flush_twins)
         self.heads = heads
         self.group = group
         self.groups_total = 1
@@ -302,6 +310,7 @@ class Gpu:
         # at the ports each simulated SM stands for its twins too
         port_copies = self.private_copies * fold
         self.env = Environment()
+        self.env.flush_twins = self._flush_twins
         self.hbm = Port(self.env, "hbm", profile.hbm_bytes_per_clk, port_copies,
                         profile.hbm_requester_bandwidth_bytes_per_s / profile.sm_clock_hz)
         self.write_cost = profile.hbm_bandwidth_bytes_per_s / profile.hbm_write_bandwidth_bytes_per_s
@@ -379,8 +388,9 @@ class Gpu:
         self.l2_port.submit(now, nbytes, landing.part, flow, p.l2_hit_latency_cycles)
         if self.l2.evicted_dirty_bytes != self.l2._charged:
             self._charge_evictions(now, sm.index)
-        if private and self.fold > 1:
-            self._twin_loads(tile, now, flow, sm.index, tma)
+        if self.fold > 1:
+            self._calls.append(("load", tile, now, flow, sm.index, tma, private))
+            self.env.pending_twins = True
         if to_smem:
             # the copy engine's writes land through the banks' own write path and take smem_fill_port_fraction
             # of the port the warps' loads read through, as measured (fill_model 1); fill_model 0: every byte
@@ -401,13 +411,9 @@ class Gpu:
         self.l2_port.submit(now, tile.nbytes, then, flow)
         if from_smem:
             sm.smem.release(sm.smem.submit(now, tile.nbytes))
-        if copies is None and self.fold > 1:
-            l2 = self.l2
-            for i in range(1, self.fold):
-                written = l2.write_bytes
-                l2.write(self._twin(tile, i), self.private_copies)
-                l2.write_bytes = written  # the counters are the folded SM's
-                self._charge_evictions(now, (sm.index, "twin", i))
+        if self.fold > 1:
+            self._calls.append(("store", tile, now, flow, sm.index, False, copies is None))
+            self.env.pending_twins = True
 
     def _twin(self, tile, i: int):
         """Twin i's tile standing where `tile` is for the folded SM: the same shape in lines of its own (a
@@ -420,22 +426,47 @@ class Gpu:
             got = self._twins[key] = (tile, replace(tile, tensor=f"{tile.tensor}~{i}"))
         return got[1]
 
-    def _twin_loads(self, tile, now: int, flow, sm_index: int, tma: bool) -> None:
-        """The folded SM's twins read their own tiles where it read `tile`: into the L2 and, what they miss,
-        from HBM on their own flows; they ask the L2 port what the folded SM asked, for them."""
-        l2, p = self.l2, self.profile
+    def _flush_twins(self) -> None:
+        """After each event: the twins' L2 calls of it, twin after twin, each in the order the folded SM made
+        them. The plain run's twins take their copies of an event one after another, so twin 0's K/V read and
+        its own store come before twin 1's: where the L2 evicts, that order decides which lines survive."""
+        calls, self._calls = self._calls, []
+        self.env.pending_twins = None
+        l2 = self.l2
         for i in range(1, self.fold):
-            read, missed_bytes = l2.read_bytes, l2.miss_bytes
-            _, _, miss, missed = l2.read(self._twin(tile, i), now, self.private_copies)
-            l2.read_bytes, l2.miss_bytes = read, missed_bytes  # the counters are the folded SM's
-            if miss:
-                fetch = Fetch(missed)
-                for entry in missed:
-                    entry[2] = fetch
-                self.hbm.submit(now, miss * self.tma_read_cost if tma else miss, fetch.land, (flow, "twin", i),
-                                p.hbm_latency_cycles, self.hbm_weight)
-            if l2.evicted_dirty_bytes != l2._charged:
-                self._charge_evictions(now, (sm_index, "twin", i))
+            for kind, tile, now, flow, sm_index, tma, private in calls:
+                if kind == "store":
+                    if private:
+                        written = l2.write_bytes
+                        l2.write(self._twin(tile, i), self.private_copies)
+                        l2.write_bytes = written
+                        self._charge_evictions(now, (sm_index, "twin", i))
+                    else:
+                        written = l2.write_bytes
+                        l2.write(tile, self.copies[tile.tensor])
+                        l2.write_bytes = written
+                elif private:
+                    self._twin_load(tile, i, now, flow, sm_index, tma)
+                else:  # a shared tile: found where the first twin's read left it (moved to the LRU end)
+                    read, missed_bytes = l2.read_bytes, l2.miss_bytes
+                    l2.read(tile, now, self.copies[tile.tensor])
+                    l2.read_bytes, l2.miss_bytes = read, missed_bytes
+
+    def _twin_load(self, tile, i: int, now: int, flow, sm_index: int, tma: bool) -> None:
+        """Twin i reads its own tile where the folded SM read `tile`: into the L2 and, what it misses, from HBM on
+        its own flow (it asks the L2 port what the folded SM asked, for it)."""
+        l2, p = self.l2, self.profile
+        read, missed_bytes = l2.read_bytes, l2.miss_bytes
+        _, _, miss, missed = l2.read(self._twin(tile, i), now, self.private_copies)
+        l2.read_bytes, l2.miss_bytes = read, missed_bytes
+        if miss:
+            fetch = Fetch(missed)
+            for entry in missed:
+                entry[2] = fetch
+            self.hbm.submit(now, miss * self.tma_read_cost if tma else miss, fetch.land, (flow, "twin", i),
+                            p.hbm_latency_cycles, self.hbm_weight)
+        if l2.evicted_dirty_bytes != l2._charged:
+            self._charge_evictions(now, (sm_index, "twin", i))
 
     def atomic(self, tile, now: int, from_smem: bool, sm: Sm, then=None, flow=None) -> None:
         """An fp32 reduce-add into a tile: its bytes cross the L2 port, then the L2 reads the lines (a miss

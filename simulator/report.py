@@ -179,7 +179,7 @@ def detail_table(r, overrides: dict[str, str] | None = None):
     fold = r.sim.get("fold")
     if fold:
         shortcuts.append(f"fold (--fold): the sample's SMs are twins (equal blocks of one head in lockstep waves), so "
-                         f"each {fold['twins']} of them run as one; equal to the run of each on 87 of 104 problems "
+                         f"each {fold['twins']} of them run as one; equal to the run of each on 94 of 104 problems "
                          "measured, not all (docs/SPEED.md)")
     units = r.sim.get("unit_skip")
     if units:
