@@ -378,12 +378,7 @@ class Gpu:
         for fetch in fetching:  # lines that another load is still bringing in from HBM
             fetch.listeners.append(landing.part)
         if miss:
-            fetch = Fetch(missed)
-            for entry in missed:
-                entry[2] = fetch
-            fetch.listeners.append(landing.part)
-            self.hbm.submit(now, miss * self.tma_read_cost if tma else miss, fetch.land, flow, p.hbm_latency_cycles,
-                            self.hbm_weight)
+            self._fetch(now, missed, miss * self.tma_read_cost if tma else miss, flow).listeners.append(landing.part)
         nbytes = tile.nbytes
         self.l2_port.submit(now, nbytes, landing.part, flow, p.l2_hit_latency_cycles)
         if self.l2.evicted_dirty_bytes != self.l2._charged:
@@ -415,6 +410,15 @@ class Gpu:
             self._calls.append(("store", tile, now, flow, sm.index, False, copies is None))
             self.env.pending_twins = True
 
+    def _fetch(self, now: int, missed: list, port_bytes: float, flow) -> Fetch:
+        """Bring the missed lines from HBM (`port_bytes` of its port's work, on `flow`'s queue): they land when
+        the port is through with them, and the loads that find them on their way (its listeners) with them."""
+        fetch = Fetch(missed)
+        for entry in missed:
+            entry[2] = fetch
+        self.hbm.submit(now, port_bytes, fetch.land, flow, self.profile.hbm_latency_cycles, self.hbm_weight)
+        return fetch
+
     def _twin(self, tile, i: int):
         """Twin i's tile standing where `tile` is for the folded SM: the same shape in lines of its own (a
         tensor named apart), which no other block reads."""
@@ -436,15 +440,13 @@ class Gpu:
         for i in range(1, self.fold):
             for kind, tile, now, flow, sm_index, tma, private in calls:
                 if kind == "store":
+                    written = l2.write_bytes
                     if private:
-                        written = l2.write_bytes
                         l2.write(self._twin(tile, i), self.private_copies)
-                        l2.write_bytes = written
-                        self._charge_evictions(now, (sm_index, "twin", i))
                     else:
-                        written = l2.write_bytes
                         l2.write(tile, self.copies[tile.tensor])
-                        l2.write_bytes = written
+                    l2.write_bytes = written  # the counters are the folded SM's
+                    self._charge_evictions(now, (sm_index, "twin", i))
                 elif private:
                     self._twin_load(tile, i, now, flow, sm_index, tma)
                 else:  # a shared tile: found where the first twin's read left it (moved to the LRU end)
@@ -455,16 +457,12 @@ class Gpu:
     def _twin_load(self, tile, i: int, now: int, flow, sm_index: int, tma: bool) -> None:
         """Twin i reads its own tile where the folded SM read `tile`: into the L2 and, what it misses, from HBM on
         its own flow (it asks the L2 port what the folded SM asked, for it)."""
-        l2, p = self.l2, self.profile
+        l2 = self.l2
         read, missed_bytes = l2.read_bytes, l2.miss_bytes
         _, _, miss, missed = l2.read(self._twin(tile, i), now, self.private_copies)
         l2.read_bytes, l2.miss_bytes = read, missed_bytes
         if miss:
-            fetch = Fetch(missed)
-            for entry in missed:
-                entry[2] = fetch
-            self.hbm.submit(now, miss * self.tma_read_cost if tma else miss, fetch.land, (flow, "twin", i),
-                            p.hbm_latency_cycles, self.hbm_weight)
+            self._fetch(now, missed, miss * self.tma_read_cost if tma else miss, (flow, "twin", i))
         if l2.evicted_dirty_bytes != l2._charged:
             self._charge_evictions(now, (sm_index, "twin", i))
 
@@ -475,16 +473,12 @@ class Gpu:
         reduce-add are fire-and-forget), but a block is not done before its reductions are."""
         if flow is None:
             flow = sm.index
-        p = self.profile
         copies = self.copies.get(tile.tensor, self.private_copies)
         l2 = self.l2
         reads, writes = l2.read_bytes, l2.write_bytes
         _, _, miss, missed = l2.read(tile, now, copies)
         if miss:
-            fetch = Fetch(missed)
-            for entry in missed:
-                entry[2] = fetch
-            self.hbm.submit(now, miss, fetch.land, flow, p.hbm_latency_cycles, self.hbm_weight)
+            self._fetch(now, missed, miss, flow)
         l2.write(tile, copies)
         l2.read_bytes, l2.write_bytes = reads, writes  # counted as atomics, not as loads and stores
         self.atomic_bytes += tile.nbytes
